@@ -1,0 +1,41 @@
+"""CLI: python -m sim <subcommand> ...  (one file per subcommand in sim/cli/, one registry line here)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> module in sim/cli/ exposing add_parser(subparsers) and run(args) -> int
+SUBCOMMANDS: dict[str, str] = {
+    "kv": "sim.cli.kv",
+    "capacity": "sim.cli.capacity",
+    "trace": "sim.cli.trace",
+    "run": "sim.cli.run",
+    "compare": "sim.cli.compare",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sim", description="kvsim: KV-cache capacity planning")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in SUBCOMMANDS.values():
+        module = importlib.import_module(module_name)
+        sub = module.add_parser(subparsers)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from sim.cli.common import user_errors
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except user_errors() as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

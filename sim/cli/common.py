@@ -1,0 +1,29 @@
+"""Helpers shared by the CLI subcommands: the one-line error type and JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+class CliError(Exception):
+    """Raised by a subcommand for bad input: printed as one line, exit code 2."""
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that carry a one-line, user-facing message (no traceback wanted)."""
+    from sim.scenario import ScenarioError
+
+    errors: list[type[BaseException]] = [ScenarioError, CliError]
+    for module, name in (("models.spec", "SpecError"), ("models.gpus", "GpuError"), ("sim.trace", "TraceError")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")

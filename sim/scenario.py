@@ -1,0 +1,134 @@
+"""Scenario: every knob of one simulated (or measured) serving setup, in one place.
+
+One frozen dataclass, JSON-serialisable and hashable, so it can key caches (st.cache_data),
+travel in snapshot files and URLs, and drive both the simulator and the GPU backend unchanged.
+Validation lives here so every entry point (CLI, dashboard, snapshot upload) rejects the same
+bad values with the same one-line message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+ALLOCATORS = ("paged", "contiguous")
+RESERVE_POLICIES = ("max", "pow2", "oracle")
+PLACEMENTS = ("first-fit", "best-fit", "buddy")
+PREEMPTION_MODES = ("recompute", "swap")
+KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+
+
+class ScenarioError(ValueError):
+    """A scenario value is out of range; the message is one line naming the field."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What is served, on what, and how the engine schedules and stores KV."""
+
+    # What is served and on what.
+    model: str = "llama-3-8b"
+    gpu: str = "h100-sxm"
+    tp: int = 1
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    kv_heads: int | None = None  # GQA what-if: None = the model's own
+    # KV budget: explicit GiB (whole deployment, all TP ranks), or derived from the GPU.
+    kv_budget_gib: float | None = None
+    gpu_mem_util: float = 0.9
+    # KV layout.
+    allocator: str = "paged"
+    block_size: int = 16
+    reserve: str = "max"  # contiguous only
+    placement: str = "first-fit"  # contiguous only
+    prefix_caching: bool = False
+    # Scheduler.
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    max_model_len: int | None = None  # None = min(model's context, 32768)
+    chunked_prefill: bool = True
+    preemption: str = "recompute"
+    swap_space_gib: float = 4.0
+    static_batch: int | None = None  # static-batching baseline with this batch size
+    # Cost model and randomness.
+    profile: str | None = None  # path to a calibration profile JSON
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        def bad(name: str, why: str) -> ScenarioError:
+            return ScenarioError(f"scenario: {name}={getattr(self, name)!r}: {why}")
+
+        choices = {
+            "allocator": ALLOCATORS,
+            "reserve": RESERVE_POLICIES,
+            "placement": PLACEMENTS,
+            "preemption": PREEMPTION_MODES,
+            "kv_dtype": KV_DTYPES,
+            "weight_dtype": WEIGHT_DTYPES,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise bad(name, f"must be one of {', '.join(allowed)}")
+        for name in ("tp", "block_size", "max_num_seqs", "max_batched_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise bad(name, "must be a positive integer")
+        for name in ("kv_heads", "max_model_len", "static_batch"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise bad(name, "must be a positive integer or empty")
+        if not 0.0 < self.gpu_mem_util <= 1.0:
+            raise bad("gpu_mem_util", "must be in (0, 1]")
+        if self.kv_budget_gib is not None and not self.kv_budget_gib > 0:
+            raise bad("kv_budget_gib", "must be positive")
+        if self.swap_space_gib < 0:
+            raise bad("swap_space_gib", "must be >= 0")
+        if self.block_size > 1024:
+            raise bad("block_size", "must be at most 1024 tokens")
+
+    # Serialisation -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+        """Build from untrusted JSON data: unknown keys are an error, not silently dropped."""
+        if not isinstance(data, dict):
+            raise ScenarioError("scenario: expected a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ScenarioError(f"scenario: unknown field(s): {', '.join(unknown)}")
+        try:
+            return cls(**data)
+        except TypeError as exc:  # wrong value types that compare badly
+            raise ScenarioError(f"scenario: {exc}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> Scenario:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(f"scenario: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        return cls.from_dict(data)
+
+    def digest(self) -> str:
+        """Stable short hash of every field that changes results (extra excluded)."""
+        data = self.to_dict()
+        data.pop("extra", None)
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def replace(self, **changes: Any) -> Scenario:
+        return dataclasses.replace(self, **changes)
