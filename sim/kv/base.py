@@ -1,0 +1,135 @@
+"""The one allocator interface shared by the simulator and the GPU backend.
+
+An allocator hands out KV block ids and keeps the books; it never touches tensors. The simulator
+uses only the counts; the GPU backend turns block tables into index tensors into its KV pool.
+Both allocators count in blocks of `block_size` token slots, so a contiguous reservation is a run
+of consecutive block ids and contiguous vs paged can be measured on one pool.
+
+Lengths handed in are token counts of one request:
+- `num_tokens`: tokens whose K/V are (or are about to be) written: the token states;
+- `final_tokens`: the request's true final length (prompt + true output), known to the simulator
+  from the trace and to the GPU backend because output lengths are forced; used for accounting
+  (reserved vs internal fragmentation) and by the contiguous `oracle` / `pow2` reservations;
+- `reserve_tokens`: what a contiguous policy holds up front (ignored by the paged allocator).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+
+
+@dataclass(frozen=True)
+class KVBreakdown:
+    """Where the KV capacity is, in bytes. The five parts add up to `capacity` exactly.
+
+    token_states:  K/V actually written (scale bytes of quantised KV included).
+    reserved:      slots held for tokens a running request has yet to generate.
+    internal_frag: slots held that will never be written (over-reservation, last-block slack).
+    external_frag: free slots no waiting request can use (no hole large enough).
+    free:          the rest.
+    """
+
+    token_states: int
+    reserved: int
+    internal_frag: int
+    external_frag: int
+    free: int
+
+    @property
+    def capacity(self) -> int:
+        return self.token_states + self.reserved + self.internal_frag + self.external_frag + self.free
+
+    def fractions(self) -> dict[str, float]:
+        cap = self.capacity or 1
+        return {name: getattr(self, name) / cap for name in BREAKDOWN_FIELDS}
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in BREAKDOWN_FIELDS}
+
+
+class AllocationError(RuntimeError):
+    """Raised for misuse (unknown request, double allocate); running out of space is not an error."""
+
+
+class KVAllocator(ABC):
+    """Block-granular KV allocator. Requests are identified by non-negative int ids."""
+
+    block_size: int
+    num_blocks: int
+    bytes_per_token: int  # whole deployment, K and V, every layer, scales included
+
+    # --- admission ---------------------------------------------------------------------------
+    @abstractmethod
+    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
+        """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?"""
+
+    @abstractmethod
+    def allocate(
+        self,
+        req_id: int,
+        num_tokens: int,
+        final_tokens: int,
+        reserve_tokens: int,
+        prefix_hashes: Sequence[int] | None = None,
+    ) -> int:
+        """Give `req_id` room for its first `num_tokens`; return how many leading tokens were
+        already cached (prefix-cache hit tokens, 0 without prefix caching). Raises AllocationError
+        if it does not fit: callers ask can_allocate first."""
+
+    # --- growth --------------------------------------------------------------------------------
+    @abstractmethod
+    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
+        """Could `req_id` grow by `num_new_tokens` now?"""
+
+    @abstractmethod
+    def append(self, req_id: int, num_new_tokens: int) -> bool:
+        """Grow `req_id` by `num_new_tokens` written tokens; False (and no change) if it cannot fit."""
+
+    @abstractmethod
+    def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
+        """Total new blocks needed for each request to reach its new length (vectorised helper
+        for the engine's skip-ahead over runs of decode steps)."""
+
+    @abstractmethod
+    def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
+        """Bring every request to its new length at once; caller checked blocks_to_grow fits."""
+
+    # --- release and sharing --------------------------------------------------------------------
+    @abstractmethod
+    def free(self, req_id: int) -> None:
+        """Release everything `req_id` holds (cached prefix blocks stay cached, refcount 0)."""
+
+    @abstractmethod
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """Child shares the parent's blocks (copy-on-write for parallel sampling / beams)."""
+
+    # --- books ------------------------------------------------------------------------------------
+    @abstractmethod
+    def block_table(self, req_id: int) -> list[int]:
+        """Block ids of `req_id` in token order (a contiguous run for the contiguous allocator)."""
+
+    @abstractmethod
+    def num_tokens(self, req_id: int) -> int:
+        """Token states written for `req_id`."""
+
+    @property
+    @abstractmethod
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out now (evictable cached blocks included)."""
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.num_blocks * self.block_size * self.bytes_per_token
+
+    @abstractmethod
+    def breakdown(self, waiting_reserve_tokens: Sequence[int] = ()) -> KVBreakdown:
+        """Five-way split of capacity now. `waiting_reserve_tokens` are the space needs (in
+        tokens) of the waiting requests, for external fragmentation."""
