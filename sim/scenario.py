@@ -34,6 +34,7 @@ class Scenario:
     model: str = "llama-3-8b"
     gpu: str = "h100-sxm"
     tp: int = 1
+    replicas: int = 1  # data-parallel engine replicas, each with its own KV pool
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     kv_heads: int | None = None  # GQA what-if: None = the model's own
@@ -77,7 +78,7 @@ class Scenario:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {', '.join(allowed)}")
-        for name in ("tp", "block_size", "max_num_seqs", "max_batched_tokens"):
+        for name in ("tp", "replicas", "block_size", "max_num_seqs", "max_batched_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise bad(name, "must be a positive integer")
