@@ -1,0 +1,29 @@
+"""Fixtures shared by every test module: where the repo, the samples and the shared traces live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLES = REPO / "samples"
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def samples_dir() -> Path:
+    return SAMPLES
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """../shared/traces when present (CI has it beside the clone); tests that need it skip otherwise."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"shared traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES
