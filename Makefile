@@ -9,8 +9,8 @@ PORT   ?= 8501
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -m venv $(VENV) || { echo "error: '$(PYTHON) -m venv' failed; on Debian run: apt-get install python3-venv"; exit 1; }
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -qq --upgrade pip
+	$(PY) -m pip install -qq -r requirements-dev.txt
 	@touch $(STAMP)
 
 run: $(STAMP)
