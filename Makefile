@@ -9,7 +9,6 @@ PORT   ?= 8501
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -m venv $(VENV) || { echo "error: '$(PYTHON) -m venv' failed; on Debian run: apt-get install python3-venv"; exit 1; }
-	$(PY) -m pip install -qq --upgrade pip
 	$(PY) -m pip install -qq -r requirements-dev.txt
 	@touch $(STAMP)
 
