@@ -1,0 +1,180 @@
+"""GPU catalog: memory, bandwidth and dense FLOP/s of common inference GPUs, with sources.
+
+Conventions, the same for every entry, so capacity figures compare fairly:
+- hbm_bytes is the memory the driver reports (nvidia-smi / rocm-smi "total", in MiB), because that
+  is the total vLLM multiplies by gpu_memory_utilization; it is a little above the marketing
+  "80 GB" (81,559 MiB = 85.5e9 B on an H100 80GB) or below it (L4: 23,034 MiB of 24 GB).
+- Bandwidths are bytes per second in one direction (what one transfer sees): HBM from the
+  datasheet; host link = PCIe x16 per direction; NVLink/Infinity Fabric = aggregate per direction
+  (half the datasheet's bidirectional figure); 0 = no such link.
+- FLOP/s are dense (no 2:4 sparsity) tensor-core peaks; fp8 is 0 where the GPU has no fp8 tensor
+  cores (A100, A10G) and the cost model then falls back to bf16.
+Custom GPUs come from a small JSON object (gpu_from_dict / a .json path given to get_gpu).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+MiB = 1 << 20
+GB = 10**9
+TFLOPS = 10**12
+PCIE4_X16 = 32 * GB  # per direction
+PCIE5_X16 = 64 * GB
+MAX_GPU_JSON_BYTES = 64 * 1024
+
+
+class GpuError(ValueError):
+    """Unknown GPU or a bad custom GPU definition; the message is one line."""
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One accelerator. Units: bytes, bytes/s, FLOP/s (dense)."""
+
+    name: str
+    hbm_bytes: int
+    hbm_bandwidth: float
+    bf16_flops: float
+    fp8_flops: float
+    host_link_bandwidth: float
+    nvlink_bandwidth: float
+    source: str
+    host_link: str = ""
+    label: str = ""
+
+    @property
+    def hbm_gib(self) -> float:
+        return self.hbm_bytes / 2**30
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak for a compute dtype; fp8 falls back to bf16 where the GPU has no fp8."""
+        if dtype == "fp8" and self.fp8_flops > 0:
+            return self.fp8_flops
+        if dtype == "fp32":
+            return self.bf16_flops / 2  # tf32 tensor cores run at half the bf16 rate
+        return self.bf16_flops
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _gpu(name, label, mib, bw_gbs, bf16_tf, fp8_tf, host, host_bw, nvlink_gbs, source) -> GPUSpec:
+    return GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
+                   fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
+                   source=source, host_link=host, label=label)
+
+
+GPUS: dict[str, GPUSpec] = {g.name: g for g in (
+    _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 81_559, 3350, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
+         "NVIDIA H100 datasheet (SXM5: 3.35 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s bidir); "
+         "memory 81,559 MiB as nvidia-smi reports"),
+    _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81_559, 2000, 756.0, 1513.0, "PCIe Gen5 x16", PCIE5_X16, 300,
+         "NVIDIA H100 datasheet (PCIe: 2.0 TB/s, 756 TF bf16 / 1513 TF fp8 dense, NVLink bridge 600 GB/s bidir); "
+         "memory 81,559 MiB as nvidia-smi reports"),
+    _gpu("h200", "NVIDIA H200 SXM 141GB", 143_771, 4800, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
+         "NVIDIA H200 datasheet (SXM: 141 GB HBM3e, 4.8 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s "
+         "bidir); memory 143,771 MiB as nvidia-smi reports"),
+    _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 40_960, 1555, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
+         "NVIDIA A100 datasheet (40GB SXM: 1,555 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink 600 GB/s "
+         "bidir); memory 40,960 MiB as nvidia-smi reports"),
+    _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 81_920, 2039, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
+         "NVIDIA A100 datasheet (80GB SXM: 2,039 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink 600 GB/s "
+         "bidir); memory 81,920 MiB as nvidia-smi reports"),
+    _gpu("l40s", "NVIDIA L40S 48GB", 46_068, 864, 362.05, 733.0, "PCIe Gen4 x16", PCIE4_X16, 0,
+         "NVIDIA L40S datasheet (48 GB GDDR6, 864 GB/s, 362 TF bf16 / 733 TF fp8 dense, no NVLink); "
+         "memory 46,068 MiB as nvidia-smi reports"),
+    _gpu("l4", "NVIDIA L4 24GB", 23_034, 300, 121.0, 242.5, "PCIe Gen4 x16", PCIE4_X16, 0,
+         "NVIDIA L4 datasheet (24 GB GDDR6, 300 GB/s, 121 TF bf16 / 242.5 TF fp8 dense, no NVLink); "
+         "memory 23,034 MiB as nvidia-smi reports"),
+    _gpu("a10g", "NVIDIA A10G 24GB", 23_028, 600, 125.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 0,
+         "NVIDIA A10 datasheet figures (A10G is AWS's A10 variant: 600 GB/s, 125 TF bf16 dense, no fp8 tensor "
+         "cores, no NVLink); memory 23,028 MiB as nvidia-smi reports on g5 instances"),
+    _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24_564, 1008, 165.2, 330.3, "PCIe Gen4 x16", PCIE4_X16, 0,
+         "NVIDIA Ada Lovelace whitepaper (RTX 4090: 1,008 GB/s GDDR6X, 165.2 TF bf16 / 330.3 TF fp8 dense with "
+         "fp32 accumulate, no NVLink); memory 24,564 MiB as nvidia-smi reports"),
+    _gpu("mi300x", "AMD Instinct MI300X 192GB", 196_288, 5300, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
+         "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1307 TF bf16 / 2615 TF fp8 dense, Infinity Fabric "
+         "7 links x 128 GB/s bidir); memory 196,288 MiB as rocm-smi reports"),
+)}
+
+ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
+           "h200-sxm": "h200", "4090": "rtx-4090", "mi300": "mi300x"}
+
+# Custom-GPU JSON keys: the SI field names, or these human units (key -> (field, factor)).
+_UNIT_KEYS = {
+    "hbm_gib": ("hbm_bytes", 2**30), "hbm_gb": ("hbm_bytes", GB),
+    "hbm_bandwidth_gbs": ("hbm_bandwidth", GB), "bf16_tflops": ("bf16_flops", TFLOPS),
+    "fp8_tflops": ("fp8_flops", TFLOPS), "host_link_gbs": ("host_link_bandwidth", GB),
+    "nvlink_gbs": ("nvlink_bandwidth", GB),
+}
+_REQUIRED = ("hbm_bytes", "hbm_bandwidth", "bf16_flops")
+
+
+def list_gpus() -> list[str]:
+    return list(GPUS)
+
+
+def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
+    """Validate a custom GPU: SI field names or the human-unit keys in _UNIT_KEYS; unknown keys are errors."""
+    if not isinstance(d, dict):
+        raise GpuError(f"{source}: expected a JSON object")
+    known = {f.name for f in fields(GPUSpec)}
+    unknown = sorted(set(d) - known - set(_UNIT_KEYS))
+    if unknown:
+        raise GpuError(f"{source}: unknown key(s) {', '.join(unknown)}")
+    values: dict[str, Any] = {}
+    for key, value in d.items():
+        target, factor = _UNIT_KEYS.get(key, (key, 1))
+        if target in ("name", "source", "host_link", "label"):
+            if not isinstance(value, str) or len(value) > 200:
+                raise GpuError(f"{source}: {key} must be a string of at most 200 characters")
+            values[target] = value
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0 or value == float("inf"):
+            raise GpuError(f"{source}: {key} must be a finite number >= 0, got {value!r}")
+        values[target] = value * factor
+    missing = [k for k in _REQUIRED if not values.get(k)]
+    if missing:
+        raise GpuError(f"{source}: needs a positive {', '.join(missing)} (or hbm_gib / hbm_bandwidth_gbs / bf16_tflops)")
+    return GPUSpec(
+        name=values.get("name") or "custom", hbm_bytes=int(values["hbm_bytes"]),
+        hbm_bandwidth=float(values["hbm_bandwidth"]), bf16_flops=float(values["bf16_flops"]),
+        fp8_flops=float(values.get("fp8_flops", 0.0)), host_link_bandwidth=float(values.get("host_link_bandwidth", PCIE4_X16)),
+        nvlink_bandwidth=float(values.get("nvlink_bandwidth", 0.0)), source=values.get("source") or source,
+        host_link=values.get("host_link", ""), label=values.get("label", ""),
+    )
+
+
+def load_gpu_file(path: str | Path) -> GPUSpec:
+    """A custom GPU from a small JSON file (size-bounded, UTF-8, one object)."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_GPU_JSON_BYTES:
+            raise GpuError(f"{p}: too large for a GPU definition (limit {MAX_GPU_JSON_BYTES} bytes)")
+        data = json.loads(p.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise GpuError(f"{p}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise GpuError(f"{p}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise GpuError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict) and "name" not in data:
+        data = {**data, "name": p.stem}
+    return gpu_from_dict(data, source=str(p))
+
+
+def get_gpu(name: str | GPUSpec) -> GPUSpec:
+    """A catalog GPU by name (case-insensitive, a few aliases) or a custom GPU from a .json path."""
+    if isinstance(name, GPUSpec):
+        return name
+    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    key = ALIASES.get(key, key)
+    if key in GPUS:
+        return GPUS[key]
+    if str(name).lower().endswith(".json") or Path(str(name)).is_file():
+        return load_gpu_file(name)
+    raise GpuError(f"unknown GPU {name!r}: choose one of {', '.join(GPUS)} or give a .json file")

@@ -1,0 +1,253 @@
+"""Capacity planner: how much KV fits beside the weights, and how many sequences that serves.
+
+The KV budget follows what vLLM does at start-up (docs/CAPACITY.md has the reasons):
+
+    kv_budget = total x gpu_memory_utilization - weights - activation_peak - runtime_overhead - kv_fixed
+
+per GPU, where the activation peak is that of vLLM's profiling forward pass over
+max_num_batched_tokens tokens (estimated from the shapes here) and runtime_overhead is the memory
+outside PyTorch's allocator (CUDA context, cuBLAS/NCCL workspaces, CUDA graphs). Each term is a
+named field of MemoryBudget so the UI and the CLI can show it.
+
+Tensor parallelism splits weights and kv heads over `tp` GPUs. When a model has fewer kv heads
+than `tp`, every GPU still needs one whole kv head: heads are replicated (vLLM does the same), so
+the per-GPU KV per token stops shrinking at one head.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from models.gpus import GPUSpec, get_gpu
+from models.spec import ModelSpec, SpecError, load_spec
+from sim.kv.dtypes import kv_bytes_per_token
+
+GiB = 1 << 30
+DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default
+DEFAULT_MAX_BATCHED_TOKENS = 8192  # vLLM's profiling batch on large GPUs (max_num_batched_tokens)
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's max_num_seqs default: rows of logits in the profiling sampler pass
+DEFAULT_RUNTIME_OVERHEAD = 1 * GiB  # non-torch memory + CUDA graph pool; see docs/CAPACITY.md
+LOGIT_COPIES = 2  # fp32 logits plus the sampler's probabilities of the same shape
+ACTIVATION_BYTES = {"fp32": 4}  # activation element size by weight dtype; everything else runs in 16-bit
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Per-GPU memory plan of one TP rank. Bytes unless named otherwise."""
+
+    total_bytes: int
+    gpu_mem_util: float
+    usable_bytes: int  # floor(total x gpu_mem_util)
+    weights_bytes: int
+    activation_peak_bytes: int
+    runtime_overhead_bytes: int
+    kv_fixed_bytes: int  # per-layer fp8 scales (0 for other KV dtypes)
+    kv_budget_bytes: int  # what is left for KV; negative when the weights do not fit
+    tp: int
+    kv_heads_per_gpu: int
+    kv_bytes_per_token: int  # per GPU
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_budget_bytes > 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def kv_heads_per_gpu(spec: ModelSpec, tp: int) -> int:
+    """kv heads each TP rank stores: kv_heads / tp, or 1 (replicated) when tp exceeds them."""
+    if tp < 1 or spec.num_attention_heads % tp:
+        raise SpecError(f"{spec.name}: tp={tp} must divide the {spec.num_attention_heads} attention heads")
+    kv = spec.num_kv_heads
+    if kv % tp and tp % kv:
+        raise SpecError(f"{spec.name}: tp={tp} and {kv} kv heads: one must divide the other")
+    return max(1, kv // tp)
+
+
+def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1) -> int:
+    """KV bytes one token costs on each TP rank (scales included)."""
+    try:
+        return kv_bytes_per_token(spec.num_layers, kv_heads_per_gpu(spec, tp), spec.head_dim, kv_dtype)
+    except ValueError as exc:
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError(str(exc)) from None
+
+
+def kv_per_sequence_bytes(spec: ModelSpec, context: int, kv_dtype: str = "bf16", tp: int = 1) -> int:
+    """KV of one sequence of `context` tokens on each TP rank (tp=1: the whole sequence)."""
+    return context * kv_bytes_per_token_per_gpu(spec, kv_dtype, tp)
+
+
+def activation_peak_bytes(spec: ModelSpec, tp: int = 1, tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, weight_dtype: str = "bf16") -> int:
+    """Peak activation memory of the profiling forward pass over `tokens` tokens, per TP rank.
+
+    One decoder layer at a time is live: the residual stream and its normed copy (2 x hidden per
+    token) plus the larger of the attention block (q/k/v and attention output) and the MLP block
+    (gate+up output and the activated intermediate). Then the logits of the sampled rows
+    (one per sequence, at most max_num_seqs) in fp32 with the sampler's copy, full vocabulary.
+    """
+    act = ACTIVATION_BYTES.get(weight_dtype, 2)
+    d, h = spec.head_dim, spec.hidden_size
+    heads = spec.num_attention_heads // tp
+    attn = (heads + 2 * kv_heads_per_gpu(spec, tp)) * d + heads * d
+    up = spec.intermediate_size * (2 if spec.layout.mlp_gated else 1)
+    mlp = (up + spec.intermediate_size) // tp
+    layer = tokens * (2 * h + max(attn, mlp)) * act
+    logits = min(max_num_seqs, tokens) * spec.vocab_size * 4 * LOGIT_COPIES
+    return layer + logits
+
+
+def memory_budget(
+    spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+    gpu_mem_util: float = DEFAULT_GPU_MEM_UTIL, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD,
+) -> MemoryBudget:
+    """The per-GPU memory plan; every term a field."""
+    if not 0 < gpu_mem_util <= 1:
+        raise SpecError(f"gpu_mem_util={gpu_mem_util}: must be in (0, 1]")
+    heads = kv_heads_per_gpu(spec, tp)
+    usable = math.floor(gpu.hbm_bytes * gpu_mem_util)
+    weights = math.ceil(spec.weight_bytes(weight_dtype) / tp)
+    activation = activation_peak_bytes(spec, tp, max_batched_tokens, max_num_seqs, weight_dtype)
+    fixed = spec.kv_fixed_bytes(kv_dtype)
+    budget = usable - weights - activation - runtime_overhead_bytes - fixed
+    return MemoryBudget(
+        total_bytes=gpu.hbm_bytes, gpu_mem_util=gpu_mem_util, usable_bytes=usable, weights_bytes=weights,
+        activation_peak_bytes=activation, runtime_overhead_bytes=runtime_overhead_bytes, kv_fixed_bytes=fixed,
+        kv_budget_bytes=budget, tp=tp, kv_heads_per_gpu=heads,
+        kv_bytes_per_token=kv_bytes_per_token_per_gpu(spec, kv_dtype, tp),
+    )
+
+
+def max_sequences(kv_budget_bytes: int, kv_per_seq_bytes: int) -> int:
+    """Whole sequences that fit: floor(budget / per-sequence KV), never negative."""
+    if kv_per_seq_bytes <= 0:
+        raise ValueError("kv_per_seq_bytes must be positive")
+    return max(0, kv_budget_bytes // kv_per_seq_bytes)
+
+
+def max_concurrent(budget: MemoryBudget, context: int) -> int:
+    """Sequences of `context` tokens that fit at once on one TP group."""
+    return max_sequences(budget.kv_budget_bytes, context * budget.kv_bytes_per_token)
+
+
+def bandwidth_floor_s(spec: ModelSpec, gpu: GPUSpec, *, batch: int = 1, context: int = 0, tp: int = 1,
+                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", include_weights: bool = True) -> float:
+    """Memory-bandwidth floor of one decode step: (weights + KV read) per GPU / HBM bandwidth."""
+    weights = math.ceil(spec.weight_bytes(weight_dtype) / tp) if include_weights else 0
+    kv = batch * kv_per_sequence_bytes(spec, context, kv_dtype, tp)
+    return (weights + kv) / gpu.hbm_bandwidth
+
+
+@dataclass(frozen=True)
+class GpuPlan:
+    """How many GPUs serve `users` concurrent sequences of `context` tokens."""
+
+    tp: int
+    replicas: int  # data-parallel copies of the TP group; 0 when even tp=8 cannot hold one sequence
+    gpus: int
+    per_replica: int  # max concurrent sequences one TP group holds
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gpus_required(spec: ModelSpec, gpu: GPUSpec, users: int, context: int, *, tp: int | None = None,
+                  tp_choices: Iterable[int] = (1, 2, 4, 8), **budget_args: Any) -> GpuPlan:
+    """Fewest GPUs for `users` concurrent sequences: replicas of a TP group (tp given or searched)."""
+    best: GpuPlan | None = None
+    for t in [tp] if tp else tp_choices:
+        try:
+            budget = memory_budget(spec, gpu, tp=t, **budget_args)
+        except SpecError:
+            if tp:
+                raise
+            continue  # this tp does not divide the heads
+        per = max_concurrent(budget, context)
+        if per < 1:
+            continue
+        replicas = math.ceil(users / per)
+        plan = GpuPlan(tp=t, replicas=replicas, gpus=replicas * t, per_replica=per)
+        if best is None or plan.gpus < best.gpus:
+            best = plan
+    return best or GpuPlan(tp=tp or max(tp_choices), replicas=0, gpus=0, per_replica=0)
+
+
+def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], **budget_args: Any) -> dict[str, Any]:
+    """{"assumptions": every budget term, "rows": one per context}: what the CLI and the UI show."""
+    budget = memory_budget(spec, gpu, **budget_args)
+    tp = budget.tp
+    weight_dtype = budget_args.get("weight_dtype", "bf16")
+    kv_dtype = budget_args.get("kv_dtype", "bf16")
+    assumptions = {
+        "model": spec.name, "gpu": gpu.name, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype,
+        "num_params": spec.num_params, "kv_heads": spec.num_kv_heads,
+        "max_batched_tokens": budget_args.get("max_batched_tokens", DEFAULT_MAX_BATCHED_TOKENS),
+        "max_num_seqs": budget_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS),
+        **budget.as_dict(), "hbm_bandwidth": gpu.hbm_bandwidth, "gpu_source": gpu.source,
+    }
+    rows = []
+    for context in contexts:
+        if context < 1:
+            raise SpecError(f"context {context}: must be a positive number of tokens")
+        per_seq = context * budget.kv_bytes_per_token
+        n = max_sequences(budget.kv_budget_bytes, per_seq)
+        rows.append({
+            "context": context, "kv_per_seq_bytes": per_seq, "kv_per_seq_gib": per_seq / GiB,
+            "kv_budget_bytes": budget.kv_budget_bytes, "max_concurrent": n,
+            "decode_floor_ms_batch1": 1e3 * bandwidth_floor_s(spec, gpu, batch=1, context=context, tp=tp,
+                                                              weight_dtype=weight_dtype, kv_dtype=kv_dtype),
+            "decode_floor_ms_full": 1e3 * bandwidth_floor_s(spec, gpu, batch=n, context=context, tp=tp,
+                                                            weight_dtype=weight_dtype, kv_dtype=kv_dtype),
+            "beyond_model_context": context > spec.max_position_embeddings,
+        })
+    return {"assumptions": assumptions, "rows": rows}
+
+
+# --- the simulator's view --------------------------------------------------------------------
+
+def scenario_spec(scenario: Any) -> ModelSpec:
+    """The scenario's model with its GQA what-if applied."""
+    spec = load_spec(scenario.model)
+    return spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
+
+
+def scenario_memory_budget(scenario: Any, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> MemoryBudget:
+    """memory_budget() with the scenario's knobs (one TP group = one replica)."""
+    spec = spec or scenario_spec(scenario)
+    gpu = gpu or get_gpu(scenario.gpu)
+    return memory_budget(spec, gpu, tp=scenario.tp, weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
+                         gpu_mem_util=scenario.gpu_mem_util, max_batched_tokens=scenario.max_batched_tokens,
+                         max_num_seqs=scenario.max_num_seqs)
+
+
+def scenario_kv_bytes_per_token(scenario: Any, spec: ModelSpec | None = None) -> int:
+    """KV bytes per token across one replica's TP ranks (replicated heads counted on every rank).
+
+    Equals spec.kv_bytes_per_token(kv_dtype) unless tp exceeds the kv heads. Pair it with
+    scenario_kv_budget_bytes so token slots = budget // bytes_per_token match the per-GPU plan.
+    """
+    spec = spec or scenario_spec(scenario)
+    return scenario.tp * kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, scenario.tp)
+
+
+def scenario_kv_budget_bytes(scenario: Any, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> int:
+    """KV pool of one replica (all its TP ranks): kv_budget_gib when set, else derived from the GPU.
+
+    Raises SpecError (one line) when the weights and overheads leave no room for KV.
+    """
+    if scenario.kv_budget_gib is not None:
+        return int(scenario.kv_budget_gib * GiB)
+    budget = scenario_memory_budget(scenario, spec, gpu)
+    if not budget.fits:
+        raise SpecError(
+            f"{scenario.model} on {scenario.gpu} x tp={scenario.tp}: no room for KV "
+            f"({budget.weights_bytes / GiB:.1f} GiB weights + {budget.activation_peak_bytes / GiB:.1f} GiB activations "
+            f"+ {budget.runtime_overhead_bytes / GiB:.1f} GiB overhead > {budget.usable_bytes / GiB:.1f} GiB usable)")
+    return budget.kv_budget_bytes * scenario.tp
