@@ -1,7 +1,7 @@
 """Request traces: load any supported format into one canonical Trace, generate synthetic ones,
 and transform them. See docs/TRACES.md for formats, columns, limits and the synthetic spec syntax."""
 
-from sim.trace.loader import DEFAULT_MAX_BYTES, load_trace, load_trace_bytes
+from sim.trace.loader import DEFAULT_MAX_BYTES, load_trace, load_trace_bytes, resolve_trace
 from sim.trace.model import Trace, TraceError, TraceFormat
 from sim.trace.registry import FORMATS
 from sim.trace.synthetic import (
@@ -28,6 +28,7 @@ __all__ = [
     "load_trace_bytes",
     "parse_synthetic_spec",
     "preset",
+    "resolve_trace",
     "speedup",
     "subsample",
     "synthetic",

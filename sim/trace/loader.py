@@ -262,3 +262,14 @@ def _hash_lists(
     if mismatched:
         warnings.append(f"{name}: {mismatched} rows have len({spec.prefix_hashes}) != ceil(input/{block})")
     return lists
+
+
+def resolve_trace(ref: str | Path, fmt: str | None = None, **options: Any) -> Trace:
+    """A file path, or "synthetic:<spec>" (docs/TRACES.md): what CLIs and the dashboard accept."""
+    if isinstance(ref, str) and ref.startswith("synthetic:"):
+        from sim.trace.synthetic import parse_synthetic_spec
+
+        if fmt is not None or options:
+            raise TraceError(f"{ref}: --format and loader options do not apply to synthetic traces")
+        return parse_synthetic_spec(ref).generate()
+    return load_trace(ref, fmt, **options)
