@@ -1,0 +1,102 @@
+"""`python -m sim capacity --model M --gpu G`: KV budget terms and max concurrent sequences per context."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sim.cli.common import CliError, print_json
+
+GIB = 1 << 30
+DEFAULT_CONTEXTS = "2048,8192,32768,131072"
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    from sim.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
+    from sim.kv.dtypes import list_kv_dtypes
+    from sim.scenario import WEIGHT_DTYPES
+
+    p = subparsers.add_parser(
+        "capacity",
+        help="KV budget and max concurrent sequences on a GPU",
+        description="Plan KV capacity: total x gpu-mem-util - weights - activation peak - runtime overhead, "
+        "then max concurrent sequences per context length (docs/CAPACITY.md).",
+    )
+    p.add_argument("--model", required=True, help="catalog name, HF id, config.json or its directory")
+    p.add_argument("--gpu", required=True, help="catalog GPU (h100-sxm, a100-80gb, ...) or a custom GPU .json")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default %(default)s)")
+    p.add_argument("--kv-dtype", default="bf16", choices=list_kv_dtypes(), help="KV dtype (default %(default)s)")
+    p.add_argument("--weight-dtype", default="bf16", choices=WEIGHT_DTYPES, help="weight dtype (default %(default)s)")
+    p.add_argument("--kv-heads", type=int, help="GQA what-if: use N kv heads")
+    p.add_argument("--contexts", default=DEFAULT_CONTEXTS, help="comma-separated context lengths (default %(default)s)")
+    p.add_argument("--gpu-mem-util", type=float, default=0.9, help="gpu_memory_utilization (default %(default)s)")
+    p.add_argument("--max-batched-tokens", type=int, default=DEFAULT_MAX_BATCHED_TOKENS,
+                   help="tokens in the activation-profiling pass (default %(default)s)")
+    p.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS, help="max_num_seqs (default %(default)s)")
+    p.add_argument("--overhead-gib", type=float, default=DEFAULT_RUNTIME_OVERHEAD / GIB,
+                   help="runtime overhead outside PyTorch per GPU in GiB (default %(default)g)")
+    p.add_argument("--users", type=int, help="also report the GPUs needed for this many concurrent sequences")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return p
+
+
+def parse_contexts(text: str) -> list[int]:
+    try:
+        values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise CliError(f"--contexts {text!r}: expected comma-separated integers like 2048,8192") from None
+    if not values or any(v < 1 for v in values) or len(values) > 64:
+        raise CliError(f"--contexts {text!r}: give 1 to 64 positive token counts")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    from models.gpus import get_gpu
+    from models.spec import load_spec
+    from sim.capacity import capacity_table, gpus_required
+
+    for name in ("tp", "max_batched_tokens", "max_num_seqs"):
+        if getattr(args, name) < 1:
+            raise CliError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be a positive integer")
+    if not 0 < args.gpu_mem_util <= 1:
+        raise CliError(f"--gpu-mem-util {args.gpu_mem_util}: must be in (0, 1]")
+    if not 0 <= args.overhead_gib < 1e4:
+        raise CliError(f"--overhead-gib {args.overhead_gib}: must be >= 0")
+    contexts = parse_contexts(args.contexts)
+    spec = load_spec(args.model)
+    if args.kv_heads is not None:
+        spec = spec.with_kv_heads(args.kv_heads)
+    gpu = get_gpu(args.gpu)
+    budget_args = dict(tp=args.tp, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, gpu_mem_util=args.gpu_mem_util,
+                       max_batched_tokens=args.max_batched_tokens, max_num_seqs=args.max_num_seqs,
+                       runtime_overhead_bytes=int(args.overhead_gib * GIB))
+    table = capacity_table(spec, gpu, contexts, **budget_args)
+    if args.users is not None:
+        if args.users < 1:
+            raise CliError(f"--users {args.users}: must be a positive integer")
+        table["gpus_required"] = [
+            {"context": c, **gpus_required(spec, gpu, args.users, c, tp=args.tp, **{k: v for k, v in budget_args.items()
+                                                                                   if k != "tp"}).as_dict()}
+            for c in contexts]
+    if args.json:
+        print_json(table)
+        return 0
+    _print_human(table)
+    return 0
+
+
+def _print_human(table: dict[str, Any]) -> None:
+    a = table["assumptions"]
+    print(f"{a['model']} on {a['gpu']} x tp={a['tp']}  (weights {a['weight_dtype']}, KV {a['kv_dtype']})")
+    print(f"  GPU memory        {a['total_bytes'] / GIB:9.2f} GiB  x gpu_mem_util {a['gpu_mem_util']:g} = {a['usable_bytes'] / GIB:.2f} GiB")
+    for label, key in (("weights", "weights_bytes"), ("activation peak", "activation_peak_bytes"),
+                       ("runtime overhead", "runtime_overhead_bytes"), ("KV fixed scales", "kv_fixed_bytes")):
+        size = a[key]
+        print(f"  - {label:<16}" + (f"{size / GIB:9.2f} GiB" if size >= 2**20 or not size else f"{size:9,} B"))
+    print(f"  = KV budget       {a['kv_budget_bytes'] / GIB:9.2f} GiB per GPU  ({a['kv_bytes_per_token']:,} B/token per GPU)")
+    print(f"  {'context':>9} {'KV/seq GiB':>11} {'max seqs':>9} {'decode floor b=1':>17} {'at max':>9}")
+    for r in table["rows"]:
+        print(f"  {r['context']:>9,} {r['kv_per_seq_gib']:>11.4f} {r['max_concurrent']:>9,} "
+              f"{r['decode_floor_ms_batch1']:>14.2f} ms {r['decode_floor_ms_full']:>6.2f} ms")
+    for g in table.get("gpus_required", []):
+        print(f"  {g['context']:>9,} tokens: {g['gpus']} GPU(s) = {g['replicas']} replica(s) x tp={g['tp']}")
