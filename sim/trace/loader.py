@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,12 @@ def _parse_csv(text: str, name: str) -> tuple[pd.DataFrame, str]:
     except pd.errors.EmptyDataError:
         raise TraceError(f"{name}: empty file") from None
     except (pd.errors.ParserError, csv.Error, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text_ = str(exc).strip()
+        ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text_)
+        if ragged:
+            want, line, saw = ragged.groups()
+            raise TraceError(f"{name}: line {line}: malformed CSV ({saw} fields, the header has {want})") from None
+        first = text_.splitlines()[0] if text_ else type(exc).__name__
         raise TraceError(f"{name}: malformed CSV: {first}") from None
     if len(df) == 0:
         raise TraceError(f"{name}: no data rows (header only)")
