@@ -1,0 +1,88 @@
+"""Build the transformers model the backend runs: from a catalog name, a config.json or a directory.
+
+Random weights are enough to measure memory and speed (output lengths are forced from the trace);
+real weights load from a local directory (`weights=DIR`, safetensors via from_pretrained). The
+config dict is deep-copied before use because from_config mutates it, and the GQA what-if is a
+change of num_key_value_heads before the model is built (random weights only: real checkpoints
+have fixed K/V projection shapes).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from gpu_backend.attention import register
+from models.spec import ModelSpec, SpecError, load_spec
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class ModelLoadError(ValueError):
+    """The model cannot be built as asked (one-line message)."""
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    spec: ModelSpec
+    dtype: torch.dtype
+    device: torch.device
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    key = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}.get(name, name)
+    if key not in TORCH_DTYPES:
+        raise ModelLoadError(f"model dtype {name!r}: choose one of {', '.join(TORCH_DTYPES)}")
+    return TORCH_DTYPES[key]
+
+
+def hf_config(raw: dict[str, Any], kv_heads: int | None = None):
+    """A transformers config from a raw config.json dict (copied; the GQA override applied)."""
+    from transformers import AutoConfig
+
+    cfg = copy.deepcopy(raw)
+    if kv_heads is not None:
+        cfg["num_key_value_heads"] = kv_heads
+    model_type = cfg.pop("model_type", None)
+    if not model_type:
+        raise ModelLoadError("config.json has no model_type; transformers cannot pick an architecture")
+    for key in ("torch_dtype", "dtype", "_name_or_path", "transformers_version"):
+        cfg.pop(key, None)
+    try:
+        return AutoConfig.for_model(model_type, **cfg)
+    except (ValueError, KeyError) as exc:
+        raise ModelLoadError(f"model_type {model_type!r}: {str(exc).splitlines()[0]}") from None
+
+
+def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", weights: str | None = None,
+               kv_heads: int | None = None, seed: int = 0, attn_implementation: str | None = None) -> LoadedModel:
+    """Build the model in eval mode on `device` with the paged attention registered and selected."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        spec = load_spec(name_or_path)
+        if kv_heads is not None:
+            spec = spec.with_kv_heads(kv_heads)
+    except SpecError as exc:
+        raise ModelLoadError(str(exc)) from None
+    tdtype, dev = torch_dtype(dtype), torch.device(device)
+    attn = attn_implementation or register()
+    if weights is not None:
+        if kv_heads is not None and kv_heads != load_spec(name_or_path).num_kv_heads:
+            raise ModelLoadError("--kv-heads cannot change a checkpoint's K/V projections; use random weights")
+        if not Path(weights).is_dir():
+            raise ModelLoadError(f"{weights}: weights directory not found")
+        model = AutoModelForCausalLM.from_pretrained(weights, attn_implementation=attn, dtype=tdtype,
+                                                     device_map={"": str(dev)})
+    else:
+        torch.manual_seed(seed)
+        with dev:
+            model = AutoModelForCausalLM.from_config(hf_config(spec.config, kv_heads), attn_implementation=attn,
+                                                     dtype=tdtype)
+    model.eval()
+    return LoadedModel(model=model, spec=spec, dtype=tdtype, device=dev)
