@@ -1,0 +1,74 @@
+"""GPU catalog and custom GPU definitions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.gpus import GPUS, GpuError, get_gpu, gpu_from_dict, list_gpus
+
+REQUIRED = ["h100-sxm", "h100-pcie", "h200", "a100-40gb", "a100-80gb", "l40s", "l4", "a10g", "rtx-4090", "mi300x"]
+
+
+def test_catalog_has_every_required_gpu_with_a_source():
+    assert set(REQUIRED) <= set(list_gpus())
+    for name in REQUIRED:
+        g = get_gpu(name)
+        assert g.hbm_bytes > 16 * 2**30 and g.hbm_bandwidth > 1e11 and g.bf16_flops > 5e13
+        assert g.host_link_bandwidth > 0 and g.nvlink_bandwidth >= 0
+        assert "datasheet" in g.source or "whitepaper" in g.source
+
+
+def test_driver_reported_memory_convention():
+    assert get_gpu("h100-sxm").hbm_bytes == 81_559 * 2**20
+    assert "81,559 MiB" in get_gpu("h100-sxm").source
+
+
+def test_no_fp8_on_ampere_and_fallback_to_bf16():
+    for name in ("a100-40gb", "a100-80gb", "a10g"):
+        g = get_gpu(name)
+        assert g.fp8_flops == 0 and "no fp8" in g.source
+        assert g.peak_flops("fp8") == g.bf16_flops
+    h = get_gpu("h100-sxm")
+    assert h.peak_flops("fp8") == h.fp8_flops == pytest.approx(2 * h.bf16_flops, rel=0.01)
+
+
+def test_names_are_case_insensitive_and_aliased():
+    assert get_gpu("H100") is GPUS["h100-sxm"]
+    assert get_gpu("RTX 4090") is GPUS["rtx-4090"]
+    with pytest.raises(GpuError, match="unknown GPU 'b300'"):
+        get_gpu("b300")
+
+
+def test_custom_gpu_from_dict_in_human_units():
+    g = gpu_from_dict({"name": "my-gpu", "hbm_gib": 96, "hbm_bandwidth_gbs": 4000, "bf16_tflops": 500})
+    assert g.hbm_bytes == 96 * 2**30 and g.hbm_bandwidth == 4e12 and g.bf16_flops == 5e14
+    assert g.fp8_flops == 0 and g.nvlink_bandwidth == 0
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"hbm_gib": 10, "bf16_tflops": 1}, "needs a positive hbm_bandwidth"),
+    ({"hbm_gib": -1, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, "must be a finite number >= 0"),
+    ({"hbm_gib": "80", "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, "must be a finite number"),
+    ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "tdp": 700}, "unknown key"),
+    ([1, 2], "expected a JSON object"),
+])
+def test_custom_gpu_errors_are_one_line(data, message):
+    with pytest.raises(GpuError, match=message) as exc:
+        gpu_from_dict(data)
+    assert "\n" not in str(exc.value)
+
+
+def test_custom_gpu_from_file_and_bad_files(tmp_path):
+    good = tmp_path / "lab-gpu.json"
+    good.write_text(json.dumps({"hbm_gib": 48, "hbm_bandwidth_gbs": 900, "bf16_tflops": 200}))
+    assert get_gpu(str(good)).name == "lab-gpu"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(GpuError, match="bad.json: not valid JSON"):
+        get_gpu(str(bad))
+    big = tmp_path / "big.json"
+    big.write_text(" " * 70_000 + "{}")
+    with pytest.raises(GpuError, match="too large"):
+        get_gpu(str(big))

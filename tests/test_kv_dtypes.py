@@ -1,0 +1,42 @@
+"""KV dtypes: element sizes and scale layouts as a real quantised cache stores them."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.kv.dtypes import KV_DTYPES, fixed_scale_bytes, get_kv_dtype, kv_bytes_per_token, list_kv_dtypes
+
+
+def test_registry_lists_all_six():
+    assert list_kv_dtypes() == ["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+
+
+@pytest.mark.parametrize(("name", "expected"), [("fp32", 4 * 128), ("fp16", 2 * 128), ("bf16", 2 * 128),
+                                                ("fp8", 128), ("int8", 128 + 4), ("int4", 64 + 4)])
+def test_bytes_per_head_row(name, expected):
+    # one layer, one kv head: K row + V row
+    assert kv_bytes_per_token(1, 1, 128, name) == 2 * expected
+
+
+def test_int8_formula_from_architecture_doc():
+    layers, heads, dim = 32, 8, 128
+    assert kv_bytes_per_token(layers, heads, dim, "int8") == 2 * layers * heads * (dim + 4)
+    assert kv_bytes_per_token(layers, heads, dim, "int4") == 2 * layers * heads * (dim // 2 + 4)
+
+
+def test_fp8_scales_are_fixed_not_per_token():
+    assert kv_bytes_per_token(28, 4, 128, "fp8") * 2 == kv_bytes_per_token(28, 4, 128, "bf16")
+    assert fixed_scale_bytes(28, "fp8") == 2 * 28 * 4
+    for name in ("fp32", "fp16", "bf16", "int8", "int4"):
+        assert fixed_scale_bytes(28, name) == 0
+
+
+def test_int4_odd_head_dim_rounds_up_to_whole_bytes():
+    assert kv_bytes_per_token(1, 1, 5, "int4") == 2 * (3 + 4)
+
+
+def test_lookup_is_case_insensitive_with_aliases_and_rejects_unknown():
+    assert get_kv_dtype("BF16") is KV_DTYPES["bf16"]
+    assert get_kv_dtype("float16").name == "fp16"
+    with pytest.raises(ValueError, match="unknown KV dtype 'fp4'"):
+        get_kv_dtype("fp4")
