@@ -1,0 +1,197 @@
+"""Plotly figures drawn from the metrics frames (docs/METRICS.md column names).
+
+The dashboard pages and the HTML report call the same functions, so a chart looks the same in
+both. Functions take frames and plain dicts only (no Streamlit), and never compute metrics: they
+draw what the simulator or the GPU backend measured. Bytes are shown in GiB (2^30).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+GIB = float(1 << 30)
+
+# The five-way KV breakdown, bottom to top, and the colour of each band.
+BREAKDOWN = (
+    ("token_states_bytes", "token states", "#2563eb"),
+    ("reserved_bytes", "reserved (not yet written)", "#f59e0b"),
+    ("internal_frag_bytes", "internal fragmentation", "#ef4444"),
+    ("external_frag_bytes", "external fragmentation", "#a855f7"),
+    ("free_bytes", "free", "#d1d5db"),
+)
+WEIGHTS_COLOUR = "#4b5563"
+LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"))
+PALETTE = ("#2563eb", "#ef4444", "#10b981", "#f59e0b", "#a855f7", "#0891b2")
+
+
+def _layout(fig: go.Figure, title: str, y_title: str = "", x_title: str = "time (s)", height: int = 360) -> go.Figure:
+    fig.update_layout(
+        title=title, height=height, template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
+        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        hovermode="x unified",
+    )
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title)
+    return fig
+
+
+# ----- one result -----------------------------------------------------------------------------
+
+def memory_timeline(steps: pd.DataFrame, weights_bytes: float | None = None) -> go.Figure:
+    """Stacked area: the KV pool split five ways over time, with the model weights as a band on top."""
+    fig = go.Figure()
+    t = steps["t_s"]
+    for col, label, colour in BREAKDOWN:
+        if col in steps:
+            fig.add_trace(go.Scatter(x=t, y=steps[col] / GIB, name=label, stackgroup="mem", mode="lines",
+                                     line=dict(width=0.5, color=colour), fillcolor=colour))
+    if weights_bytes:
+        fig.add_trace(go.Scatter(x=t, y=np.full(len(t), weights_bytes / GIB), name="weights", stackgroup="mem",
+                                 mode="lines", line=dict(width=0.5, color=WEIGHTS_COLOUR), fillcolor=WEIGHTS_COLOUR))
+    return _layout(fig, "GPU memory over time (KV pool by use, weights on top)", "GiB")
+
+
+def queue_and_batch(steps: pd.DataFrame) -> go.Figure:
+    """Waiting requests and the running batch: the queue grows when KV memory runs out."""
+    fig = go.Figure()
+    for col, label, colour in (("num_waiting", "waiting (queue)", "#ef4444"),
+                               ("num_running", "running", "#2563eb"),
+                               ("batch_size", "batch size (mean per step)", "#10b981")):
+        if col in steps:
+            fig.add_trace(go.Scatter(x=steps["t_s"], y=steps[col], name=label, mode="lines", line=dict(color=colour)))
+    return _layout(fig, "Queue length and batch size", "requests")
+
+
+def kv_usage(steps: pd.DataFrame) -> go.Figure:
+    fig = go.Figure(go.Scatter(x=steps["t_s"], y=steps["kv_cache_usage_perc"] * 100, mode="lines",
+                               name="KV cache usage", line=dict(color="#2563eb")))
+    fig.update_yaxes(range=[0, 105])
+    return _layout(fig, "KV cache usage (blocks or slots held)", "%")
+
+
+def preemptions(steps: pd.DataFrame) -> go.Figure:
+    """Preemptions per time bucket and their running total."""
+    fig = make_subplots(specs=[[{"secondary_y": True}]])
+    counts = steps["num_preemptions"] if "num_preemptions" in steps else pd.Series(np.zeros(len(steps)))
+    fig.add_trace(go.Bar(x=steps["t_s"], y=counts, name="per bucket", marker_color="#ef4444"))
+    fig.add_trace(go.Scatter(x=steps["t_s"], y=counts.cumsum(), name="total", mode="lines",
+                             line=dict(color="#1f2937")), secondary_y=True)
+    return _layout(fig, "Preemptions", "preemptions")
+
+
+def _ecdf(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    v = np.sort(pd.to_numeric(values, errors="coerce").dropna().to_numpy())
+    return v, (np.arange(1, len(v) + 1) / len(v)) if len(v) else np.array([])
+
+
+def latency_cdfs(requests: pd.DataFrame) -> go.Figure:
+    """TTFT, TPOT and end-to-end latency CDFs side by side (seconds; unfinished requests left out)."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in LATENCIES])
+    for i, (col, label) in enumerate(LATENCIES, start=1):
+        if col in requests:
+            x, y = _ecdf(requests[col])
+            fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", line=dict(color=PALETTE[i - 1])), row=1, col=i)
+        fig.update_xaxes(title_text="seconds", row=1, col=i)
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    fig.update_layout(title="Latency CDFs", height=340, template="plotly_white", showlegend=False,
+                      margin=dict(l=60, r=20, t=70, b=50))
+    return fig
+
+
+# ----- several results (compare page) ---------------------------------------------------------
+
+def overlay_timeline(named_steps: Mapping[str, pd.DataFrame], column: str, title: str, y_title: str,
+                     scale: float = 1.0) -> go.Figure:
+    """One line per scenario for one steps column (e.g. kv_cache_usage_perc, num_waiting)."""
+    fig = go.Figure()
+    for i, (name, steps) in enumerate(named_steps.items()):
+        if column in steps:
+            fig.add_trace(go.Scatter(x=steps["t_s"], y=steps[column] * scale, name=name, mode="lines",
+                                     line=dict(color=PALETTE[i % len(PALETTE)])))
+    return _layout(fig, title, y_title)
+
+
+def overlay_cdf(named_requests: Mapping[str, pd.DataFrame], column: str = "ttft_s") -> go.Figure:
+    label = dict(LATENCIES).get(column, column)
+    fig = go.Figure()
+    for i, (name, requests) in enumerate(named_requests.items()):
+        if column in requests:
+            x, y = _ecdf(requests[column])
+            fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", line=dict(color=PALETTE[i % len(PALETTE)])))
+    fig = _layout(fig, f"{label} CDF", "fraction of requests", "seconds")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def breakdown_bars(named_summaries: Mapping[str, Mapping[str, Any]]) -> go.Figure:
+    """Mean KV breakdown per scenario as 100% stacked bars (summary key kv_breakdown_mean)."""
+    names = list(named_summaries)
+    keys = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+    fig = go.Figure()
+    totals = [sum(float(named_summaries[n].get("kv_breakdown_mean", {}).get(k) or 0) for k in keys) or 1.0 for n in names]
+    for key, (_, label, colour) in zip(keys, BREAKDOWN, strict=True):
+        values = [100 * float(named_summaries[n].get("kv_breakdown_mean", {}).get(key) or 0) / tot
+                  for n, tot in zip(names, totals, strict=True)]
+        fig.add_trace(go.Bar(x=names, y=values, name=label, marker_color=colour))
+    fig.update_layout(barmode="stack")
+    fig = _layout(fig, "Where the KV pool goes (time-averaged)", "% of KV capacity", "")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+# ----- traces ---------------------------------------------------------------------------------
+
+def arrival_rate(trace_df: pd.DataFrame, buckets: int = 60) -> go.Figure:
+    """Requests per second over time, in equal buckets across the trace."""
+    arrival = trace_df["arrival_s"].to_numpy(dtype=float)
+    end = float(arrival[-1]) if len(arrival) else 0.0
+    width = max(end / buckets, 1e-9) if end > 0 else 1.0
+    counts, edges = np.histogram(arrival, bins=max(1, min(buckets, len(arrival))), range=(0.0, max(end, width)))
+    width = edges[1] - edges[0]
+    fig = go.Figure(go.Bar(x=edges[:-1] + width / 2, y=counts / width, width=width, marker_color="#2563eb",
+                           name="arrivals"))
+    return _layout(fig, "Arrival rate", "requests / s")
+
+
+def length_histograms(trace_df: pd.DataFrame) -> go.Figure:
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["input tokens", "output tokens"])
+    fig.add_trace(go.Histogram(x=trace_df["input_tokens"], nbinsx=50, marker_color="#2563eb", name="input"), row=1, col=1)
+    fig.add_trace(go.Histogram(x=trace_df["output_tokens"], nbinsx=50, marker_color="#10b981", name="output"),
+                  row=1, col=2)
+    fig.update_yaxes(title_text="requests", row=1, col=1)
+    fig.update_xaxes(title_text="tokens")
+    fig.update_layout(title="Request lengths", height=340, template="plotly_white", showlegend=False,
+                      margin=dict(l=60, r=20, t=70, b=50))
+    return fig
+
+
+# ----- capacity planner -----------------------------------------------------------------------
+
+def concurrency_curves(curves: pd.DataFrame) -> go.Figure:
+    """Max concurrent requests vs context length; `curves` has columns label, context_tokens, max_concurrency."""
+    fig = go.Figure()
+    for i, (label, part) in enumerate(curves.groupby("label", sort=False)):
+        fig.add_trace(go.Scatter(x=part["context_tokens"], y=part["max_concurrency"], name=str(label),
+                                 mode="lines+markers", line=dict(color=PALETTE[i % len(PALETTE)])))
+    fig = _layout(fig, "Max concurrent requests vs context length", "requests", "context length (tokens)")
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def budget_pie(parts: Mapping[str, float], title: str = "GPU memory budget") -> go.Figure:
+    """Where the HBM goes: weights, activations/overhead, KV, left unused (bytes -> GiB)."""
+    labels: Sequence[str] = [k for k, v in parts.items() if v and v > 0]
+    values = [parts[k] / GIB for k in labels]
+    fig = go.Figure(go.Pie(labels=labels, values=values, hole=0.4, sort=False,
+                           texttemplate="%{label}<br>%{value:.1f} GiB", marker=dict(colors=PALETTE)))
+    fig.update_layout(title=title, height=360, template="plotly_white", margin=dict(l=20, r=20, t=50, b=20),
+                      showlegend=False)
+    return fig

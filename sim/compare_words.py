@@ -1,0 +1,88 @@
+"""The differences between compared runs, said in words, computed from their summary dicts only.
+
+A table of twenty numbers hides the one that matters; a sentence like "paged holds 2.3x more
+concurrent requests than contiguous at about the same p99 TTFT" does not. Every figure in a
+sentence is a ratio of two summary values, so the words can be checked against the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+SAME = 0.10  # within 10% counts as "about the same"
+
+
+def _val(summary: Mapping[str, Any], key: str, sub: str | None = None) -> float | None:
+    v = summary.get(key)
+    if sub is not None:
+        v = v.get(sub) if isinstance(v, Mapping) else None
+    try:
+        return None if v is None else float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _ratio(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old <= 0 or new < 0:
+        return None
+    return new / old
+
+
+def _more_fewer(r: float, noun: str, more: str = "more", fewer: str = "fewer") -> str:
+    if abs(r - 1) <= SAME / 2:
+        return f"about as many {noun} as"
+    return f"{r:.1f}x {more} {noun} than" if r > 1 else f"{1 / r:.1f}x {fewer} {noun} than"
+
+
+def _secs(v: float) -> str:
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def token_state_share(summary: Mapping[str, Any]) -> float | None:
+    """Share of the KV pool holding real token states (time-averaged), from kv_breakdown_mean."""
+    parts = summary.get("kv_breakdown_mean")
+    if not isinstance(parts, Mapping):
+        return None
+    total = sum(float(v or 0) for v in parts.values())
+    return None if total <= 0 else float(parts.get("token_states") or 0) / total
+
+
+def compare_pair(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
+    """Sentences about `name` relative to `base_name`."""
+    out: list[str] = []
+    conc = _ratio(_val(summary, "mean_batch_size"), _val(base, "mean_batch_size"))
+    ttft, ttft0 = _val(summary, "ttft_s", "p99"), _val(base, "ttft_s", "p99")
+    if conc is not None:
+        sentence = f"{name} holds {_more_fewer(conc, 'concurrent requests')} {base_name}"
+        t_ratio = _ratio(ttft, ttft0)
+        if t_ratio is not None and ttft is not None and ttft0 is not None:
+            if abs(t_ratio - 1) <= SAME:
+                sentence += f" at about the same p99 TTFT ({_secs(ttft)} vs {_secs(ttft0)})"
+            else:
+                sentence += f", with p99 TTFT {_secs(ttft)} vs {_secs(ttft0)} ({t_ratio:.1f}x)"
+        out.append(sentence + ".")
+    thr = _ratio(_val(summary, "throughput_tok_s"), _val(base, "throughput_tok_s"))
+    if thr is not None and abs(thr - 1) > SAME / 2:
+        out.append(f"{name} delivers {thr:.2f}x the token throughput of {base_name} "
+                   f"({_val(summary, 'throughput_tok_s'):,.0f} vs {_val(base, 'throughput_tok_s'):,.0f} tok/s).")
+    share, share0 = token_state_share(summary), token_state_share(base)
+    if share is not None and share0 is not None and abs(share - share0) >= 0.02:
+        out.append(f"{name} uses {100 * share:.0f}% of its KV pool for token states, {base_name} {100 * share0:.0f}%.")
+    pre, pre0 = _val(summary, "num_preemptions"), _val(base, "num_preemptions")
+    if pre is not None and pre0 is not None and pre != pre0:
+        out.append(f"{name} preempts {pre:.0f} times, {base_name} {pre0:.0f}.")
+    return out
+
+
+def describe_differences(summaries: Mapping[str, Mapping[str, Any]], baseline: str | None = None) -> list[str]:
+    """Sentences comparing every run with the baseline (the first one unless named)."""
+    names = list(summaries)
+    if len(names) < 2:
+        return []
+    base_name = baseline if baseline in summaries else names[0]
+    out: list[str] = []
+    for name in names:
+        if name != base_name:
+            out.extend(compare_pair(name, summaries[name], base_name, summaries[base_name]))
+    return out

@@ -1,0 +1,118 @@
+"""A self-contained HTML report of one result: headline figures, the scenario, and the same charts
+the dashboard shows. plotly.js is inlined once (not per chart), so the file opens offline and can
+be mailed or attached to a ticket. Accepts a SimResult or a Snapshot (same attribute names).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+import plotly.offline
+
+from sim import charts
+
+GIB = float(1 << 30)
+
+
+def _fmt_s(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    v = float(v)
+    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def _get(summary: dict[str, Any], key: str, sub: str | None = None) -> Any:
+    value = summary.get(key)
+    if sub is not None:
+        value = value.get(sub) if isinstance(value, dict) else None
+    return value
+
+
+def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """The few figures a planner reads first, as (label, formatted value); pages and the report share it."""
+    def num(v: Any, fmt: str) -> str:
+        return "n/a" if v is None else format(float(v), fmt)
+
+    usage = _get(summary, "kv_cache_usage_perc", "peak")
+    token_frac = _get(summary, "kv_breakdown_mean", "token_states")
+    return [
+        ("requests completed", f"{summary.get('completed', 'n/a')} / {summary.get('requests', 'n/a')}"),
+        ("throughput", num(summary.get("throughput_tok_s"), ",.0f") + " tok/s"),
+        ("TTFT p50 / p99", f"{_fmt_s(_get(summary, 'ttft_s', 'p50'))} / {_fmt_s(_get(summary, 'ttft_s', 'p99'))}"),
+        ("TPOT p50 / p99", f"{_fmt_s(_get(summary, 'tpot_s', 'p50'))} / {_fmt_s(_get(summary, 'tpot_s', 'p99'))}"),
+        ("E2E p99", _fmt_s(_get(summary, "e2e_s", "p99"))),
+        ("mean batch size", num(summary.get("mean_batch_size"), ".1f")),
+        ("peak KV usage", "n/a" if usage is None else f"{100 * float(usage):.1f}%"),
+        ("KV used for token states (mean)", "n/a" if token_frac is None else _fraction(summary, "token_states")),
+        ("preemptions", str(summary.get("num_preemptions", "n/a"))),
+        ("prefix cache hit rate", "n/a" if summary.get("prefix_cache_hit_rate") is None
+         else f"{100 * float(summary['prefix_cache_hit_rate']):.1f}%"),
+    ]
+
+
+def _fraction(summary: dict[str, Any], key: str) -> str:
+    """kv_breakdown_mean may hold bytes or fractions; a share of the five parts reads the same either way."""
+    parts = summary.get("kv_breakdown_mean") or {}
+    total = sum(float(v or 0) for v in parts.values())
+    return "n/a" if total <= 0 else f"{100 * float(parts.get(key) or 0) / total:.1f}%"
+
+
+def weights_bytes(result: Any) -> float | None:
+    """Weight bytes for the whole deployment: the summary's figure when the engine gives one, else from the spec."""
+    summary = result.summary
+    for key in ("weights_bytes", "weight_bytes"):
+        if summary.get(key):
+            return float(summary[key])
+    try:
+        from models.spec import load_spec
+
+        sc = result.scenario
+        return float(load_spec(sc.model).weight_bytes(sc.weight_dtype)) * sc.replicas
+    except Exception:  # an uploaded config no longer on disk: draw the KV pool alone
+        return None
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def html_report(result: Any, title: str = "kvsim report") -> str:
+    """The whole report as one HTML string (plotly.js inlined once)."""
+    figs = [charts.memory_timeline(result.steps, weights_bytes(result)), charts.queue_and_batch(result.steps),
+            charts.kv_usage(result.steps), charts.latency_cdfs(result.requests), charts.preemptions(result.steps)]
+    divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{i}", config={"displaylogo": False})
+                     for i, f in enumerate(figs))  # fixed ids: the same result gives the same file
+    scenario_rows = [(k, v) for k, v in result.scenario.to_dict().items() if k != "extra"]
+    name = getattr(result, "name", "") or ""
+    heading = html.escape(f"{title}: {name}" if name else title)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px; color: #1f2937; }}
+table {{ border-collapse: collapse; margin: 0.5rem 0 1.5rem; }}
+th, td {{ border-bottom: 1px solid #e5e7eb; padding: 0.25rem 0.75rem; text-align: left; }}
+th {{ font-weight: 600; color: #4b5563; }}
+.cols {{ display: flex; gap: 3rem; flex-wrap: wrap; }}
+</style>
+<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>
+</head><body>
+<h1>{heading}</h1>
+<p>Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
+<code>{html.escape(result.scenario.digest())}</code>.</p>
+<div class="cols">
+<div><h2>Headline</h2>{_table(headline_metrics(result.summary))}</div>
+<div><h2>Scenario</h2>{_table(scenario_rows)}</div>
+</div>
+<h2>Charts</h2>
+{divs}
+</body></html>
+"""
+
+
+def write_html_report(result: Any, path: str | Path, title: str = "kvsim report") -> Path:
+    path = Path(path)
+    path.write_text(html_report(result, title), encoding="utf-8")
+    return path

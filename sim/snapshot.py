@@ -1,0 +1,348 @@
+"""Snapshots: one run's view (scenario, trace, headline metrics, downsampled frames) as one JSON file,
+and a SQLite store that gives each saved snapshot a short id for a `?snapshot=ID` link.
+
+Why a file and not a re-run: a colleague must see the *same* numbers even if the code or the cost
+model changed since; the scenario and trace travel along so the run can also be repeated. The
+dashboard renders every result through a Snapshot, so a live view and a reopened one are identical.
+
+Snapshot files are untrusted input: they are parsed as JSON only, size-limited, and every field is
+checked; anything wrong raises SnapshotError with one line, and the store writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.scenario import Scenario, ScenarioError
+from sim.trace import Trace, TraceError
+
+SCHEMA = "kvsim-snapshot"
+SCHEMA_VERSION = 1
+APP_VERSION = "0.1.0"
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024  # a snapshot with an embedded 20k-row trace is ~2 MB
+MAX_EMBEDDED_TRACE_ROWS = 20_000  # larger traces travel as their summary (and digest) only
+MAX_STEP_ROWS = 2_000  # downsampled frames: enough for a chart, small enough for a link
+MAX_REQUEST_ROWS = 5_000
+MAX_FRAME_ROWS = 200_000  # refuse absurd uploaded frames
+MAX_COLUMNS = 64
+DB_ENV = "KVSIM_SNAPSHOT_DB"
+DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "snapshots.sqlite"
+
+
+class SnapshotError(ValueError):
+    """A snapshot file or id cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True, eq=False)
+class Snapshot:
+    """Everything needed to redraw one result. Frames are already downsampled."""
+
+    scenario: Scenario
+    trace_digest: str
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    trace_summary: dict[str, Any] = field(default_factory=dict)
+    trace_data: dict[str, Any] | None = None  # the trace's columns when small enough to embed
+    name: str = ""
+    app_version: str = APP_VERSION
+    created_utc: str = ""
+
+    # ----- building ---------------------------------------------------------------------------
+    @classmethod
+    def from_result(cls, result: Any, trace: Trace | None = None, name: str = "") -> Snapshot:
+        """Downsample a SimResult (anything with requests/steps/summary/scenario/trace_digest)."""
+        if trace is not None and trace.digest() != str(result.trace_digest):
+            raise ValueError(f"snapshot: trace {trace.digest()} is not the one this result ran on ({result.trace_digest})")
+        trace_data = _trace_columns(trace) if trace is not None and len(trace) <= MAX_EMBEDDED_TRACE_ROWS else None
+        return cls(
+            scenario=result.scenario,
+            trace_digest=str(result.trace_digest),
+            summary=_jsonable(dict(result.summary)),
+            requests=downsample(result.requests, MAX_REQUEST_ROWS),
+            steps=downsample(result.steps, MAX_STEP_ROWS),
+            trace_summary=_jsonable(trace.summary()) if trace is not None else {},
+            trace_data=trace_data,
+            name=name,
+            created_utc=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        )
+
+    def named(self, name: str) -> Snapshot:
+        return Snapshot(self.scenario, self.trace_digest, self.summary, self.requests, self.steps,
+                        self.trace_summary, self.trace_data, name, self.app_version, self.created_utc)
+
+    # ----- serialising ------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "app_version": self.app_version,
+            "created_utc": self.created_utc,
+            "name": self.name,
+            "scenario": self.scenario.to_dict(),
+            "trace_digest": self.trace_digest,
+            "trace_summary": self.trace_summary,
+            "trace": self.trace_data,
+            "summary": self.summary,
+            "requests": _frame_to_json(self.requests),
+            "steps": _frame_to_json(self.steps),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: bytes | str, source: str = "snapshot") -> Snapshot:
+        """Parse an untrusted snapshot file: JSON only, size-limited, every field checked."""
+        if len(data) > MAX_SNAPSHOT_BYTES:
+            raise SnapshotError(f"{source}: {len(data):,} bytes is over the {MAX_SNAPSHOT_BYTES:,}-byte snapshot limit")
+        try:
+            obj = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SnapshotError(f"{source}: not a JSON snapshot file ({str(exc).splitlines()[0]})") from None
+        except RecursionError:
+            raise SnapshotError(f"{source}: JSON nested too deeply") from None
+        return cls.from_dict(obj, source)
+
+    @classmethod
+    def from_dict(cls, obj: Any, source: str = "snapshot") -> Snapshot:
+        if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
+            raise SnapshotError(f"{source}: not a kvsim snapshot (no \"schema\": \"{SCHEMA}\")")
+        version = obj.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise SnapshotError(f"{source}: unknown schema_version {version!r} (this app reads {SCHEMA_VERSION})")
+        try:
+            scenario = Scenario.from_dict(obj.get("scenario"))
+        except ScenarioError as exc:
+            raise SnapshotError(f"{source}: {exc}") from None
+        digest = _need(obj, "trace_digest", str, source)
+        summary = _need(obj, "summary", dict, source)
+        trace_summary = obj.get("trace_summary") or {}
+        if not isinstance(trace_summary, dict):
+            raise SnapshotError(f"{source}: trace_summary must be an object")
+        trace_data = obj.get("trace")
+        if trace_data is not None:
+            _check_trace_data(trace_data, source)
+        snap = cls(
+            scenario=scenario,
+            trace_digest=digest,
+            summary=summary,
+            requests=_frame_from_json(obj.get("requests"), "requests", source),
+            steps=_frame_from_json(obj.get("steps"), "steps", source),
+            trace_summary=trace_summary,
+            trace_data=trace_data,
+            name=str(obj.get("name") or "")[:200],
+            app_version=str(obj.get("app_version") or "")[:40],
+            created_utc=str(obj.get("created_utc") or "")[:40],
+        )
+        if trace_data is not None:
+            rebuilt = snap.trace()
+            if rebuilt is not None and rebuilt.digest() != digest:
+                raise SnapshotError(f"{source}: embedded trace does not match trace_digest {digest}")
+        return snap
+
+    def trace(self) -> Trace | None:
+        """The embedded trace, rebuilt (same digest as the original), or None when it was too big."""
+        if self.trace_data is None:
+            return None
+        d = self.trace_data
+        try:
+            return Trace.build(
+                d["arrival_s"], d["input_tokens"], d["output_tokens"],
+                format=str(d.get("format", "snapshot")), source=str(d.get("source", "snapshot")),
+                session_id=d.get("session_id"), prefix_hashes=d.get("prefix_hashes"),
+                prefix_block_size=d.get("prefix_block_size"),
+            )
+        except (TraceError, ValueError, TypeError) as exc:
+            raise SnapshotError(f"snapshot: embedded trace is invalid ({exc})") from None
+
+
+# ----- frames ---------------------------------------------------------------------------------
+
+def downsample(df: pd.DataFrame, max_rows: int) -> pd.DataFrame:
+    """Every k-th row (first and last kept) so a chart keeps its shape; small frames pass unchanged."""
+    n = len(df)
+    if n <= max_rows:
+        return df.reset_index(drop=True)
+    idx = np.unique(np.linspace(0, n - 1, max_rows).round().astype(int))
+    return df.iloc[idx].reset_index(drop=True)
+
+
+def _frame_to_json(df: pd.DataFrame) -> dict[str, Any]:
+    cols = [str(c) for c in df.columns]
+    data = [[_cell(v) for v in row] for row in df.itertuples(index=False, name=None)]
+    return {"columns": cols, "data": data}
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    if v is pd.NA or v is pd.NaT:
+        return None
+    return str(v)
+
+
+def _frame_from_json(obj: Any, what: str, source: str) -> pd.DataFrame:
+    if not isinstance(obj, dict) or not isinstance(obj.get("columns"), list) or not isinstance(obj.get("data"), list):
+        raise SnapshotError(f"{source}: {what} must be an object with \"columns\" and \"data\" lists")
+    cols, rows = obj["columns"], obj["data"]
+    if len(cols) > MAX_COLUMNS or not all(isinstance(c, str) and len(c) <= 64 for c in cols):
+        raise SnapshotError(f"{source}: {what}.columns must be at most {MAX_COLUMNS} short strings")
+    if len(rows) > MAX_FRAME_ROWS:
+        raise SnapshotError(f"{source}: {what} has {len(rows):,} rows (limit {MAX_FRAME_ROWS:,})")
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(cols):
+            raise SnapshotError(f"{source}: {what} row {i + 1}: expected {len(cols)} values")
+        for v in row:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+                raise SnapshotError(f"{source}: {what} row {i + 1}: values must be numbers or null, got {v!r}"[:200])
+    df = pd.DataFrame(rows, columns=cols)
+    for c in df.columns:  # all-null columns come back as object; make them numeric
+        df[c] = pd.to_numeric(df[c])
+    return df
+
+
+# ----- embedded trace -------------------------------------------------------------------------
+
+def _trace_columns(trace: Trace) -> dict[str, Any]:
+    df = trace.df
+    data: dict[str, Any] = {
+        "format": trace.format,
+        "source": Path(str(trace.source)).name,
+        "arrival_s": df["arrival_s"].astype(float).tolist(),
+        "input_tokens": df["input_tokens"].astype(int).tolist(),
+        "output_tokens": df["output_tokens"].astype(int).tolist(),
+    }
+    if trace.has_sessions:
+        data["session_id"] = df["session_id"].astype(str).tolist()
+    if trace.has_prefix_hashes:
+        data["prefix_hashes"] = [[int(h) for h in x] for x in df["prefix_hashes"]]
+        data["prefix_block_size"] = trace.prefix_block_size
+    return data
+
+
+def _check_trace_data(d: Any, source: str) -> None:
+    if not isinstance(d, dict):
+        raise SnapshotError(f"{source}: trace must be an object or null")
+    lengths = set()
+    for key in ("arrival_s", "input_tokens", "output_tokens"):
+        col = d.get(key)
+        if not isinstance(col, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in col):
+            raise SnapshotError(f"{source}: trace.{key} must be a list of numbers")
+        lengths.add(len(col))
+    if len(lengths) != 1 or lengths.pop() > MAX_FRAME_ROWS:
+        raise SnapshotError(f"{source}: trace columns must have one common length (at most {MAX_FRAME_ROWS:,})")
+    if "session_id" in d and not (isinstance(d["session_id"], list) and all(isinstance(v, str) for v in d["session_id"])):
+        raise SnapshotError(f"{source}: trace.session_id must be a list of strings")
+    if "prefix_hashes" in d:
+        ph = d["prefix_hashes"]
+        ok = isinstance(ph, list) and all(isinstance(x, list) and all(isinstance(v, int) for v in x) for x in ph)
+        if not ok or not isinstance(d.get("prefix_block_size"), int):
+            raise SnapshotError(f"{source}: trace.prefix_hashes must be lists of ints with a prefix_block_size")
+
+
+def _need(obj: Mapping[str, Any], key: str, typ: type, source: str) -> Any:
+    value = obj.get(key)
+    if not isinstance(value, typ):
+        raise SnapshotError(f"{source}: \"{key}\" must be a {typ.__name__}")
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    """Summary dicts may hold numpy scalars or NaN; make them strict-JSON values."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return _cell(value)
+
+
+# ----- the store ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """One row of the store's list (no body)."""
+
+    id: str
+    name: str
+    created_utc: str
+    scenario_digest: str
+    trace_digest: str
+    size_bytes: int
+
+
+class SnapshotStore:
+    """Named snapshots in one SQLite file. A connection per call, so Streamlit threads never share one."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS snapshots (id TEXT PRIMARY KEY, name TEXT NOT NULL, "
+                "created_utc TEXT NOT NULL, scenario_digest TEXT NOT NULL, trace_digest TEXT NOT NULL, "
+                "body TEXT NOT NULL)"
+            )
+
+    @classmethod
+    def default(cls) -> SnapshotStore:
+        """The store at $KVSIM_SNAPSHOT_DB, else data/snapshots.sqlite in the repository."""
+        return cls(os.environ.get(DB_ENV) or DEFAULT_DB)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on a fresh connection, committed on success and always closed."""
+        db = sqlite3.connect(self.path, timeout=10)
+        try:
+            with db:
+                yield db
+        finally:
+            db.close()
+
+    def save(self, snapshot: Snapshot, name: str) -> str:
+        """Store under a fresh unguessable id and return it."""
+        name = name.strip()[:200] or "unnamed"
+        body = snapshot.named(name).to_json()
+        if len(body) > MAX_SNAPSHOT_BYTES:
+            raise SnapshotError(f"snapshot: {len(body):,} bytes is over the {MAX_SNAPSHOT_BYTES:,}-byte limit")
+        snap_id = secrets.token_urlsafe(9)
+        with self._connect() as db:
+            db.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
+                       (snap_id, name, snapshot.created_utc or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        snapshot.scenario.digest(), snapshot.trace_digest, body))
+        return snap_id
+
+    def get(self, snap_id: str) -> Snapshot:
+        with self._connect() as db:
+            row = db.execute("SELECT body FROM snapshots WHERE id = ?", (str(snap_id),)).fetchone()
+        if row is None:
+            raise SnapshotError(f"snapshot {str(snap_id)[:40]!r}: not found in {self.path.name}")
+        return Snapshot.from_json(row[0], f"snapshot {snap_id}")
+
+    def list(self) -> list[SnapshotInfo]:
+        with self._connect() as db:
+            rows = db.execute("SELECT id, name, created_utc, scenario_digest, trace_digest, length(body) "
+                              "FROM snapshots ORDER BY created_utc DESC, rowid DESC").fetchall()
+        return [SnapshotInfo(*r) for r in rows]
+
+    def delete(self, snap_id: str) -> bool:
+        with self._connect() as db:
+            cur = db.execute("DELETE FROM snapshots WHERE id = ?", (str(snap_id),))
+        return cur.rowcount > 0
