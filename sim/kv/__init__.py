@@ -1,0 +1,22 @@
+"""KV-cache allocators (paged, contiguous), their shared interface, reserve policies and dtypes."""
+
+from sim.kv.base import BREAKDOWN_FIELDS, AllocationError, KVAllocator, KVBreakdown
+from sim.kv.contiguous import ContiguousAllocator
+from sim.kv.paged import PagedAllocator
+from sim.kv.registry import ALLOCATORS, blocks_for_budget, make_allocator
+from sim.kv.reserve import RESERVE_POLICIES, reserve_tokens, reserve_tokens_array
+
+__all__ = [
+    "ALLOCATORS",
+    "BREAKDOWN_FIELDS",
+    "RESERVE_POLICIES",
+    "AllocationError",
+    "ContiguousAllocator",
+    "KVAllocator",
+    "KVBreakdown",
+    "PagedAllocator",
+    "blocks_for_budget",
+    "make_allocator",
+    "reserve_tokens",
+    "reserve_tokens_array",
+]

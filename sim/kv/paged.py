@@ -1,0 +1,412 @@
+"""Paged KV allocator with vLLM v1 semantics: any free block serves any request.
+
+Books:
+- a stack of clean free block ids (popped in bulk, lowest id first on a fresh pool);
+- per-request block tables (lists of ids, token order) and per-block reference counts;
+- per-request counts (tokens, blocks, final length) in numpy arrays indexed by the dense int
+  request id, so the engine's skip-ahead can grow a whole batch with array arithmetic
+  (`blocks_to_grow` / `grow_many`) and loops only over requests that cross a block boundary;
+- optional prefix caching (sim/kv/prefix_cache.py): full blocks get chained keys, a hit shares
+  the cached block (refcount + 1), freed keyed blocks stay cached and are evicted LRU-first only
+  when clean free blocks run out.
+
+Copy-on-write: `fork` shares every block of the parent. When either side later appends into a
+shared, partly filled last block, it first gets a private copy; the (src, dst) pair is queued
+for the GPU backend, which drains it with `pop_copy_ops()` and copies the block's K/V.
+
+Accounting is physical: a block shared by several requests counts once. token_states = slots
+written in blocks in use; internal_frag = unwritten slots of blocks in use (last-block slack);
+reserved = 0 (paging holds nothing for future tokens); external_frag = 0 (any free block fits
+anyone); free = clean free blocks plus cached-but-evictable blocks (`cached_bytes` tells them
+apart).
+
+Interface extensions beyond KVAllocator (also on ContiguousAllocator unless noted):
+`headroom(req_ids)`, `can_fork(parent_id)`, `pop_copy_ops()`, `check_invariants()`, and, paged
+only, `prefix_hit_tokens(num_tokens, prefix_hashes)`, `cached_bytes`, `prefix_queries`,
+`prefix_hits`, `evictions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.kv.prefix_cache import PrefixCache
+
+
+def grown(arr: np.ndarray, size: int) -> np.ndarray:
+    """`arr` zero-padded to `size` (request arrays double as ids grow)."""
+    out = np.zeros(size, dtype=arr.dtype)
+    out[: len(arr)] = arr
+    return out
+
+
+class PagedAllocator(KVAllocator):
+    """Fixed-size blocks, block tables, refcounts, copy-on-write, optional prefix caching."""
+
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        bytes_per_token: int,
+        prefix_caching: bool = False,
+        prefix_block_size: int | None = None,
+    ) -> None:
+        if num_blocks < 1 or block_size < 1 or bytes_per_token < 0:
+            raise ValueError(f"paged allocator: bad sizes ({num_blocks=}, {block_size=}, {bytes_per_token=})")
+        self.num_blocks = int(num_blocks)
+        self.block_size = int(block_size)
+        self.bytes_per_token = int(bytes_per_token)
+        self.prefix_caching = bool(prefix_caching)
+        # prefix_block_size: tokens per trace hash id (Mooncake 512); None = same as block_size.
+        self.cache = PrefixCache(self.block_size, prefix_block_size)
+        self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))  # stack: pops 0, 1, 2...
+        self._rc = np.zeros(self.num_blocks, dtype=np.int32)
+        self._tables: dict[int, list[int]] = {}
+        self._keys: dict[int, list[int]] = {}
+        size = 1024
+        self._ntok = np.zeros(size, dtype=np.int64)
+        self._nblk = np.zeros(size, dtype=np.int64)
+        self._final = np.zeros(size, dtype=np.int64)
+        self._nkeys = np.zeros(size, dtype=np.int64)  # blocks of the request that have a key
+        self._nreg = np.zeros(size, dtype=np.int64)  # leading blocks already offered to the cache
+        self._active = np.zeros(size, dtype=bool)
+        self._shared_tail = np.zeros(size, dtype=bool)  # partly filled last block shared by a fork
+        self._n_shared_tail = 0
+        self._written = 0  # physical slots written in blocks in use
+        self._copy_ops: list[tuple[int, int]] = []
+        self.prefix_queries = 0  # tokens looked up in the prefix cache
+        self.prefix_hits = 0  # tokens found there
+
+    # --- admission ---------------------------------------------------------------------------
+    def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
+        """Leading tokens `allocate(.., num_tokens, .., prefix_hashes)` would find cached now (no
+        side effects). Lets a chunked-prefill scheduler size the first chunk as hits + budget.
+        Hits are whole blocks and stop before the last token, which is always computed."""
+        return len(self._match(num_tokens, prefix_hashes)[0]) * self.block_size
+
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
+        hits, _ = self._match(num_tokens, prefix_hashes)
+        parked_hits = sum(1 for b in hits if self._rc[b] == 0)
+        return -(-num_tokens // self.block_size) - len(hits) <= self.num_free_blocks - parked_hits
+
+    def allocate(
+        self,
+        req_id: int,
+        num_tokens: int,
+        final_tokens: int,
+        reserve_tokens: int = 0,
+        prefix_hashes: Sequence[int] | None = None,
+    ) -> int:
+        """Blocks for the first `num_tokens` (reserve_tokens is ignored: paging reserves nothing).
+        Returns the prefix-cache hit tokens (whole blocks)."""
+        if num_tokens < 0:
+            raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
+        if req_id < len(self._active) and self._active[req_id]:
+            raise AllocationError(f"request {req_id} is already allocated")
+        self._ensure(req_id)
+        bs = self.block_size
+        hits, keys = self._match(num_tokens, prefix_hashes)
+        parked_hits = [b for b in hits if self._rc[b] == 0]
+        need = -(-num_tokens // bs) - len(hits)
+        if need > self.num_free_blocks - len(parked_hits):
+            raise AllocationError(f"request {req_id}: {need} blocks needed, {self.num_free_blocks} free")
+        for b in parked_hits:  # take them out of the LRU before anything can evict them
+            self.cache.unpark(b)
+        if hits:
+            self._rc[hits] += 1
+        new = self._take(need)
+        if new:
+            self._rc[new] = 1
+        self._tables[req_id] = hits + new
+        self._written += len(parked_hits) * bs + num_tokens - len(hits) * bs
+        self._ntok[req_id] = num_tokens
+        self._nblk[req_id] = len(hits) + need
+        self._final[req_id] = final_tokens
+        self._active[req_id] = True
+        if self.prefix_caching:
+            self.prefix_queries += num_tokens
+            self.prefix_hits += len(hits) * bs
+            self._keys[req_id] = keys
+            self._nkeys[req_id] = len(keys)
+            self._nreg[req_id] = len(hits)
+            self._register(req_id)
+        return len(hits) * bs
+
+    # --- growth --------------------------------------------------------------------------------
+    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
+        return self._append_need(req_id, num_new_tokens) <= self.num_free_blocks
+
+    def append(self, req_id: int, num_new_tokens: int) -> bool:
+        need = self._append_need(req_id, num_new_tokens)
+        if need > self.num_free_blocks:
+            return False
+        if num_new_tokens == 0:
+            return True
+        if self._shared_tail[req_id]:
+            self._unshare_tail(req_id)
+        n = int(self._ntok[req_id]) + num_new_tokens
+        nb = -(-n // self.block_size)
+        extra = nb - int(self._nblk[req_id])
+        if extra > 0:
+            new = self._take(extra)
+            self._rc[new] = 1
+            self._tables[req_id].extend(new)
+        self._written += num_new_tokens
+        self._ntok[req_id] = n
+        self._nblk[req_id] = nb
+        if self.prefix_caching and self._nkeys[req_id] > self._nreg[req_id]:
+            self._register(req_id)
+        return True
+
+    def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
+        ids, new = self._as_arrays(req_ids, new_num_tokens)
+        total = int(np.maximum(-(-new // self.block_size) - self._nblk[ids], 0).sum())
+        if self._n_shared_tail:
+            for r in ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist():
+                total += self._cow_needed(r)
+        return total
+
+    def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
+        ids, new = self._as_arrays(req_ids, new_num_tokens)
+        if ids.size == 0:
+            return
+        if not self._active[ids].all():
+            raise AllocationError("grow_many: some request ids are not allocated")
+        old = self._ntok[ids]
+        if (new < old).any():
+            raise AllocationError("grow_many: a request cannot shrink")
+        if self.blocks_to_grow(ids, new) > self.num_free_blocks:
+            raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
+        if self._n_shared_tail:
+            for r in ids[self._shared_tail[ids] & (new > old)].tolist():
+                self._unshare_tail(r)
+        need = -(-new // self.block_size)
+        delta = need - self._nblk[ids]
+        crossing = np.flatnonzero(delta > 0)
+        if crossing.size:
+            counts = delta[crossing]
+            blocks = self._take(int(counts.sum()))
+            self._rc[blocks] = 1
+            tables, pos = self._tables, 0
+            for r, d in zip(ids[crossing].tolist(), counts.tolist(), strict=True):
+                if d == 1:
+                    tables[r].append(blocks[pos])
+                else:
+                    tables[r].extend(blocks[pos : pos + d])
+                pos += d
+            self._nblk[ids] = np.maximum(need, self._nblk[ids])
+        self._written += int((new - old).sum())
+        self._ntok[ids] = new
+        if self.prefix_caching:
+            pending = self._nreg[ids] < np.minimum(self._nkeys[ids], new // self.block_size)
+            for r in ids[pending].tolist():
+                self._register(r)
+
+    def headroom(self, req_ids: Sequence[int]) -> np.ndarray:
+        """Tokens each request can still append without taking a new block (0 when its last
+        block is shared and would need a copy). The engine's skip-ahead uses it to find the next
+        block boundary."""
+        ids = np.asarray(req_ids, dtype=np.intp)
+        room = self._nblk[ids] * self.block_size - self._ntok[ids]
+        if self._n_shared_tail:
+            for i in np.flatnonzero(self._shared_tail[ids]).tolist():
+                room[i] = 0 if self._cow_needed(int(ids[i])) else room[i]
+        return room
+
+    # --- release and sharing --------------------------------------------------------------------
+    def free(self, req_id: int) -> None:
+        table = self._tables.pop(req_id, None)
+        if table is None:
+            raise AllocationError(f"request {req_id} is not allocated")
+        n = int(self._ntok[req_id])
+        if self._shared_tail[req_id]:
+            self._shared_tail[req_id] = False
+            self._n_shared_tail -= 1
+        self._active[req_id] = False
+        self._ntok[req_id] = self._nblk[req_id] = 0
+        self._keys.pop(req_id, None)
+        self._nkeys[req_id] = self._nreg[req_id] = 0
+        if not table:
+            return
+        arr = np.array(table, dtype=np.intp)
+        self._rc[arr] -= 1
+        last_user = np.flatnonzero(self._rc[arr] == 0)
+        if not last_user.size:
+            return
+        self._written -= int(np.minimum(self.block_size, n - last_user * self.block_size).sum())
+        released = arr[last_user][::-1].tolist()  # tail first: the tail is evicted first
+        if self.prefix_caching:
+            for b in released:
+                if self.cache.is_cached(b):
+                    self.cache.park(b)
+                else:
+                    self._free.append(b)
+        else:
+            self._free.extend(released)
+
+    def can_fork(self, parent_id: int) -> bool:
+        """Paged forks share everything: always possible (copies happen later, on append)."""
+        return parent_id in self._tables
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        table = self._tables.get(parent_id)
+        if table is None:
+            raise AllocationError(f"fork: parent {parent_id} is not allocated")
+        if child_id < len(self._active) and self._active[child_id]:
+            raise AllocationError(f"fork: child {child_id} is already allocated")
+        self._ensure(child_id)
+        if table:
+            self._rc[table] += 1
+        self._tables[child_id] = list(table)
+        for arr in (self._ntok, self._nblk, self._final, self._nkeys, self._nreg):
+            arr[child_id] = arr[parent_id]
+        if parent_id in self._keys:
+            self._keys[child_id] = self._keys[parent_id]
+        self._active[child_id] = True
+        if self._ntok[parent_id] % self.block_size:  # partly filled last block is now shared
+            for r in (parent_id, child_id):
+                if not self._shared_tail[r]:
+                    self._shared_tail[r] = True
+                    self._n_shared_tail += 1
+
+    def pop_copy_ops(self) -> list[tuple[int, int]]:
+        """(src_block, dst_block) copies made by copy-on-write since the last call."""
+        ops, self._copy_ops = self._copy_ops, []
+        return ops
+
+    # --- books ------------------------------------------------------------------------------------
+    def block_table(self, req_id: int) -> list[int]:
+        """The live table (do not mutate; copy it if you keep it across allocator calls)."""
+        try:
+            return self._tables[req_id]
+        except KeyError:
+            raise AllocationError(f"request {req_id} is not allocated") from None
+
+    def num_tokens(self, req_id: int) -> int:
+        return int(self._ntok[req_id]) if req_id < len(self._ntok) else 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._free) + self.cache.num_parked
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes in cached-but-evictable blocks (a part of `free` in the breakdown)."""
+        return self.cache.num_parked * self.block_size * self.bytes_per_token
+
+    def breakdown(self, waiting_reserve_tokens: Sequence[int] = ()) -> KVBreakdown:
+        bpt, bs = self.bytes_per_token, self.block_size
+        used_slots = self.num_used_blocks * bs
+        return KVBreakdown(
+            token_states=self._written * bpt,
+            reserved=0,
+            internal_frag=(used_slots - self._written) * bpt,
+            external_frag=0,
+            free=self.num_free_blocks * bs * bpt,
+        )
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the books disagree (for tests and debugging; O(total blocks))."""
+
+        def need(ok: bool, what: str) -> None:
+            if not ok:
+                raise AssertionError(f"paged allocator: {what}")
+
+        bs = self.block_size
+        refs = np.zeros(self.num_blocks, dtype=np.int64)
+        fill = np.full(self.num_blocks, -1, dtype=np.int64)
+        for r, table in self._tables.items():
+            n = int(self._ntok[r])
+            need(self._active[r] and len(table) == self._nblk[r] == -(-n // bs), f"request {r} counts")
+            need(len(set(table)) == len(table), f"request {r} holds a block twice")
+            for j, b in enumerate(table):
+                refs[b] += 1
+                f = min(bs, n - j * bs)
+                need(fill[b] in (-1, f), f"block {b} seen with fills {fill[b]} and {f}")
+                fill[b] = f
+        need(int(self._active.sum()) == len(self._tables), "active flags vs tables")
+        need(bool((self._rc >= 0).all()), "negative refcount")
+        need(bool((refs == self._rc).all()), "refcounts differ from table references")
+        free, parked = self._free, self.cache.parked_blocks()
+        idle = free + parked
+        need(len(set(idle)) == len(idle), "a block is free twice")
+        need(bool((self._rc[idle] == 0).all()) if idle else True, "a free block is in use")
+        need(len(idle) + int((self._rc > 0).sum()) == self.num_blocks, "blocks not conserved")
+        need(all(self.cache.is_cached(b) for b in parked), "a parked block has no key")
+        need(not any(self.cache.is_cached(b) for b in free), "a clean free block still has a key")
+        need(int(fill[fill > 0].sum()) == self._written, "written slots differ from tables")
+        need(self._n_shared_tail == int(self._shared_tail.sum()), "shared-tail count")
+
+    # --- internals --------------------------------------------------------------------------------
+    def _ensure(self, req_id: int) -> None:
+        if req_id < 0:
+            raise AllocationError(f"request ids must be >= 0, got {req_id}")
+        if req_id >= len(self._active):
+            size = max(2 * len(self._active), req_id + 1)
+            for name in ("_ntok", "_nblk", "_final", "_nkeys", "_nreg", "_active", "_shared_tail"):
+                setattr(self, name, grown(getattr(self, name), size))
+
+    def _as_arrays(self, req_ids, new_num_tokens) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
+
+    def _match(self, num_tokens: int, prefix_hashes) -> tuple[list[int], list[int]]:
+        if not self.prefix_caching or num_tokens <= 1:
+            return [], []
+        keys = self.cache.chain_keys(prefix_hashes)
+        return self.cache.match(keys, (num_tokens - 1) // self.block_size), keys
+
+    def _take(self, count: int) -> list[int]:
+        """`count` blocks for new use: clean ones first, then evict cached ones LRU-first."""
+        if count <= 0:
+            return []
+        free = self._free
+        if count <= len(free):
+            out = free[-count:]
+            del free[-count:]
+        else:
+            out = free[:]
+            free.clear()
+            out.extend(self.cache.evict(count - len(out))[::-1])
+        out.reverse()
+        return out
+
+    def _cow_needed(self, req_id: int) -> int:
+        table = self._tables[req_id]
+        return int(self._ntok[req_id] % self.block_size != 0 and self._rc[table[-1]] > 1)
+
+    def _append_need(self, req_id: int, num_new_tokens: int) -> int:
+        if req_id not in self._tables:
+            raise AllocationError(f"request {req_id} is not allocated")
+        if num_new_tokens < 0:
+            raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
+        n = int(self._ntok[req_id]) + num_new_tokens
+        need = -(-n // self.block_size) - int(self._nblk[req_id])
+        if num_new_tokens and self._shared_tail[req_id]:
+            need += self._cow_needed(req_id)
+        return need
+
+    def _unshare_tail(self, req_id: int) -> None:
+        """Before writing into a shared partly filled last block, take a private copy of it."""
+        self._shared_tail[req_id] = False
+        self._n_shared_tail -= 1
+        if not self._cow_needed(req_id):
+            return
+        table = self._tables[req_id]
+        src = table[-1]
+        (dst,) = self._take(1)
+        self._rc[src] -= 1
+        self._rc[dst] = 1
+        table[-1] = dst
+        self._written += int(self._ntok[req_id] % self.block_size)
+        self._copy_ops.append((src, dst))
+
+    def _register(self, req_id: int) -> None:
+        """Offer the request's newly filled keyed blocks to the prefix cache."""
+        full = min(int(self._nkeys[req_id]), int(self._ntok[req_id]) // self.block_size)
+        keys, table = self._keys[req_id], self._tables[req_id]
+        for j in range(int(self._nreg[req_id]), full):
+            self.cache.register(keys[j], table[j])
+        self._nreg[req_id] = max(full, int(self._nreg[req_id]))

@@ -1,0 +1,118 @@
+"""Prefix caching books for the paged allocator: chained block keys and an LRU of cached blocks.
+
+A full KV block can be reused by a later request only if everything before it is identical too,
+so each block's key chains its parent's key (vLLM's hash(parent, tokens of the block)). The
+simulator has no token ids; a trace gives per-request `prefix_hashes`, one id per hash block of
+`prefix_block_size` tokens (Mooncake: 512), which may differ from the KV block size. Mapping:
+KV block k holds tokens [k*bs, (k+1)*bs) and overlaps hash blocks floor(k*bs/H) ..
+floor(((k+1)*bs - 1)/H); its key is hash(key of block k-1, those hash ids). So a KV block hits
+only when every hash block it overlaps matches AND the whole prefix before it matches. Only KV
+blocks lying entirely inside the hashed range [0, len(prefix_hashes) * H) get a key.
+
+(The last hash block of a trace row may be partial: it covers the prompt's tail only. A KV block
+past the prompt's end but inside that hash block may get a key, but it can never be hit falsely:
+a request with the same hash ids has the same prompt, and hits are capped below its prompt end.)
+
+Freed blocks that carry a key stay cached (refcount 0) in an LRU; they count as free and are
+evicted, least recently freed first, only when clean free blocks run out.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+_ROOT_KEY = 0x5EED  # parent key of block 0; any fixed int
+
+
+class PrefixCache:
+    """Key <-> block maps plus the LRU of cached free blocks. Knows nothing about refcounts."""
+
+    def __init__(self, block_size: int, prefix_block_size: int | None = None) -> None:
+        self.block_size = block_size
+        self.prefix_block_size = prefix_block_size or block_size
+        self._key_to_block: dict[int, int] = {}
+        self._block_to_key: dict[int, int] = {}
+        self._lru: OrderedDict[int, None] = OrderedDict()  # cached free blocks, LRU first
+        self._memo_hashes: Sequence[int] | None = None
+        self._memo_keys: list[int] = []
+        self.evictions = 0
+
+    # --- keys ----------------------------------------------------------------------------------
+    def chain_keys(self, prefix_hashes: Sequence[int] | None) -> list[int]:
+        """Chained keys of the KV blocks fully inside the hashed range (memoised on the last list,
+        because the scheduler asks about the same waiting request step after step)."""
+        if prefix_hashes is None or len(prefix_hashes) == 0:  # may be a numpy array: no truthiness
+            return []
+        if prefix_hashes is self._memo_hashes:
+            return self._memo_keys
+        bs, hb = self.block_size, self.prefix_block_size
+        hashes = [int(h) for h in prefix_hashes]
+        keys: list[int] = []
+        parent = _ROOT_KEY
+        if hb % bs == 0:  # common case: several KV blocks per hash block
+            per = hb // bs
+            for k in range(len(hashes) * per):
+                parent = hash((parent, hashes[k // per]))
+                keys.append(parent)
+        else:
+            for k in range(len(hashes) * hb // bs):
+                first, last = k * bs // hb, ((k + 1) * bs - 1) // hb
+                parent = hash((parent, *hashes[first : last + 1]))
+                keys.append(parent)
+        self._memo_hashes, self._memo_keys = prefix_hashes, keys
+        return keys
+
+    # --- lookup and registration ---------------------------------------------------------------
+    def match(self, keys: Sequence[int], max_blocks: int) -> list[int]:
+        """Blocks holding the longest cached prefix of `keys`, at most `max_blocks` of them."""
+        hits: list[int] = []
+        get = self._key_to_block.get
+        for key in keys[:max_blocks]:
+            block = get(key)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
+
+    def register(self, key: int, block: int) -> bool:
+        """Make a just-filled block findable by `key`. The first block with a key keeps it: a
+        duplicate computed concurrently stays uncached (vLLM does the same)."""
+        if key in self._key_to_block or block in self._block_to_key:
+            return False
+        self._key_to_block[key] = block
+        self._block_to_key[block] = key
+        return True
+
+    def is_cached(self, block: int) -> bool:
+        return block in self._block_to_key
+
+    # --- LRU of cached free blocks ---------------------------------------------------------------
+    def park(self, block: int) -> None:
+        """A keyed block's last user left: keep it, most recently used at the end."""
+        self._lru[block] = None
+
+    def unpark(self, block: int) -> None:
+        """A hit takes a parked block back into use."""
+        del self._lru[block]
+
+    def is_parked(self, block: int) -> bool:
+        return block in self._lru
+
+    def evict(self, count: int) -> list[int]:
+        """Forget the `count` least recently used parked blocks and hand them out as clean."""
+        out: list[int] = []
+        for _ in range(count):
+            block, _ = self._lru.popitem(last=False)
+            del self._key_to_block[self._block_to_key.pop(block)]
+            out.append(block)
+        self.evictions += count
+        return out
+
+    @property
+    def num_parked(self) -> int:
+        return len(self._lru)
+
+    def parked_blocks(self) -> list[int]:
+        """Parked blocks, least recently used first (for tests and invariant checks)."""
+        return list(self._lru)

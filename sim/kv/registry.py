@@ -1,0 +1,63 @@
+"""Allocators by name, built from a Scenario: one place the simulator and the GPU backend agree on.
+
+Adding an allocator = one file implementing sim.kv.base.KVAllocator + one line in ALLOCATORS.
+A factory takes (scenario, num_blocks, bytes_per_token, prefix_block_size) and reads only the
+Scenario fields it needs (block_size, prefix_caching, placement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sim.kv.base import KVAllocator
+from sim.kv.contiguous import ContiguousAllocator
+from sim.kv.paged import PagedAllocator
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
+
+AllocatorFactory = Callable[["Scenario", int, int, "int | None"], KVAllocator]
+
+
+def _paged(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
+    return PagedAllocator(
+        num_blocks,
+        scenario.block_size,
+        bytes_per_token,
+        prefix_caching=scenario.prefix_caching,
+        prefix_block_size=prefix_block_size,
+    )
+
+
+def _contiguous(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
+    # Contiguous regions cannot share blocks, so prefix caching does not apply to them.
+    return ContiguousAllocator(num_blocks, scenario.block_size, bytes_per_token, placement=scenario.placement)
+
+
+ALLOCATORS: dict[str, AllocatorFactory] = {
+    "paged": _paged,
+    "contiguous": _contiguous,
+}
+
+
+def make_allocator(
+    scenario: Scenario, num_blocks: int, bytes_per_token: int, *, prefix_block_size: int | None = None
+) -> KVAllocator:
+    """The allocator `scenario.allocator` names, over `num_blocks` blocks of scenario.block_size.
+
+    prefix_block_size: tokens per prefix hash id in the trace (Trace.prefix_block_size, e.g. 512
+    for Mooncake); None means the hashes were taken at the KV block size.
+    """
+    try:
+        factory = ALLOCATORS[scenario.allocator]
+    except KeyError:
+        raise ValueError(f"unknown allocator {scenario.allocator!r}: choose one of {', '.join(ALLOCATORS)}") from None
+    return factory(scenario, int(num_blocks), int(bytes_per_token), prefix_block_size)
+
+
+def blocks_for_budget(kv_budget_bytes: int, block_size: int, bytes_per_token: int) -> int:
+    """Whole blocks that fit a KV byte budget (what is left over is below one block)."""
+    if bytes_per_token <= 0 or block_size <= 0:
+        raise ValueError("blocks_for_budget: block_size and bytes_per_token must be positive")
+    return int(kv_budget_bytes) // (block_size * bytes_per_token)
