@@ -48,11 +48,12 @@ def run(args: argparse.Namespace) -> int:
     if args.window:
         start, sep, end = args.window.partition(":")
         try:
-            trace = window(trace, float(start or 0), float(end) if end else None)
+            if not sep:
+                raise ValueError
+            bounds = float(start or 0), float(end) if end else None
         except ValueError:
             raise CliError(f"--window {args.window!r}: expected START:END in seconds") from None
-        if not sep:
-            raise CliError(f"--window {args.window!r}: expected START:END in seconds")
+        trace = window(trace, *bounds)
     if args.subsample is not None:
         trace = subsample(trace, args.subsample, seed=args.seed)
     if args.speedup is not None:
