@@ -97,6 +97,11 @@ def test_empty_arrival_and_whitespace_only_file() -> None:
         load_trace_bytes(b"  \n\n \n", "w.csv")
 
 
+def test_implausibly_large_token_count() -> None:
+    with pytest.raises(TraceError, match=r"h\.csv: data row 2: token count '1e30' in 'output_tokens' is implausibly large"):
+        load_trace_bytes(b"arrival_s,input_tokens,output_tokens\n0,1,2\n1,3,1e30\n", "h.csv")
+
+
 def test_never_a_silent_partial_load() -> None:
     # one bad row at the very end of an otherwise valid large file still fails the whole load
     good = "".join(f"{i * 0.1},{i + 1},{i + 2}\n" for i in range(5000))

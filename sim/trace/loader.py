@@ -21,6 +21,7 @@ import pandas as pd
 from sim.trace.model import Trace, TraceError, TraceFormat
 
 DEFAULT_MAX_BYTES = 200 * 1024 * 1024  # 200 MiB: a week of Azure 2024 code traffic is ~100 MB
+MAX_TOKENS = 1_000_000_000  # per request; anything larger is corrupt data, not a prompt
 _MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet"}
 
 
@@ -231,6 +232,10 @@ def _integers(series: pd.Series, col: str, name: str, label: str) -> pd.Series:
     if fractional.any():
         row, value = _first_bad(fractional, series)
         raise TraceError(f"{name}: {label} {row}: token count {str(value)[:40]!r} in {col!r} is not a whole number")
+    huge = as_float > MAX_TOKENS
+    if huge.any():
+        row, value = _first_bad(huge, series)
+        raise TraceError(f"{name}: {label} {row}: token count {str(value)[:40]!r} in {col!r} is implausibly large")
     return pd.Series(as_float.astype(np.int64), index=series.index)
 
 

@@ -179,8 +179,8 @@ def _stats(values: np.ndarray) -> dict[str, float]:
     p50, p99 = np.percentile(values, [50, 99])
     return {
         "mean": round(float(values.mean()), 3),
-        "p50": float(p50),
-        "p99": float(p99),
+        "p50": round(float(p50), 3),
+        "p99": round(float(p99), 3),
         "min": int(values.min()),
         "max": int(values.max()),
         "total": int(values.sum()),
