@@ -1,0 +1,314 @@
+"""SimPy replay: one engine process per replica asks its scheduler for a step, waits the step's
+time from the cost model, and applies it.
+
+Events: at most one SimPy timeout per engine step, and far fewer with skip-ahead: a run of pure
+decode steps in which nothing changes but token counts is one timeout. The run ends at the first
+of: a request finishing, the allocator running out of blocks (the scheduler's
+`decode_run_limit`), the step that reaches the next arrival (only when that arrival could be
+admitted, i.e. the waiting queue is empty), the next metrics grid point, or `step_limit`. Step
+times inside the run come from `CostModel.decode_step_times` and a sequential cumsum, the very
+numbers that stepping one at a time produces, so `skip_ahead=False` gives identical results.
+
+Arrivals: the trace is replayed by each replica's arrival feed (requests routed round-robin by
+trace order, so replicas never wait on each other's timing); an engine takes every arrival up to
+its clock at the start of each step, and an idle engine sleeps until its next arrival. That costs
+no event per arrival, which matters on million-request traces.
+
+Requests that can never run are counted, never silently dropped: a prompt of max_model_len tokens
+or more is rejected (as vLLM does); an output that would pass max_model_len is clamped to fit;
+a request whose K/V could not fit an empty pool is rejected. Summary keys `rejected`, `clamped`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from models.gpus import get_gpu
+from sim import metrics
+from sim.capacity import (
+    scenario_kv_budget_bytes,
+    scenario_kv_bytes_per_token,
+    scenario_memory_budget,
+    scenario_spec,
+)
+from sim.cost_model import CostModel
+from sim.kv.base import BREAKDOWN_FIELDS, KVAllocator
+from sim.kv.registry import blocks_for_budget, make_allocator
+from sim.kv.reserve import reserve_tokens_array
+from sim.request import REJECTED, RequestTable
+from sim.scheduler import Scheduler, SchedulerConfig
+from sim.static_batch import StaticBatchScheduler
+
+GiB = 1 << 30
+DEFAULT_MAX_MODEL_LEN_CAP = 32768
+PROGRESS_EVERY_S = 0.2
+
+
+@dataclass
+class Replica:
+    """One data-parallel engine: its allocator, scheduler, arrival feed and clock."""
+
+    index: int
+    alloc: KVAllocator
+    sched: Any  # Scheduler | StaticBatchScheduler
+    arrivals: np.ndarray  # request ids routed here, in arrival order
+    ptr: int = 0
+    t: float = 0.0
+    last_batch: int = 0
+    steps: int = 0
+    done: bool = False
+
+
+@dataclass
+class Setup:
+    """Everything derived from (trace, scenario) before the clock starts."""
+
+    table: RequestTable
+    replicas: list[Replica]
+    cost: CostModel
+    host_link_bw: float
+    max_model_len: int
+    num_blocks: int
+    bytes_per_token: int
+    budget_terms: dict[str, Any] | None
+    rejected: int
+    clamped: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def default_max_model_len(scenario: Any, spec: Any) -> int:
+    if scenario.max_model_len:
+        return int(scenario.max_model_len)
+    return min(int(spec.max_position_embeddings), DEFAULT_MAX_MODEL_LEN_CAP)
+
+
+def build(trace: Any, scenario: Any) -> Setup:
+    spec = scenario_spec(scenario)
+    gpu = get_gpu(scenario.gpu)
+    bpt = scenario_kv_bytes_per_token(scenario, spec)
+    budget = scenario_kv_budget_bytes(scenario, spec, gpu)
+    terms = None
+    if scenario.kv_budget_gib is not None:
+        budget -= spec.kv_fixed_bytes(scenario.kv_dtype)  # fp8 scales (the derived budget has them out)
+    else:
+        terms = scenario_memory_budget(scenario, spec, gpu).as_dict()
+    num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
+    if num_blocks < 1:
+        from sim.scenario import ScenarioError
+
+        raise ScenarioError(f"scenario: KV budget of {budget} bytes holds no block of {scenario.block_size} tokens")
+    max_len = default_max_model_len(scenario, spec)
+    if not scenario.chunked_prefill:  # vLLM requires max_num_batched_tokens >= max_model_len then
+        max_len = min(max_len, scenario.max_batched_tokens)
+
+    arrival, prompt, output = trace.arrays()
+    table = RequestTable.create(arrival, prompt, output)
+    reject = table.prompt >= max_len
+    over = ~reject & (table.prompt + table.output > max_len)
+    table.output[over] = max_len - table.prompt[over]
+    contiguous = scenario.allocator == "contiguous"
+    if contiguous:
+        table.reserve[:] = reserve_tokens_array(scenario.reserve, table.prompt, table.output, max_len)
+    bs = scenario.block_size
+    probe = make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
+    if scenario.static_batch:
+        final = table.prompt + table.output
+        reject |= -(-final // bs) > num_blocks
+    elif contiguous:
+        for value in np.unique(table.reserve[~reject]).tolist():  # few distinct sizes
+            if not probe.can_allocate(0, value):
+                reject |= table.reserve == value
+    else:
+        reject |= -(-(table.prompt + table.output - 1) // bs) > num_blocks
+    table.status[reject] = REJECTED
+
+    hashes = None
+    if scenario.prefix_caching and getattr(trace, "has_prefix_hashes", False):
+        column = trace.df["prefix_hashes"].to_numpy()
+
+        def hashes(r: int) -> Any:
+            return column[r]
+
+    cfg = SchedulerConfig(
+        max_num_seqs=scenario.max_num_seqs, max_batched_tokens=scenario.max_batched_tokens,
+        chunked_prefill=scenario.chunked_prefill, preemption=scenario.preemption,
+        swap_space_bytes=int(scenario.swap_space_gib * GiB), contiguous=contiguous)
+    ids = np.flatnonzero(~reject)
+    replicas = []
+    for i in range(scenario.replicas):
+        alloc = probe if i == 0 else make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
+        if scenario.static_batch:
+            sched: Any = StaticBatchScheduler(table, alloc, scenario.static_batch, hashes)
+        else:
+            sched = Scheduler(table, alloc, cfg, hashes)
+        replicas.append(Replica(i, alloc, sched, ids[i :: scenario.replicas]))
+    return Setup(table, replicas, CostModel.from_scenario(spec, gpu, scenario), gpu.host_link_bandwidth, max_len,
+                 num_blocks, bpt, terms, int(reject.sum()), int(over.sum()))
+
+
+class Simulation:
+    """Runs one Setup on a SimPy clock (see the module docstring)."""
+
+    def __init__(self, setup: Setup, *, skip_ahead: bool = True, step_limit: int | None = None,
+                 progress: Callable[[float], None] | None = None) -> None:
+        self.s = setup
+        self.skip_ahead = skip_ahead
+        self.step_limit = step_limit
+        self.progress = progress
+        self.env = simpy.Environment()
+        last = float(setup.table.arrival_s[-1]) if len(setup.table) else 0.0
+        self.rec = metrics.StepRecorder(horizon_s=max(last * 1.25, 1.0))
+        self.total_steps = 0
+        self.events = 0
+        self._last_progress = 0.0
+        self.n_done = setup.rejected
+
+    # --- gauges -------------------------------------------------------------------------------
+    def gauges(self) -> np.ndarray:
+        parts = dict.fromkeys(BREAKDOWN_FIELDS, 0)
+        batch = running = waiting = cap = used = blocks = 0
+        for rep in self.s.replicas:
+            bd = rep.alloc.breakdown(rep.sched.waiting_needs())
+            for name in BREAKDOWN_FIELDS:
+                parts[name] += getattr(bd, name)
+            batch += rep.last_batch
+            running += rep.sched.num_running
+            waiting += rep.sched.num_waiting
+            cap += rep.alloc.capacity_bytes
+            used += rep.alloc.num_used_blocks
+            blocks += rep.alloc.num_blocks
+        return metrics.gauge_vector(batch, running, waiting, parts, cap, used, blocks)
+
+    # --- arrivals -------------------------------------------------------------------------------
+    def _release(self, rep: Replica, t: float) -> None:
+        arr, ids = self.s.table.arrival_s, rep.arrivals
+        add = rep.sched.add_request
+        while rep.ptr < len(ids) and arr[ids[rep.ptr]] <= t:
+            add(int(ids[rep.ptr]))
+            rep.ptr += 1
+
+    def _next_arrival(self, rep: Replica) -> float | None:
+        return float(self.s.table.arrival_s[rep.arrivals[rep.ptr]]) if rep.ptr < len(rep.arrivals) else None
+
+    def _finished(self, n: int) -> None:
+        self.n_done += n
+        if self.progress is not None:
+            now = time.perf_counter()
+            if now - self._last_progress >= PROGRESS_EVERY_S:
+                self._last_progress = now
+                self.progress(min(self.n_done / max(len(self.s.table), 1), 1.0))
+
+    def _out_of_steps(self) -> bool:
+        return self.step_limit is not None and self.total_steps >= self.step_limit
+
+    # --- the engine process ---------------------------------------------------------------------
+    def engine(self, rep: Replica):
+        env, sched, rec, cost = self.env, rep.sched, self.rec, self.s.cost
+        while not self._out_of_steps():
+            self._release(rep, rep.t)
+            k = sched.decode_run_limit() if self.skip_ahead and sched.has_work else 0
+            if k:
+                yield from self._decode_run(rep, k)
+                continue
+            plan = sched.schedule(rep.t) if sched.has_work else None
+            if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
+                t_next = self._next_arrival(rep)
+                if t_next is None:
+                    break
+                rep.last_batch = 0
+                self.events += 1
+                yield env.timeout(max(t_next - env.now, 0.0))
+                rec.sample_until(t_next, self.gauges(), inclusive=False)
+                rep.t = max(rep.t, t_next)
+                continue
+            new, kv, pairs = plan.cost_args()
+            if plan.is_pure_decode:
+                dt = float(cost.decode_step_times(1, plan.batch_size, kv)[0])
+            else:
+                dt = cost.step_time(new, kv, pairs) if new else 0.0
+                dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.s.host_link_bw
+            t_end = rep.t + dt
+            self.events += 1
+            yield env.timeout(dt)
+            rep.t = t_end
+            finished = sched.complete_step(plan, t_end)
+            rep.last_batch = plan.batch_size
+            rep.steps += 1
+            self.total_steps += 1
+            rec.add_counts(t_end, 1, plan.num_prefill_tokens, plan.num_decode_tokens, len(plan.preempted))
+            if rec.needs_sample(t_end):
+                rec.sample_until(t_end, self.gauges())
+            if finished:
+                self._finished(len(finished))
+        rep.done = True
+
+    def _decode_run(self, rep: Replica, k: int):
+        """Jump over k' <= k pure-decode steps with one timeout (cuts: see module docstring)."""
+        sched, rec = rep.sched, self.rec
+        b = sched.num_running
+        dts = self.s.cost.decode_step_times(k, b, sched.decode_context_tokens())
+        ends = np.cumsum(np.concatenate(([rep.t], dts)))[1:]  # sequential: same floats as stepping
+        if not sched.num_waiting:
+            t_next = self._next_arrival(rep)
+            if t_next is not None:
+                k = min(k, int(np.searchsorted(ends, t_next, side="left")) + 1)
+        k = min(k, int(np.searchsorted(ends, rec.next_grid, side="left")) + 1)
+        if self.step_limit is not None:
+            k = min(k, self.step_limit - self.total_steps)
+        t_end = float(ends[k - 1])
+        self.events += 1
+        yield self.env.timeout(t_end - rep.t)
+        if k > 1:
+            self._release(rep, float(ends[k - 2]))  # arrivals behind a blocked queue, as stepping adds them
+            rec.add_counts(float(ends[k - 2]), k - 1, 0, (k - 1) * b, 0)
+        rep.t = t_end
+        finished = sched.advance_decode(k, t_end)
+        rep.last_batch = b
+        rep.steps += k
+        self.total_steps += k
+        rec.add_counts(t_end, 1, 0, b, 0)
+        if rec.needs_sample(t_end):
+            rec.sample_until(t_end, self.gauges())
+        if finished:
+            self._finished(len(finished))
+
+    def run(self) -> None:
+        for rep in self.s.replicas:
+            self.env.process(self.engine(rep))
+        self.env.run()
+        end = max((rep.t for rep in self.s.replicas), default=0.0)
+        self.rec.finish(end, self.gauges())
+        if self.progress is not None:
+            self.progress(min(self.n_done / max(len(self.s.table), 1), 1.0))
+
+
+def simulate(trace: Any, scenario: Any, *, progress: Callable[[float], None] | None = None,
+             step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
+    """Replay `trace` under `scenario`; see docs/METRICS.md for what comes back."""
+    wall0 = time.perf_counter()
+    setup = build(trace, scenario)
+    sim = Simulation(setup, skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
+    sim.run()
+    wall = time.perf_counter() - wall0
+    requests = metrics.requests_frame(setup.table)
+    reps = setup.replicas
+    peak = max(rep.sched.peak_used_blocks for rep in reps) / setup.num_blocks
+    summary = metrics.summarize(
+        requests, sim.rec, peak_usage=peak,
+        num_preemptions=sum(rep.sched.num_preemptions for rep in reps),
+        prefix_queries=sum(rep.sched.prefix_queries for rep in reps),
+        prefix_hits=sum(rep.sched.prefix_hits for rep in reps), sim_wall_s=wall,
+        rejected=setup.rejected, clamped=setup.clamped,
+        unfinished=int(len(requests) - requests["finish_s"].notna().sum() - setup.rejected),
+        kv_capacity_bytes=sum(rep.alloc.capacity_bytes for rep in reps), num_blocks=setup.num_blocks,
+        block_size=scenario.block_size, bytes_per_token=setup.bytes_per_token, replicas=len(reps),
+        routing="round-robin", max_model_len=setup.max_model_len, kv_budget_terms=setup.budget_terms,
+        num_steps=sim.total_steps, sim_events=sim.events, cost_model=setup.cost.source,
+    )
+    return metrics.SimResult(requests, sim.rec.frame(), summary, scenario, trace.digest())

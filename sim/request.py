@@ -1,0 +1,65 @@
+"""Per-request state as numpy columns (one row per trace request), shared by scheduler and engine.
+
+Why arrays and not one object per request: a million-request replay must stay flat in memory and
+let the engine update a whole running batch with one vectorised operation per step.
+
+Token bookkeeping follows vLLM v1: a request "knows" prompt + generated tokens; `computed` of
+them have their K/V written. A step computes `prompt + generated - computed` tokens (capped by
+the budget); when computed reaches prompt + generated, one new token is sampled. So a prefill
+finishes with the first output token, every decode step writes one token's K/V and samples the
+next, and the request ends holding prompt + output - 1 token states. A recompute preemption sets
+`computed` back to 0 and keeps `generated`: re-admission prefills prompt + generated tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# status codes
+WAITING, RUNNING, SWAPPED, FINISHED, REJECTED, PENDING = 0, 1, 2, 3, 4, 5
+
+
+@dataclass
+class RequestTable:
+    """Columns indexed by request id (0..n-1, trace order). Times are seconds; NaN = not yet."""
+
+    arrival_s: np.ndarray  # float64
+    prompt: np.ndarray  # int64, input tokens
+    output: np.ndarray  # int64, output tokens to generate (after max_model_len clamping)
+    computed: np.ndarray  # int64, tokens with K/V written
+    generated: np.ndarray  # int64, output tokens sampled so far
+    status: np.ndarray  # int8, codes above
+    admitted_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    preemptions: np.ndarray  # int32
+    prefix_hit: np.ndarray  # int64, prefix-cache hit tokens (summed over admissions)
+    reserve: np.ndarray  # int64, contiguous reservation in tokens (0 for paged)
+
+    @classmethod
+    def create(cls, arrival_s: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> RequestTable:
+        n = len(arrival_s)
+        nan = np.full(n, np.nan)
+        return cls(
+            arrival_s=np.asarray(arrival_s, dtype=np.float64),
+            prompt=np.asarray(prompt, dtype=np.int64).copy(),
+            output=np.asarray(output, dtype=np.int64).copy(),
+            computed=np.zeros(n, dtype=np.int64),
+            generated=np.zeros(n, dtype=np.int64),
+            status=np.full(n, PENDING, dtype=np.int8),
+            admitted_s=nan,
+            first_token_s=nan.copy(),
+            finish_s=nan.copy(),
+            preemptions=np.zeros(n, dtype=np.int32),
+            prefix_hit=np.zeros(n, dtype=np.int64),
+            reserve=np.zeros(n, dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    def final_tokens(self, r: int) -> int:
+        """True final length (prompt + output), what allocators use for reservation accounting."""
+        return int(self.prompt[r] + self.output[r])

@@ -1,0 +1,376 @@
+"""Clock-free continuous batching, like vLLM v1's scheduler.
+
+The scheduler is told the time, never keeps one: `schedule(now)` says what runs in the next step
+(and books the KV for it in the allocator), `complete_step(plan, t_end)` applies the step's
+outcome. The simulator calls these with a SimPy clock, the GPU backend with a wall clock.
+
+Each step (vLLM v1 order):
+1. running requests, oldest admission first, get their next tokens (1 for a decode, a chunk for a
+   prefill still in progress) within the `max_batched_tokens` budget. When the allocator cannot
+   grow one, the most recently admitted running request is preempted (recompute: free, requeue at
+   the head of the waiting queue; swap: copy its KV to host memory, bounded by `swap_space_bytes`,
+   charged at the host-link bandwidth) until it fits or the request itself was the victim;
+2. if nothing was preempted: swapped-out requests come back first, then waiting requests in FCFS
+   order while `max_num_seqs`, the token budget and the allocator allow. The head blocks the queue
+   (no skipping). Without chunked prefill a prompt is scheduled whole or not at all.
+
+Prefix-cache hit tokens (from the allocator) are not computed; the budget is charged for the
+tokens computed only. If a whole prompt is cached, its last token is still computed (a token must
+be sampled), as vLLM does.
+
+The engine's fast path (`decode_run_limit` / `advance_decode`) jumps over runs of pure-decode
+steps; it gives exactly what as many `schedule` + `complete_step` calls would (tests prove it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.kv.base import KVAllocator
+from sim.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
+
+EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 256
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    preemption: str = "recompute"  # or "swap"
+    swap_space_bytes: int = 4 << 30
+    contiguous: bool = False  # admission needs the whole reservation (table.reserve)
+
+
+@dataclass
+class StepPlan:
+    """What one step computes. Token counts are per request; arrays are aligned.
+
+    decode_ids: requests computing one token (their last sampled one) and sampling the next;
+    decode_context: their K/V tokens before the step.
+    prefill_ids / prefill_context / prefill_tokens: prompt (or recompute) chunks: tokens already
+    in K/V (cached or computed) and tokens computed now; prefill_end: K/V tokens after the step.
+    """
+
+    now: float
+    decode_ids: np.ndarray
+    decode_context: np.ndarray
+    prefill_ids: list[int] = field(default_factory=list)
+    prefill_context: list[int] = field(default_factory=list)
+    prefill_tokens: list[int] = field(default_factory=list)
+    prefill_end: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    swap_out_bytes: int = 0
+    swap_in_bytes: int = 0
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return int(self.decode_ids.size)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return int(sum(self.prefill_tokens))
+
+    @property
+    def num_new_tokens(self) -> int:
+        return self.num_decode_tokens + self.num_prefill_tokens
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.decode_ids.size) + len(self.prefill_ids)
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return not self.prefill_ids and not self.swap_in_bytes and not self.swap_out_bytes
+
+    def cost_args(self) -> tuple[int, int, int]:
+        """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""
+        kv = int(self.decode_context.sum())
+        pairs = kv
+        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
+            kv += s
+            pairs += q * s + q * (q + 1) // 2
+        return self.num_new_tokens, kv, pairs
+
+
+class Scheduler:
+    """Continuous batching over one allocator. Requests are row ids of `table`.
+
+    API: add_request(r) when a request arrives; schedule(now) -> StepPlan | None (None: nothing to
+    run); complete_step(plan, t_end) -> finished ids. has_work / num_running / num_waiting for
+    the caller's loop. `prefix_hashes(r)` (optional) gives a request's prefix block hashes.
+    """
+
+    def __init__(self, table: RequestTable, allocator: KVAllocator, config: SchedulerConfig,
+                 prefix_hashes: Callable[[int], Sequence[int] | None] | None = None) -> None:
+        self.t = table
+        self.alloc = allocator
+        self.cfg = config
+        self.prefix_hashes = prefix_hashes or (lambda r: None)
+        self.waiting: deque[int] = deque()
+        self.swapped: deque[int] = deque()
+        self.running: list[int] = []  # admission order; the victim is the last
+        self._run_arr: np.ndarray | None = None
+        self.swap_used_bytes = 0
+        self.num_preemptions = 0
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_hits = 0
+        self.peak_used_blocks = 0
+
+    # --- queue state ----------------------------------------------------------------------------
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or self.swapped)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting) + len(self.swapped)
+
+    def running_ids(self) -> np.ndarray:
+        if self._run_arr is None:
+            self._run_arr = np.array(self.running, dtype=np.int64)
+        return self._run_arr
+
+    def add_request(self, r: int) -> None:
+        self.t.status[r] = WAITING
+        self.waiting.append(r)
+
+    def waiting_needs(self) -> list[int]:
+        """Token slots the next waiting requests need (allocator external-fragmentation input)."""
+        t = self.t
+        out = []
+        for q in (self.swapped, self.waiting):
+            for r in q:
+                if len(out) >= EXTERNAL_FRAG_LOOKAHEAD:
+                    return out
+                out.append(int(t.reserve[r]) if self.cfg.contiguous else int(t.prompt[r] + t.generated[r]))
+        return out
+
+    # --- one step -------------------------------------------------------------------------------
+    def schedule(self, now: float) -> StepPlan | None:
+        if not self.has_work:
+            return None
+        t, cfg = self.t, self.cfg
+        budget = cfg.max_batched_tokens
+        run = self.running_ids()
+        plan = StepPlan(now, run[:0], run[:0])
+        if run.size:
+            need = t.prompt[run] + t.generated[run] - t.computed[run]
+            if (run.size <= budget and bool((need == 1).all()) and bool((t.generated[run] >= 1).all())
+                    and self.alloc.blocks_to_grow(run, t.computed[run] + 1) <= self.alloc.num_free_blocks):
+                self.alloc.grow_many(run, t.computed[run] + 1)
+                plan.decode_ids, plan.decode_context = run, t.computed[run]
+                budget -= run.size
+            else:
+                budget = self._schedule_running_slow(plan, budget)
+        if not plan.preempted:
+            budget = self._resume_swapped(plan, budget)
+            if not self.swapped:
+                self._admit_waiting(plan, budget, now)
+        self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
+        if plan.batch_size == 0 and not plan.preempted:
+            return None
+        return plan
+
+    def _schedule_running_slow(self, plan: StepPlan, budget: int) -> int:
+        """Per-request path: budget-limited chunks and preemption when the allocator is full."""
+        t = self.t
+        dec_ids: list[int] = []
+        dec_ctx: list[int] = []
+        i = 0
+        while i < len(self.running):
+            r = self.running[i]
+            c = int(t.computed[r])
+            n = min(int(t.prompt[r] + t.generated[r]) - c, budget)
+            if n <= 0:
+                i += 1
+                continue
+            while not self.alloc.append(r, n):
+                victim = self.running.pop()
+                self._preempt(victim, plan)
+                if victim == r:
+                    break
+            else:
+                budget -= n
+                if n == 1 and t.generated[r] >= 1:
+                    dec_ids.append(r)
+                    dec_ctx.append(c)
+                else:
+                    plan.prefill_ids.append(r)
+                    plan.prefill_context.append(c)
+                    plan.prefill_tokens.append(n)
+                    plan.prefill_end.append(c + n)
+            i += 1
+        self._run_arr = None
+        plan.decode_ids = np.array(dec_ids, dtype=np.int64)
+        plan.decode_context = np.array(dec_ctx, dtype=np.int64)
+        return budget
+
+    def _preempt(self, r: int, plan: StepPlan) -> None:
+        t = self.t
+        t.preemptions[r] += 1
+        self.num_preemptions += 1
+        plan.preempted.append(r)
+        kv_bytes = int(t.computed[r]) * self.alloc.bytes_per_token
+        self.alloc.free(r)
+        if self.cfg.preemption == "swap" and self.swap_used_bytes + kv_bytes <= self.cfg.swap_space_bytes:
+            self.swap_used_bytes += kv_bytes
+            plan.swap_out_bytes += kv_bytes
+            t.status[r] = SWAPPED
+            self.swapped.append(r)
+        else:  # recompute (also the fallback when host swap space is full)
+            t.computed[r] = 0
+            t.status[r] = WAITING
+            self.waiting.appendleft(r)
+
+    def _resume_swapped(self, plan: StepPlan, budget: int) -> int:
+        t = self.t
+        while self.swapped and budget >= 1 and len(self.running) < self.cfg.max_num_seqs:
+            r = self.swapped[0]
+            c = int(t.computed[r])
+            if not self.alloc.can_allocate(c + 1, int(t.reserve[r])):
+                break
+            self.alloc.allocate(r, c + 1, t.final_tokens(r), int(t.reserve[r]))
+            self.swapped.popleft()
+            kv_bytes = c * self.alloc.bytes_per_token
+            self.swap_used_bytes -= kv_bytes
+            plan.swap_in_bytes += kv_bytes
+            t.status[r] = RUNNING
+            self._start_running(r)
+            plan.decode_ids = np.append(plan.decode_ids, r)
+            plan.decode_context = np.append(plan.decode_context, c)
+            budget -= 1
+        return budget
+
+    def _admission_chunk(self, r: int, budget: int) -> int:
+        """Tokens the head request would be given now (0: it cannot start this step)."""
+        total = int(self.t.prompt[r] + self.t.generated[r])
+        n = min(total, budget)
+        if n <= 0 or (not self.cfg.chunked_prefill and n < total):
+            return 0
+        return n
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
+        t, alloc = self.t, self.alloc
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            r = self.waiting[0]
+            n = self._admission_chunk(r, budget)
+            hashes = self.prefix_hashes(r)
+            if n == 0 or not alloc.can_allocate(n, int(t.reserve[r]), hashes):
+                break
+            hit = alloc.allocate(r, n, t.final_tokens(r), int(t.reserve[r]), hashes)
+            self.waiting.popleft()
+            total = int(t.prompt[r] + t.generated[r])
+            compute = n - hit
+            if n == total and compute < 1:
+                compute = 1  # a token must be computed to sample the next one
+            hit = n - compute
+            if hashes is not None:
+                self.prefix_queries += n
+                self.prefix_hits += hit
+            t.prefix_hit[r] += hit
+            if np.isnan(t.admitted_s[r]):
+                t.admitted_s[r] = now
+            t.status[r] = RUNNING
+            self._start_running(r)
+            plan.prefill_ids.append(r)
+            plan.prefill_context.append(hit)
+            plan.prefill_tokens.append(compute)
+            plan.prefill_end.append(n)
+            budget -= compute
+
+    def _start_running(self, r: int) -> None:
+        self.running.append(r)
+        self._run_arr = None
+
+    def complete_step(self, plan: StepPlan, t_end: float) -> list[int]:
+        """Apply a finished step: K/V written, tokens sampled, finished requests freed."""
+        t = self.t
+        d = plan.decode_ids
+        if d.size:
+            t.computed[d] += 1
+            t.generated[d] += 1
+        for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):
+            if t.status[r] != RUNNING:  # preempted later in the same step (not possible today)
+                continue
+            t.computed[r] = end
+            if end == t.prompt[r] + t.generated[r]:
+                t.generated[r] += 1
+                if np.isnan(t.first_token_s[r]):
+                    t.first_token_s[r] = t_end
+        return self._finish_done(t_end)
+
+    def _finish_done(self, t_end: float) -> list[int]:
+        t = self.t
+        run = self.running_ids()
+        if not run.size:
+            return []
+        done_mask = t.generated[run] >= t.output[run]
+        if not done_mask.any():
+            return []
+        done = run[done_mask]
+        t.finish_s[done] = t_end
+        t.status[done] = FINISHED
+        for r in done.tolist():
+            self.alloc.free(r)
+        keep = run[~done_mask]
+        self.running = keep.tolist()
+        self._run_arr = keep
+        return done.tolist()
+
+    # --- fast path for the simulator's skip-ahead -----------------------------------------------
+    def decode_run_limit(self) -> int:
+        """How many next steps are pure decode steps in which nothing but token counts changes
+        (no admission, no finish before the last of them, no allocation failure); 0 = take the
+        general path. Only valid while no new request arrives."""
+        if self.swapped or not self.running:
+            return 0
+        t, cfg = self.t, self.cfg
+        run = self.running_ids()
+        b = run.size
+        if b > cfg.max_batched_tokens:
+            return 0
+        c = t.computed[run]
+        g = t.generated[run]
+        if not bool((t.prompt[run] + g - c == 1).all()) or not bool((g >= 1).all()):
+            return 0
+        if self.waiting and b < cfg.max_num_seqs:
+            r = self.waiting[0]
+            n = self._admission_chunk(r, cfg.max_batched_tokens - b)
+            if n and self.alloc.can_allocate(n, int(t.reserve[r]), self.prefix_hashes(r)):
+                return 0  # admission may happen this step: general path
+        k = int((t.output[run] - g).min())
+        free = self.alloc.num_free_blocks
+        if self.alloc.blocks_to_grow(run, c + k) <= free:
+            return k
+        lo, hi = 0, k  # largest j in [0, k) with growth fitting: binary search
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.alloc.blocks_to_grow(run, c + mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def decode_context_tokens(self) -> int:
+        """Summed K/V tokens of the running batch (cost model input for decode runs)."""
+        return int(self.t.computed[self.running_ids()].sum())
+
+    def advance_decode(self, k: int, t_end: float) -> list[int]:
+        """Apply k pure-decode steps at once (k <= decode_run_limit()); returns finished ids."""
+        t = self.t
+        run = self.running_ids()
+        new_c = t.computed[run] + k
+        self.alloc.grow_many(run, new_c)
+        self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
+        t.computed[run] = new_c
+        t.generated[run] += k
+        return self._finish_done(t_end)
