@@ -2,7 +2,9 @@
 
 Books:
 - a stack of clean free block ids (popped in bulk, lowest id first on a fresh pool);
-- per-request block tables (lists of ids, token order) and per-block reference counts;
+- per-request block tables (lists of ids, token order) and reference counts. A block in use has
+  refcount 1 unless it is in `_extra_refs` (block -> refcount - 1): sharing (forks, prefix hits on
+  live blocks) is rare on most traces, so the common paths touch no per-block array at all;
 - per-request counts (tokens, blocks, final length) in numpy arrays indexed by the dense int
   request id, so the engine's skip-ahead can grow a whole batch with array arithmetic
   (`blocks_to_grow` / `grow_many`) and loops only over requests that cross a block boundary;
@@ -35,6 +37,8 @@ import numpy as np
 from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
 from sim.kv.prefix_cache import PrefixCache
 
+_sum, _all, _any = np.add.reduce, np.logical_and.reduce, np.logical_or.reduce
+
 
 def grown(arr: np.ndarray, size: int) -> np.ndarray:
     """`arr` zero-padded to `size` (request arrays double as ids grow)."""
@@ -63,7 +67,7 @@ class PagedAllocator(KVAllocator):
         # prefix_block_size: tokens per trace hash id (Mooncake 512); None = same as block_size.
         self.cache = PrefixCache(self.block_size, prefix_block_size)
         self._free: list[int] = list(range(self.num_blocks - 1, -1, -1))  # stack: pops 0, 1, 2...
-        self._rc = np.zeros(self.num_blocks, dtype=np.int32)
+        self._extra_refs: dict[int, int] = {}  # shared blocks in use: block -> refcount - 1
         self._tables: dict[int, list[int]] = {}
         self._keys: dict[int, list[int]] = {}
         size = 1024
@@ -89,7 +93,7 @@ class PagedAllocator(KVAllocator):
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
         hits, _ = self._match(num_tokens, prefix_hashes)
-        parked_hits = sum(1 for b in hits if self._rc[b] == 0)
+        parked_hits = sum(1 for b in hits if self.cache.is_parked(b))
         return -(-num_tokens // self.block_size) - len(hits) <= self.num_free_blocks - parked_hits
 
     def allocate(
@@ -109,17 +113,17 @@ class PagedAllocator(KVAllocator):
         self._ensure(req_id)
         bs = self.block_size
         hits, keys = self._match(num_tokens, prefix_hashes)
-        parked_hits = [b for b in hits if self._rc[b] == 0]
+        parked_hits = [b for b in hits if self.cache.is_parked(b)]
         need = -(-num_tokens // bs) - len(hits)
         if need > self.num_free_blocks - len(parked_hits):
             raise AllocationError(f"request {req_id}: {need} blocks needed, {self.num_free_blocks} free")
-        for b in parked_hits:  # take them out of the LRU before anything can evict them
-            self.cache.unpark(b)
-        if hits:
-            self._rc[hits] += 1
+        extra = self._extra_refs
+        for b in hits:
+            if self.cache.is_parked(b):  # take it out of the LRU before anything can evict it
+                self.cache.unpark(b)
+            else:  # live block of another request: now shared
+                extra[b] = extra.get(b, 0) + 1
         new = self._take(need)
-        if new:
-            self._rc[new] = 1
         self._tables[req_id] = hits + new
         self._written += len(parked_hits) * bs + num_tokens - len(hits) * bs
         self._ntok[req_id] = num_tokens
@@ -129,7 +133,8 @@ class PagedAllocator(KVAllocator):
         if self.prefix_caching:
             self.prefix_queries += num_tokens
             self.prefix_hits += len(hits) * bs
-            self._keys[req_id] = keys
+            if keys:
+                self._keys[req_id] = keys
             self._nkeys[req_id] = len(keys)
             self._nreg[req_id] = len(hits)
             self._register(req_id)
@@ -151,56 +156,63 @@ class PagedAllocator(KVAllocator):
         nb = -(-n // self.block_size)
         extra = nb - int(self._nblk[req_id])
         if extra > 0:
-            new = self._take(extra)
-            self._rc[new] = 1
-            self._tables[req_id].extend(new)
+            self._tables[req_id].extend(self._take(extra))
         self._written += num_new_tokens
         self._ntok[req_id] = n
         self._nblk[req_id] = nb
-        if self.prefix_caching and self._nkeys[req_id] > self._nreg[req_id]:
+        if self._keys and self._nkeys[req_id] > self._nreg[req_id]:
             self._register(req_id)
         return True
 
     def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
         ids, new = self._as_arrays(req_ids, new_num_tokens)
-        total = int(np.maximum(-(-new // self.block_size) - self._nblk[ids], 0).sum())
+        need = (new + (self.block_size - 1)) // self.block_size
+        nb = self._nblk[ids]
+        total = int(_sum((need - nb)[need > nb]))
         if self._n_shared_tail:
             for r in ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist():
                 total += self._cow_needed(r)
         return total
 
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
+        """Vectorised: a handful of numpy ops over the batch, then a Python loop only over the
+        requests that cross a block boundary (about 1 in block_size per decode step)."""
         ids, new = self._as_arrays(req_ids, new_num_tokens)
         if ids.size == 0:
             return
-        if not self._active[ids].all():
-            raise AllocationError("grow_many: some request ids are not allocated")
         old = self._ntok[ids]
-        if (new < old).any():
-            raise AllocationError("grow_many: a request cannot shrink")
-        if self.blocks_to_grow(ids, new) > self.num_free_blocks:
-            raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
+        # ufunc.reduce directly: on small batches numpy's method wrappers cost as much as the work
+        if not _all(self._active[ids]) or _any(new < old):
+            raise AllocationError("grow_many: a request id is not allocated or would shrink")
         if self._n_shared_tail:
-            for r in ids[self._shared_tail[ids] & (new > old)].tolist():
+            cow = ids[self._shared_tail[ids] & (new > old)].tolist()
+            if sum(self._cow_needed(r) for r in cow) > self.num_free_blocks:
+                raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
+            for r in cow:
                 self._unshare_tail(r)
-        need = -(-new // self.block_size)
-        delta = need - self._nblk[ids]
-        crossing = np.flatnonzero(delta > 0)
+        need = (new + (self.block_size - 1)) // self.block_size
+        nb = self._nblk[ids]
+        crossing = (need > nb).nonzero()[0]
         if crossing.size:
-            counts = delta[crossing]
-            blocks = self._take(int(counts.sum()))
-            self._rc[blocks] = 1
-            tables, pos = self._tables, 0
-            for r, d in zip(ids[crossing].tolist(), counts.tolist(), strict=True):
-                if d == 1:
-                    tables[r].append(blocks[pos])
-                else:
+            cross_ids, cross_need = ids[crossing], need[crossing]
+            counts = cross_need - nb[crossing]
+            total = int(_sum(counts))
+            if total > self.num_free_blocks:
+                raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
+            blocks = self._take(total)
+            tables = self._tables
+            if total == crossing.size:  # one new block each: the decode common case
+                for r, b in zip(cross_ids.tolist(), blocks, strict=True):
+                    tables[r].append(b)
+            else:
+                pos = 0
+                for r, d in zip(cross_ids.tolist(), counts.tolist(), strict=True):
                     tables[r].extend(blocks[pos : pos + d])
-                pos += d
-            self._nblk[ids] = np.maximum(need, self._nblk[ids])
-        self._written += int((new - old).sum())
+                    pos += d
+            self._nblk[cross_ids] = cross_need
+        self._written += int(_sum(new - old))
         self._ntok[ids] = new
-        if self.prefix_caching:
+        if self._keys:  # prefix caching with keyed requests: offer newly filled blocks
             pending = self._nreg[ids] < np.minimum(self._nkeys[ids], new // self.block_size)
             for r in ids[pending].tolist():
                 self._register(r)
@@ -231,13 +243,23 @@ class PagedAllocator(KVAllocator):
         self._nkeys[req_id] = self._nreg[req_id] = 0
         if not table:
             return
-        arr = np.array(table, dtype=np.intp)
-        self._rc[arr] -= 1
-        last_user = np.flatnonzero(self._rc[arr] == 0)
-        if not last_user.size:
-            return
-        self._written -= int(np.minimum(self.block_size, n - last_user * self.block_size).sum())
-        released = arr[last_user][::-1].tolist()  # tail first: the tail is evicted first
+        bs = self.block_size
+        if self._extra_refs:  # some block may be shared: only last users release
+            released, extra = [], self._extra_refs
+            for b in table:
+                e = extra.get(b)
+                if e is None:
+                    released.append(b)
+                elif e == 1:
+                    del extra[b]
+                else:
+                    extra[b] = e - 1
+            slack = (bs - n % bs) % bs if released and released[-1] == table[-1] else 0
+            self._written -= len(released) * bs - slack
+        else:
+            released = table
+            self._written -= n
+        released.reverse()  # tail first: the tail is evicted first
         if self.prefix_caching:
             for b in released:
                 if self.cache.is_cached(b):
@@ -258,8 +280,9 @@ class PagedAllocator(KVAllocator):
         if child_id < len(self._active) and self._active[child_id]:
             raise AllocationError(f"fork: child {child_id} is already allocated")
         self._ensure(child_id)
-        if table:
-            self._rc[table] += 1
+        extra = self._extra_refs
+        for b in table:
+            extra[b] = extra.get(b, 0) + 1
         self._tables[child_id] = list(table)
         for arr in (self._ntok, self._nblk, self._final, self._nkeys, self._nreg):
             arr[child_id] = arr[parent_id]
@@ -287,6 +310,12 @@ class PagedAllocator(KVAllocator):
 
     def num_tokens(self, req_id: int) -> int:
         return int(self._ntok[req_id]) if req_id < len(self._ntok) else 0
+
+    def refcount(self, block: int) -> int:
+        """Requests holding `block` now (O(free blocks): for tests and debugging)."""
+        if block in self._extra_refs:
+            return self._extra_refs[block] + 1
+        return 0 if self.cache.is_parked(block) or block in self._free else 1
 
     @property
     def num_free_blocks(self) -> int:
@@ -328,13 +357,15 @@ class PagedAllocator(KVAllocator):
                 need(fill[b] in (-1, f), f"block {b} seen with fills {fill[b]} and {f}")
                 fill[b] = f
         need(int(self._active.sum()) == len(self._tables), "active flags vs tables")
-        need(bool((self._rc >= 0).all()), "negative refcount")
-        need(bool((refs == self._rc).all()), "refcounts differ from table references")
+        extra = self._extra_refs
+        need(all(e >= 1 and refs[b] == e + 1 for b, e in extra.items()), "shared refcounts wrong")
+        need(bool((refs <= 1).all()) or all(b in extra for b in np.flatnonzero(refs > 1).tolist()),
+             "a block is used twice but not marked shared")
         free, parked = self._free, self.cache.parked_blocks()
         idle = free + parked
         need(len(set(idle)) == len(idle), "a block is free twice")
-        need(bool((self._rc[idle] == 0).all()) if idle else True, "a free block is in use")
-        need(len(idle) + int((self._rc > 0).sum()) == self.num_blocks, "blocks not conserved")
+        need(not idle or bool((refs[idle] == 0).all()), "a free block is in use")
+        need(len(idle) + int((refs > 0).sum()) == self.num_blocks, "blocks not conserved")
         need(all(self.cache.is_cached(b) for b in parked), "a parked block has no key")
         need(not any(self.cache.is_cached(b) for b in free), "a clean free block still has a key")
         need(int(fill[fill > 0].sum()) == self._written, "written slots differ from tables")
@@ -375,7 +406,7 @@ class PagedAllocator(KVAllocator):
 
     def _cow_needed(self, req_id: int) -> int:
         table = self._tables[req_id]
-        return int(self._ntok[req_id] % self.block_size != 0 and self._rc[table[-1]] > 1)
+        return int(self._ntok[req_id] % self.block_size != 0 and table[-1] in self._extra_refs)
 
     def _append_need(self, req_id: int, num_new_tokens: int) -> int:
         if req_id not in self._tables:
@@ -397,16 +428,21 @@ class PagedAllocator(KVAllocator):
         table = self._tables[req_id]
         src = table[-1]
         (dst,) = self._take(1)
-        self._rc[src] -= 1
-        self._rc[dst] = 1
+        if self._extra_refs[src] == 1:
+            del self._extra_refs[src]
+        else:
+            self._extra_refs[src] -= 1
         table[-1] = dst
         self._written += int(self._ntok[req_id] % self.block_size)
         self._copy_ops.append((src, dst))
 
     def _register(self, req_id: int) -> None:
         """Offer the request's newly filled keyed blocks to the prefix cache."""
-        full = min(int(self._nkeys[req_id]), int(self._ntok[req_id]) // self.block_size)
-        keys, table = self._keys[req_id], self._tables[req_id]
+        keys = self._keys.get(req_id)
+        if not keys:
+            return
+        full = min(len(keys), int(self._ntok[req_id]) // self.block_size)
+        table = self._tables[req_id]
         for j in range(int(self._nreg[req_id]), full):
             self.cache.register(keys[j], table[j])
         self._nreg[req_id] = max(full, int(self._nreg[req_id]))
