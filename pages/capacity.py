@@ -1,0 +1,54 @@
+"""Capacity planner page: how many concurrent requests fit, and how many GPUs N users need."""
+
+import streamlit as st
+
+from models.gpus import list_gpus
+from models.spec import SpecError, list_catalog
+from sim import charts
+from sim.scenario import WEIGHT_DTYPES
+from ui.capacity_view import budget_parts, planner_tables
+
+BIND = "query-params"
+KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
+
+st.title("Capacity planner")
+st.caption("vLLM-like budget: total x utilisation - weights - activation peak - runtime overhead = KV "
+           "(docs/CAPACITY.md). One replica's TP group per row.")
+with st.sidebar:
+    st.header("Planner")
+    models = st.multiselect("Models", list_catalog(), default=["qwen2.5-7b"], key="cap_models", bind=BIND)
+    gpus = st.multiselect("GPUs", list_gpus(), default=["h100-sxm"], key="cap_gpus", bind=BIND)
+    kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES, default=["bf16"], key="cap_kv", bind=BIND)
+    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES, index=WEIGHT_DTYPES.index("bf16"), key="cap_w", bind=BIND)
+    tp = st.selectbox("Tensor parallel", (1, 2, 4, 8), key="cap_tp", bind=BIND)
+    util = st.slider("GPU memory utilisation", 0.5, 1.0, 0.9, 0.01, key="cap_util", bind=BIND)
+    st.subheader("GPUs required")
+    users = st.number_input("Concurrent users", 1, 10_000_000, 100, key="cap_users", bind=BIND)
+    context = st.number_input("Tokens per user (context)", 1, 1 << 21, 8192, step=1024, key="cap_ctx", bind=BIND)
+
+if not (models and gpus and kv_dtypes):
+    st.info("Pick at least one model, one GPU and one KV dtype.")
+    st.stop()
+
+curves, table, need, errors = planner_tables(models, gpus, kv_dtypes, tp=int(tp), gpu_mem_util=float(util),
+                                             weight_dtype=weight_dtype, users=int(users), context=int(context))
+for err in errors:
+    st.error(err)
+if table.empty:
+    st.stop()
+
+st.subheader("Max concurrent requests")
+st.dataframe(table, hide_index=True, key="cap-table")
+st.plotly_chart(charts.concurrency_curves(curves), key="cap-curves")
+st.subheader(f"GPUs for {int(users):,} users at {int(context):,} tokens")
+st.dataframe(need, hide_index=True, key="cap-need")
+
+st.subheader("Memory budget of one GPU")
+first = table.iloc[0]
+try:
+    parts = budget_parts(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
+                         weight_dtype=weight_dtype, kv_dtype=first["kv dtype"])
+except (SpecError, ValueError) as exc:
+    st.error(str(exc).splitlines()[0])
+    st.stop()
+st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")

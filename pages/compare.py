@@ -1,0 +1,66 @@
+"""Compare page: one trace through 2 to 6 scenarios; one table, overlaid charts, the differences in words."""
+
+import pandas as pd
+import streamlit as st
+
+from models.spec import SpecError
+from sim import charts
+from sim.compare_words import describe_differences, token_state_share
+from sim.scenario import ScenarioError
+from sim.trace import TraceError
+from ui.presets import PRESETS, preset_variants
+from ui.runner import run_scenario
+from ui.scenario_form import scenario_sidebar
+from ui.trace_picker import pick_trace
+
+st.title("Compare")
+trace = pick_trace("sidebar")
+base = scenario_sidebar("Base scenario")
+preset = st.selectbox("What to compare", PRESETS, key="preset", bind="query-params")
+if trace is None or base is None:
+    st.info("Choose a trace and a valid base scenario in the sidebar.")
+    st.stop()
+try:
+    variants = preset_variants(preset, base)
+except SpecError as exc:
+    st.error(str(exc).splitlines()[0])
+    st.stop()
+chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants), key="variants",
+                        max_selections=6)
+if len(chosen) < 2:
+    st.info("Pick at least two scenarios.")
+    st.stop()
+
+snaps = {}
+for label in chosen:
+    try:
+        snaps[label] = run_scenario(trace, variants[label], f"Simulating {label}")
+    except (SpecError, ScenarioError, TraceError, ValueError) as exc:
+        st.error(f"{label}: {str(exc).splitlines()[0]}")
+if len(snaps) < 2:
+    st.stop()
+
+summaries = {k: s.summary for k, s in snaps.items()}
+st.subheader("In words")
+for sentence in describe_differences(summaries):
+    st.markdown(f"- {sentence}")
+
+st.subheader("Side by side")
+rows = []
+for label, s in summaries.items():
+    share = token_state_share(s)
+    rows.append({"scenario": label, "completed": s.get("completed"), "throughput tok/s": s.get("throughput_tok_s"),
+                 "TTFT p99 s": (s.get("ttft_s") or {}).get("p99"), "TPOT p99 s": (s.get("tpot_s") or {}).get("p99"),
+                 "mean batch": s.get("mean_batch_size"), "peak KV usage": (s.get("kv_cache_usage_perc") or {}).get("peak"),
+                 "token-state share": share, "preemptions": s.get("num_preemptions")})
+st.dataframe(pd.DataFrame(rows), hide_index=True, key="cmp-table")
+
+steps = {k: s.steps for k, s in snaps.items()}
+requests = {k: s.requests for k, s in snaps.items()}
+st.plotly_chart(charts.breakdown_bars(summaries), key="cmp-breakdown")
+st.plotly_chart(charts.overlay_timeline(steps, "kv_cache_usage_perc", "KV cache usage", "%", 100.0), key="cmp-usage")
+st.plotly_chart(charts.overlay_timeline(steps, "num_running", "Running requests", "requests"), key="cmp-running")
+st.plotly_chart(charts.overlay_timeline(steps, "num_waiting", "Queue length", "requests"), key="cmp-queue")
+left, right = st.columns(2)
+left.plotly_chart(charts.overlay_cdf(requests, "ttft_s"), key="cmp-ttft")
+right.plotly_chart(charts.overlay_cdf(requests, "tpot_s"), key="cmp-tpot")

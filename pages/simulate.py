@@ -1,0 +1,26 @@
+"""Simulate page: one trace through one scenario; memory, queue and latency over time."""
+
+import streamlit as st
+
+from models.spec import SpecError
+from sim.scenario import ScenarioError
+from sim.trace import TraceError
+from ui.result_view import show_result
+from ui.runner import run_scenario
+from ui.scenario_form import scenario_sidebar
+from ui.trace_picker import pick_trace
+
+st.title("Simulate")
+trace = pick_trace("sidebar")
+scenario = scenario_sidebar()
+if trace is None or scenario is None:
+    st.info("Choose a trace and a valid scenario in the sidebar.")
+    st.stop()
+
+st.caption(f"Trace {trace.source} ({len(trace):,} requests, digest {trace.digest()}); scenario {scenario.digest()}")
+try:
+    snap = run_scenario(trace, scenario)
+except (SpecError, ScenarioError, TraceError, ValueError) as exc:
+    st.error(str(exc).splitlines()[0])
+    st.stop()
+show_result(snap, key="sim")

@@ -1,0 +1,55 @@
+"""Tables for the capacity page, assembled from sim.capacity calls (no formula of its own)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+
+from models.gpus import GpuError, get_gpu
+from models.spec import SpecError, load_spec
+from sim.capacity import GiB, capacity_table, gpus_required, memory_budget
+
+SEED_CONTEXTS = (2048, 8192, 32768, 131072)
+CURVE_CONTEXTS = tuple(2**k for k in range(9, 18))  # 512 .. 131072
+
+
+def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterable[str], *, tp: int, gpu_mem_util: float,
+                   weight_dtype: str, users: int, context: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(curves, seed-context table, GPUs-required table, one-line errors) for every model x GPU x KV dtype."""
+    curves, table, need, errors = [], [], [], []
+    for m in models:
+        for g in gpus:
+            for d in kv_dtypes:
+                label = f"{m} / {g} / {d}" + (f" / tp{tp}" if tp > 1 else "")
+                try:
+                    spec, gpu = load_spec(m), get_gpu(g)
+                    args = dict(tp=tp, weight_dtype=weight_dtype, kv_dtype=d, gpu_mem_util=gpu_mem_util)
+                    rows = capacity_table(spec, gpu, sorted(set(CURVE_CONTEXTS) | set(SEED_CONTEXTS)), **args)["rows"]
+                    plan = gpus_required(spec, gpu, users, context, tp=tp, weight_dtype=weight_dtype, kv_dtype=d,
+                                         gpu_mem_util=gpu_mem_util)
+                except (SpecError, GpuError, ValueError) as exc:
+                    errors.append(f"{label}: {str(exc).splitlines()[0]}")
+                    continue
+                for r in rows:
+                    if r["context"] in CURVE_CONTEXTS:
+                        curves.append({"label": label, "context_tokens": r["context"], "max_concurrency": r["max_concurrent"]})
+                seed = {r["context"]: r["max_concurrent"] for r in rows if r["context"] in SEED_CONTEXTS}
+                per_tok = rows[0]["kv_per_seq_bytes"] // rows[0]["context"]
+                table.append({"model": m, "gpu": g, "kv dtype": d, "KV bytes/token (per GPU)": per_tok,
+                              "KV budget (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
+                              **{f"max concurrent @ {c:,}": seed[c] for c in SEED_CONTEXTS}})
+                need.append({"model": m, "gpu": g, "kv dtype": d, "users": users, "context": context, "tp": plan.tp,
+                             "replicas": plan.replicas, "GPUs": plan.gpus, "per replica": plan.per_replica})
+    return pd.DataFrame(curves), pd.DataFrame(table), pd.DataFrame(need), errors
+
+
+def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str) -> dict[str, float]:
+    """One GPU's HBM split into the planner's budget terms (bytes), for the pie."""
+    b = memory_budget(load_spec(model), get_gpu(gpu), tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                      gpu_mem_util=gpu_mem_util)
+    return {
+        "weights": b.weights_bytes, "activation peak": b.activation_peak_bytes,
+        "runtime overhead": b.runtime_overhead_bytes, "KV fixed (scales)": b.kv_fixed_bytes,
+        "KV cache": max(b.kv_budget_bytes, 0), "held back (1 - utilisation)": b.total_bytes - b.usable_bytes,
+    }

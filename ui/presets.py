@@ -1,0 +1,30 @@
+"""Compare-page presets: the what-if families the issue names, each a few variants of one base scenario."""
+
+from __future__ import annotations
+
+from models.spec import load_spec
+from sim.scenario import Scenario
+
+PRESETS = (
+    "paging: contiguous max / pow2 / oracle vs paged",
+    "attention: MHA vs GQA vs MQA",
+    "KV dtype: fp16 vs fp8 vs int8 vs int4",
+    "block size: 8 / 16 / 32 / 128",
+)
+
+
+def preset_variants(name: str, base: Scenario) -> dict[str, Scenario]:
+    """Label -> Scenario for a preset; everything not named by the preset is the base scenario's."""
+    if name == PRESETS[0]:
+        return {f"contiguous {r}": base.replace(allocator="contiguous", reserve=r) for r in ("max", "pow2", "oracle")} | {
+            "paged": base.replace(allocator="paged")}
+    if name == PRESETS[1]:
+        spec = load_spec(base.model)
+        return {f"MHA ({spec.num_attention_heads} kv heads)": base.replace(kv_heads=spec.num_attention_heads),
+                f"GQA (native, {spec.num_kv_heads} kv heads)": base.replace(kv_heads=None),
+                "MQA (1 kv head)": base.replace(kv_heads=1)}
+    if name == PRESETS[2]:
+        return {d: base.replace(kv_dtype=d) for d in ("fp16", "fp8", "int8", "int4")}
+    if name == PRESETS[3]:
+        return {f"block {b}": base.replace(allocator="paged", block_size=b) for b in (8, 16, 32, 128)}
+    raise ValueError(f"unknown preset {name!r}")

@@ -1,0 +1,77 @@
+"""One result on screen: headline metrics, the charts, and the sharing buttons.
+
+Live runs and reopened snapshots both come here as a Snapshot, so a shared link shows exactly
+what its author saw (same downsampled frames, same numbers).
+"""
+
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from sim import charts
+from sim.report import headline_metrics, html_report, weights_bytes
+from sim.snapshot import Snapshot, SnapshotError, SnapshotStore
+
+
+def show_metrics(snap: Snapshot) -> None:
+    rows = headline_metrics(snap.summary)
+    for start in range(0, len(rows), 5):
+        cols = st.columns(5)
+        for col, (label, value) in zip(cols, rows[start:start + 5], strict=False):
+            col.metric(label, value)
+
+
+def show_charts(snap: Snapshot, key: str = "res") -> None:
+    st.plotly_chart(charts.memory_timeline(snap.steps, weights_bytes(snap)), key=f"{key}-mem")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")
+    right.plotly_chart(charts.kv_usage(snap.steps), key=f"{key}-usage")
+    st.plotly_chart(charts.latency_cdfs(snap.requests), key=f"{key}-cdf")
+    st.plotly_chart(charts.preemptions(snap.steps), key=f"{key}-preempt")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "kvsim"
+
+
+def share_link(snap_id: str) -> str:
+    base = (st.context.url or "").split("?")[0]
+    base = re.sub(r"/[^/]*$", "/", base) if base else "/"
+    return f"{base}?snapshot={snap_id}"
+
+
+def _ident(snap: Snapshot) -> str:
+    return f"{snap.trace_digest}/{snap.scenario.digest()}"
+
+
+def show_sharing(snap: Snapshot, key: str = "res") -> None:
+    """Download the snapshot or an HTML report; save a named snapshot to the store for a link."""
+    name = _slug(snap.name or f"{snap.scenario.model}-{snap.scenario.allocator}-{snap.scenario.digest()[:6]}")
+    c1, c2 = st.columns(2)
+    c1.download_button("Download snapshot (JSON)", data=snap.to_json, file_name=f"{name}.kvsim.json",
+                       mime="application/json", key=f"{key}-dl-json", on_click="ignore")
+    c2.download_button("Download HTML report", data=lambda: html_report(snap), file_name=f"{name}.html",
+                       mime="text/html", key=f"{key}-dl-html", on_click="ignore")
+    with st.form(f"{key}-save", clear_on_submit=False, border=False):
+        label = st.text_input("Snapshot name", value=snap.name or "", key=f"{key}-save-name", max_chars=200)
+        if st.form_submit_button("Save snapshot and get a link"):
+            try:
+                snap_id = SnapshotStore.default().save(snap, label)
+            except (SnapshotError, OSError) as exc:
+                st.error(f"could not save the snapshot: {str(exc).splitlines()[0]}")
+            else:
+                st.session_state[f"{key}-saved"] = (_ident(snap), snap_id)
+    ident, saved = st.session_state.get(f"{key}-saved", ("", ""))
+    if saved and ident == _ident(snap):  # only the link for the result on screen
+        st.success(f"Saved as {saved}. Anyone on this server can open it:")
+        st.code(share_link(saved), language=None)
+
+
+def show_result(snap: Snapshot, key: str = "res", sharing: bool = True) -> None:
+    show_metrics(snap)
+    show_charts(snap, key)
+    if sharing:
+        with st.expander("Share this result", expanded=True):
+            show_sharing(snap, key)

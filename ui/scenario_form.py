@@ -1,0 +1,139 @@
+"""The scenario sidebar: every knob of sim.scenario.Scenario as a widget bound to the URL.
+
+Widget keys are the URL parameter names, short and stable (they appear in shared links). A value
+equal to the Scenario default is left out of the URL by Streamlit, so links stay short.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import streamlit as st
+
+from models.gpus import list_gpus
+from models.spec import MAX_CONFIG_BYTES, SpecError, list_catalog, load_spec
+from sim.scenario import (
+    PLACEMENTS,
+    PREEMPTION_MODES,
+    RESERVE_POLICIES,
+    WEIGHT_DTYPES,
+    Scenario,
+    ScenarioError,
+)
+
+DEFAULT = Scenario()
+KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
+ATTENTION = ("native", "MHA", "MQA", "custom")
+UPLOAD_DIR = Path(__file__).resolve().parent.parent / "data" / "uploaded_configs"
+BIND = "query-params"
+
+
+def _index(options, value) -> int:
+    options = list(options)
+    return options.index(value) if value in options else 0
+
+
+def _uploaded_model() -> str | None:
+    """A user's config.json: parsed as JSON by models.spec (size-bounded), stored by content hash."""
+    up = st.sidebar.file_uploader("config.json", type=["json"], key="model_file", max_upload_size=1)
+    if up is None:
+        return st.session_state.get("model_path")
+    data = up.getvalue()
+    if len(data) > MAX_CONFIG_BYTES:
+        st.sidebar.error(f"{up.name}: {len(data):,} bytes is over the {MAX_CONFIG_BYTES:,}-byte config limit")
+        return None
+    UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
+    path = UPLOAD_DIR / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
+    if not path.exists():
+        path.write_bytes(data)
+    try:
+        spec = load_spec(str(path))
+    except SpecError as exc:
+        path.unlink(missing_ok=True)
+        st.sidebar.error(f"{up.name}: {str(exc).splitlines()[0]}")
+        return None
+    st.session_state["model_path"] = str(path)
+    st.sidebar.caption(f"{up.name}: {spec.family}, {spec.num_layers} layers, {spec.num_kv_heads} kv heads")
+    return str(path)
+
+
+def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
+    """Draw the scenario form in the sidebar; the Scenario, or None after showing a one-line error."""
+    sb = st.sidebar
+    sb.header(title)
+    model_src = sb.radio("Model", ("catalog", "upload config.json"), key="model_src", horizontal=True, bind=BIND)
+    if model_src == "catalog":
+        catalog = list_catalog()
+        model = sb.selectbox("Catalog model", catalog, index=_index(catalog, DEFAULT.model), key="model", bind=BIND)
+    else:
+        model = _uploaded_model()
+        if model is None:
+            sb.info("Upload a Hugging Face config.json (JSON only, 1 MB at most).")
+            return None
+    gpus = list_gpus()
+    gpu = sb.selectbox("GPU", gpus, index=_index(gpus, DEFAULT.gpu), key="gpu", bind=BIND)
+    c1, c2 = sb.columns(2)
+    tp = c1.selectbox("Tensor parallel", (1, 2, 4, 8), key="tp", bind=BIND)
+    replicas = c2.number_input("Replicas", 1, 64, DEFAULT.replicas, key="replicas", bind=BIND)
+    weight_dtype = c1.selectbox("Weights", WEIGHT_DTYPES, index=_index(WEIGHT_DTYPES, DEFAULT.weight_dtype),
+                                key="wdtype", bind=BIND)
+    kv_dtype = c2.selectbox("KV dtype", KV_DTYPES, index=_index(KV_DTYPES, DEFAULT.kv_dtype), key="kv_dtype", bind=BIND)
+
+    sb.subheader("Attention")
+    attention = sb.radio("KV heads", ATTENTION, key="attn", horizontal=True, bind=BIND,
+                         help="native = the model's own GQA; MHA = one kv head per query head; MQA = one kv head")
+    kv_heads = None
+    if attention != "native":
+        try:
+            heads = load_spec(model).num_attention_heads
+        except SpecError as exc:
+            sb.error(str(exc).splitlines()[0])
+            return None
+        if attention == "MHA":
+            kv_heads = heads
+        elif attention == "MQA":
+            kv_heads = 1
+        else:
+            kv_heads = int(sb.number_input("kv heads", 1, heads, min(8, heads), key="kv_heads", bind=BIND))
+
+    sb.subheader("KV budget")
+    budget_mode = sb.radio("Budget", ("derived from the GPU", "explicit GiB"), key="budget", horizontal=True, bind=BIND)
+    kv_budget_gib, mem_util = None, DEFAULT.gpu_mem_util
+    if budget_mode == "explicit GiB":
+        kv_budget_gib = float(sb.number_input("KV budget per replica (GiB)", 0.1, 10_000.0, 20.0, step=1.0,
+                                              key="kv_gib", bind=BIND))
+    else:
+        mem_util = sb.slider("GPU memory utilisation", 0.50, 1.00, DEFAULT.gpu_mem_util, 0.01, key="mem_util", bind=BIND)
+
+    sb.subheader("KV layout")
+    paging = sb.radio("Allocator", ("paged", "contiguous"), key="paging", horizontal=True, bind=BIND)
+    block_size, reserve, placement = DEFAULT.block_size, DEFAULT.reserve, DEFAULT.placement
+    if paging == "paged":
+        block_size = sb.selectbox("Block size (tokens)", (1, 8, 16, 32, 64, 128, 256), index=2, key="block", bind=BIND)
+    else:
+        reserve = sb.selectbox("Reserve policy", RESERVE_POLICIES, key="reserve", bind=BIND,
+                               help="max: the whole max_model_len; pow2: next power of two of the true length; oracle: exact")
+        placement = sb.selectbox("Placement", PLACEMENTS, key="placement", bind=BIND)
+    prefix = sb.checkbox("Prefix caching", DEFAULT.prefix_caching, key="prefix", bind=BIND)
+
+    sb.subheader("Scheduler")
+    chunked = sb.checkbox("Chunked prefill", DEFAULT.chunked_prefill, key="chunked", bind=BIND)
+    preemption = sb.selectbox("Preemption", PREEMPTION_MODES, key="preempt", bind=BIND)
+    c1, c2 = sb.columns(2)
+    max_seqs = c1.number_input("max_num_seqs", 1, 4096, DEFAULT.max_num_seqs, key="max_seqs", bind=BIND)
+    max_tokens = c2.number_input("max_batched_tokens", 16, 1 << 20, DEFAULT.max_batched_tokens, step=512,
+                                 key="max_tokens", bind=BIND)
+    max_len = sb.number_input("max_model_len (0 = model's, at most 32768)", 0, 1 << 21, 0, step=1024,
+                              key="max_len", bind=BIND)
+    try:
+        return Scenario(
+            model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+            kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, gpu_mem_util=float(mem_util), allocator=paging,
+            block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
+            max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
+            chunked_prefill=bool(chunked), preemption=preemption,
+        )
+    except ScenarioError as exc:
+        sb.error(str(exc).splitlines()[0])
+        return None

@@ -1,0 +1,82 @@
+"""The trace picker: a bundled sample, an uploaded file or a synthetic spec, and an optional cap on
+the number of requests. Every choice except the uploaded bytes is bound to the URL, so a link
+reopens the same workload; an upload is kept in the session so it survives page switches.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from sim.trace import Trace, TraceError, load_trace, load_trace_bytes
+from sim.trace.synthetic import parse_synthetic_spec
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+DEFAULT_SAMPLE = "chat_small.csv"
+DEFAULT_SYNTH = "preset=sharegpt-like,n=500,rate=4,seed=1"
+UPLOAD_LIMIT_MB = 100
+SOURCES = ("sample", "upload", "synthetic")
+UPLOAD_KEY = "uploaded_trace"  # session_state: (name, bytes) of the last good upload
+
+
+def sample_names() -> list[str]:
+    return sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".csv", ".jsonl"))
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _load_sample(name: str) -> Trace:
+    return load_trace(SAMPLES / name)
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def _load_upload(data: bytes, name: str) -> Trace:
+    return load_trace_bytes(data, name)
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def _load_synthetic(spec: str) -> Trace:
+    return parse_synthetic_spec(spec).generate()
+
+
+def _first(trace: Trace, n: int) -> Trace:
+    """Keep the first n requests: the arrival process is untouched, only shortened (for quick runs)."""
+    return trace if not n or n >= len(trace) else trace.with_df(trace.df.head(n).copy(), f"first:{n}")
+
+
+def pick_trace(where: str = "main") -> Trace | None:
+    """Draw the picker (in the main area or the sidebar) and return the chosen Trace, or None after an error."""
+    box = st.sidebar.expander("Trace", expanded=False) if where == "sidebar" else st.container()
+    with box:
+        source = st.radio("Trace source", SOURCES, key="trace_src", horizontal=True, bind="query-params")
+        trace: Trace | None = None
+        try:
+            if source == "sample":
+                names = sample_names()
+                default = names.index(DEFAULT_SAMPLE) if DEFAULT_SAMPLE in names else 0
+                name = st.selectbox("Bundled sample", names, index=default, key="trace_sample", bind="query-params")
+                trace = _load_sample(name)
+            elif source == "upload":
+                up = st.file_uploader("Trace file (CSV or JSONL, any supported format)", type=["csv", "jsonl", "json", "txt"],
+                                      key="trace_file", max_upload_size=UPLOAD_LIMIT_MB)
+                if up is not None:
+                    data = up.getvalue()
+                    trace = _load_upload(data, up.name)
+                    st.session_state[UPLOAD_KEY] = (up.name, data)
+                elif UPLOAD_KEY in st.session_state:
+                    name, data = st.session_state[UPLOAD_KEY]
+                    trace = _load_upload(data, name)
+                    st.caption(f"Using the uploaded {name}")
+                else:
+                    st.info("Upload a trace file, or pick a bundled sample.")
+                    return None
+            else:
+                spec = st.text_input("Synthetic spec", value=DEFAULT_SYNTH, key="trace_synth", bind="query-params",
+                                     help="key=value pairs: preset, n, rate, arrival, cv, input, output, max_len, seed")
+                trace = _load_synthetic(spec)
+        except TraceError as exc:
+            st.error(str(exc).splitlines()[0])
+            return None
+        limit = st.number_input("Use only the first N requests (0 = all)", min_value=0, max_value=10_000_000,
+                                value=0, step=100, key="trace_first", bind="query-params")
+        return _first(trace, int(limit))
