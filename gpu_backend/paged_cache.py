@@ -116,6 +116,34 @@ class PagedKVCache:
             k, v = k.to(self.compute_dtype), v.to(self.compute_dtype)
         return k.reshape(out_shape), v.reshape(out_shape)
 
+    # --- whole blocks: copy-on-write and swap ----------------------------------------------------
+    def _block_tensors(self) -> list[torch.Tensor]:
+        """Tensors indexed [layer, block, ...] (values and per-slot scales; per-layer scales stay)."""
+        out = [self.k, self.v]
+        if self.k.dtype == torch.int8:
+            out += [self.k_scale, self.v_scale]
+        return out
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy allocator block src -> dst in every layer (the paged allocator's copy-on-write)."""
+        if not pairs:
+            return
+        src = torch.tensor([s + 1 for s, _ in pairs], device=self.device)
+        dst = torch.tensor([d + 1 for _, d in pairs], device=self.device)
+        for t in self._block_tensors():
+            t[:, dst] = t[:, src]
+
+    def read_blocks(self, block_ids: list[int]) -> list[torch.Tensor]:
+        """Host copies of allocator blocks (swap out)."""
+        idx = torch.tensor(self.physical(block_ids), device=self.device)
+        return [t[:, idx].to("cpu") for t in self._block_tensors()]
+
+    def write_blocks(self, block_ids: list[int], saved: list[torch.Tensor]) -> None:
+        """Restore host copies into (possibly different) allocator blocks (swap in)."""
+        idx = torch.tensor(self.physical(block_ids), device=self.device)
+        for t, s in zip(self._block_tensors(), saved, strict=True):
+            t[:, idx] = s.to(self.device)
+
     def gather_slots(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pool slot ids [n] -> K, V [n, kv_heads, head_dim] in compute_dtype (packed, no padding)."""
         flat = (-1, self.num_kv_heads, self.head_dim)
