@@ -252,7 +252,16 @@ class Simulation:
         """Jump over k' <= k pure-decode steps with one timeout (cuts: see module docstring)."""
         sched, rec = rep.sched, self.rec
         b = sched.num_running
-        dts = self.s.cost.decode_step_times(k, b, sched.decode_context_tokens())
+        ctx = sched.decode_context_tokens()
+        horizon = rec.next_grid
+        if not sched.num_waiting and rep.ptr < len(rep.arrivals):
+            horizon = min(horizon, float(self.s.table.arrival_s[rep.arrivals[rep.ptr]]))
+        # Step times only grow along a decode run, so the first one bounds how many steps can
+        # fit before the horizon: size the arrays to that, not to the whole run.
+        first = float(self.s.cost.decode_step_times(1, b, ctx)[0])
+        if first > 0:
+            k = min(k, max(int((horizon - rep.t) / first), 0) + 2)
+        dts = self.s.cost.decode_step_times(k, b, ctx)
         ends = np.cumsum(np.concatenate(([rep.t], dts)))[1:]  # sequential: same floats as stepping
         if not sched.num_waiting:
             t_next = self._next_arrival(rep)

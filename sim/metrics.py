@@ -85,9 +85,18 @@ class StepRecorder:
         self.next_grid = math.ceil(self.next_grid / self.spacing) * self.spacing
 
     def add_counts(self, t_end: float, steps: int, prefill: int, decode: int, preemptions: int) -> None:
-        i = self._index(t_end)
-        self.counts[i] += (steps, prefill, decode, preemptions)
-        self.last_t = max(self.last_t, t_end)
+        i = int(t_end // self.width)
+        if i >= self.max_rows:
+            i = self._index(t_end)
+        row = self.counts[i]
+        row[0] += steps
+        row[2] += decode
+        if prefill:
+            row[1] += prefill
+        if preemptions:
+            row[3] += preemptions
+        if t_end > self.last_t:
+            self.last_t = t_end
 
     def sample_until(self, t: float, gauges: np.ndarray, inclusive: bool = True) -> None:
         """Record `gauges` for every grid point up to t (the state held over that time)."""

@@ -120,6 +120,7 @@ class Scheduler:
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
         self.prefix_hits = 0
         self.peak_used_blocks = 0
+        self._rem_cache: tuple[np.ndarray, np.ndarray] | None = None
 
     # --- queue state ----------------------------------------------------------------------------
     @property
@@ -347,7 +348,9 @@ class Scheduler:
             n = self._admission_chunk(r, cfg.max_batched_tokens - b)
             if n and self.alloc.can_allocate(n, int(t.reserve[r]), self.prefix_hashes(r)):
                 return 0  # admission may happen this step: general path
-        k = int((t.output[run] - g).min())
+        rem = t.output[run] - g
+        k = int(rem.min())
+        self._rem_cache = (run, rem)
         free = self.alloc.num_free_blocks
         if self.alloc.blocks_to_grow(run, c + k) <= free:
             return k
@@ -373,4 +376,7 @@ class Scheduler:
         self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
         t.computed[run] = new_c
         t.generated[run] += k
+        cached = self._rem_cache
+        if cached is not None and cached[0] is run and not (cached[1] <= k).any():
+            return []  # nobody reached its last token (the common case)
         return self._finish_done(t_end)
