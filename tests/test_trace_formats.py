@@ -146,6 +146,11 @@ def test_generic_json_array_and_case_insensitive_header() -> None:
     assert upper.format == "generic" and upper.df["output_tokens"].tolist() == [2]
 
 
+def test_session_ids_stay_text() -> None:
+    trace = load_trace_bytes(b"arrival_s,input_tokens,output_tokens,session_id\n0,1,2,007\n1,3,4,12\n", "s.csv")
+    assert trace.df["session_id"].tolist() == ["007", "12"]
+
+
 def test_utf8_bom_is_accepted() -> None:
     trace = load_trace_bytes(b"\xef\xbb\xbfarrival_s,input_tokens,output_tokens\n0,1,2\n", "bom.csv")
     assert trace.rows == 1

@@ -97,8 +97,13 @@ def test_empty_arrival_and_whitespace_only_file() -> None:
         load_trace_bytes(b"  \n\n \n", "w.csv")
 
 
+def test_short_row_is_a_missing_value() -> None:
+    with pytest.raises(TraceError, match=r"s\.csv: data row 2: empty or missing value in 'output_tokens'"):
+        load_trace_bytes(b"arrival_s,input_tokens,output_tokens\n0,1,2\n1,3\n", "s.csv")
+
+
 def test_implausibly_large_token_count() -> None:
-    with pytest.raises(TraceError, match=r"h\.csv: data row 2: token count '1e30' in 'output_tokens' is implausibly large"):
+    with pytest.raises(TraceError, match=r"h\.csv: data row 2: token count .* in 'output_tokens' is implausibly large"):
         load_trace_bytes(b"arrival_s,input_tokens,output_tokens\n0,1,2\n1,3,1e30\n", "h.csv")
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from sim.trace.model import Trace, TraceError, TraceFormat
 
-DEFAULT_MAX_BYTES = 200 * 1024 * 1024  # 200 MiB: a week of Azure 2024 code traffic is ~100 MB
+DEFAULT_MAX_BYTES = 200 * 1024 * 1024  # 200 MiB: several million rows; raise max_bytes for bigger files
 MAX_TOKENS = 1_000_000_000  # per request; anything larger is corrupt data, not a prompt
 _MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet"}
 
@@ -45,7 +45,8 @@ def load_trace_bytes(
 
     _check_size(name, len(data), max_bytes)
     text = _decode(data, name)
-    kind = "jsonl" if text.lstrip()[:1] in ("{", "[") else "csv"
+    start = re.match(r"\s*", text).end()  # no lstrip(): that would copy a large text
+    kind = "jsonl" if text[start : start + 1] in ("{", "[") else "csv"
     raw, row_label = _parse_jsonl(text, name) if kind == "jsonl" else _parse_csv(text, name)
     if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"{name}: unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
@@ -78,15 +79,23 @@ def _decode(data: bytes, name: str) -> str:
         raise TraceError(
             f"{name}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the file as UTF-8"
         ) from None
-    if not text.strip():
+    if re.fullmatch(r"\s*", text[:4096]) and not text.strip():
         raise TraceError(f"{name}: empty file")
     return text
 
 
 # ----- text -> raw frame (index = row number for messages) -----------------------------------------
 def _parse_csv(text: str, name: str) -> tuple[pd.DataFrame, str]:
+    # Token and numeric-time columns are parsed as numbers by the C parser (fast); a column holding
+    # anything else comes back as text and _integers/_seconds name the bad cell. All other columns
+    # stay text (session ids keep leading zeros).
+    start = re.match(r"\s*", text).end()
+    end = text.find("\n", start)
+    header = next(csv.reader([text[start : end if end >= 0 else len(text)]], skipinitialspace=True), [])
+    numeric = _numeric_column_names()
+    dtype = {col: str for col in header if col.strip().lower() not in numeric}
     try:
-        df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, skipinitialspace=True)
+        df = pd.read_csv(io.StringIO(text), dtype=dtype, keep_default_na=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise TraceError(f"{name}: empty file") from None
     except (pd.errors.ParserError, csv.Error, ValueError) as exc:
@@ -104,8 +113,15 @@ def _parse_csv(text: str, name: str) -> tuple[pd.DataFrame, str]:
     return df, "data row"
 
 
+def _numeric_column_names() -> set[str]:
+    from sim.trace.registry import FORMATS
+
+    names = {c.lower() for f in FORMATS.values() for c in (f.input, f.output)}
+    return names | {f.arrival.lower() for f in FORMATS.values() if f.time_unit != "datetime"}
+
+
 def _parse_jsonl(text: str, name: str) -> tuple[pd.DataFrame, str]:
-    if text.lstrip().startswith("["):  # a JSON array of objects is accepted too
+    if text.startswith("[", re.match(r"\s*", text).end()):  # a JSON array of objects is accepted too
         try:
             items = json.loads(text)
         except json.JSONDecodeError as exc:
