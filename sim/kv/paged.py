@@ -170,8 +170,7 @@ class PagedAllocator(KVAllocator):
         nb = self._nblk[ids]
         total = int(_sum((need - nb)[need > nb]))
         if self._n_shared_tail:
-            for r in ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist():
-                total += self._cow_needed(r)
+            total += self._copies_needed(ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist())
         return total
 
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
@@ -186,7 +185,7 @@ class PagedAllocator(KVAllocator):
             raise AllocationError("grow_many: a request id is not allocated or would shrink")
         if self._n_shared_tail:
             cow = ids[self._shared_tail[ids] & (new > old)].tolist()
-            if sum(self._cow_needed(r) for r in cow) > self.num_free_blocks:
+            if self._copies_needed(cow) > self.num_free_blocks:
                 raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
             for r in cow:
                 self._unshare_tail(r)
@@ -407,6 +406,16 @@ class PagedAllocator(KVAllocator):
     def _cow_needed(self, req_id: int) -> int:
         table = self._tables[req_id]
         return int(self._ntok[req_id] % self.block_size != 0 and table[-1] in self._extra_refs)
+
+    def _copies_needed(self, req_ids: list[int]) -> int:
+        """Copies needed if all of `req_ids` write into their shared tails: the last writer of a
+        block with refcount R that all R sharers write to finds it private, so R - 1 copies."""
+        writers: dict[int, int] = {}
+        for r in req_ids:
+            if self._cow_needed(r):
+                tail = self._tables[r][-1]
+                writers[tail] = writers.get(tail, 0) + 1
+        return sum(min(w, self._extra_refs[b]) for b, w in writers.items())
 
     def _append_need(self, req_id: int, num_new_tokens: int) -> int:
         if req_id not in self._tables:

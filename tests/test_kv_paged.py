@@ -1,0 +1,171 @@
+"""PagedAllocator: block tables, growth, copy-on-write forks and the physical breakdown."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.kv import AllocationError, PagedAllocator, make_allocator
+from sim.scenario import Scenario
+
+BS, BPT = 4, 3  # tiny blocks and an odd byte count, so arithmetic slips show
+
+
+def make(num_blocks: int = 16, **kw) -> PagedAllocator:
+    return PagedAllocator(num_blocks, BS, BPT, **kw)
+
+
+def test_allocate_takes_ceil_blocks_and_breakdown_is_physical():
+    a = make()
+    assert a.allocate(0, 5, final_tokens=9, reserve_tokens=0) == 0
+    assert len(a.block_table(0)) == 2 and a.num_tokens(0) == 5
+    b = a.breakdown()
+    assert b.token_states == 5 * BPT
+    assert b.internal_frag == 3 * BPT  # last block holds 1 of 4 slots
+    assert b.reserved == b.external_frag == 0
+    assert b.free == 14 * BS * BPT
+    assert b.capacity == a.capacity_bytes == 16 * BS * BPT
+    a.check_invariants()
+
+
+def test_append_crosses_block_boundary_only_when_needed():
+    a = make()
+    a.allocate(0, 4, 10, 0)
+    assert len(a.block_table(0)) == 1
+    assert a.append(0, 1) and len(a.block_table(0)) == 2
+    assert a.append(0, 3) and len(a.block_table(0)) == 2
+    assert a.num_tokens(0) == 8 and a.breakdown().internal_frag == 0
+    a.check_invariants()
+
+
+def test_append_fails_without_change_when_pool_is_full():
+    a = make(num_blocks=2)
+    a.allocate(0, 8, 20, 0)
+    assert a.num_free_blocks == 0
+    assert not a.can_append(0, 1)
+    assert a.append(0, 1) is False
+    assert a.num_tokens(0) == 8 and len(a.block_table(0)) == 2
+    assert a.can_append(0, 0)
+
+
+def test_can_allocate_and_misuse():
+    a = make(num_blocks=3)
+    assert a.can_allocate(12, 0) and not a.can_allocate(13, 0)
+    with pytest.raises(AllocationError):
+        a.allocate(0, 13, 13, 0)
+    a.allocate(0, 4, 4, 0)
+    with pytest.raises(AllocationError):
+        a.allocate(0, 4, 4, 0)  # twice
+    with pytest.raises(AllocationError):
+        a.free(7)  # never allocated
+    with pytest.raises(AllocationError):
+        a.append(7, 1)
+
+
+def test_free_returns_every_block():
+    a = make()
+    for r in range(4):
+        a.allocate(r, 3 + r, 10, 0)
+    for r in range(4):
+        a.free(r)
+    assert a.num_free_blocks == 16
+    assert a.breakdown().free == a.capacity_bytes
+    a.check_invariants()
+
+
+def test_grow_many_matches_scalar_appends():
+    rng = np.random.default_rng(1)
+    fast, slow = make(400), make(400)
+    ids = np.arange(20)
+    start = rng.integers(1, 30, size=20)
+    for r in ids.tolist():
+        fast.allocate(r, int(start[r]), 200, 0)
+        slow.allocate(r, int(start[r]), 200, 0)
+    n = start.copy()
+    for _ in range(10):
+        new = n + rng.integers(0, 9, size=20)
+        need = fast.blocks_to_grow(ids, new)
+        before = fast.num_free_blocks
+        fast.grow_many(ids, new)
+        assert before - fast.num_free_blocks == need
+        for r in ids.tolist():
+            assert slow.append(r, int(new[r] - n[r]))
+        n = new
+    for r in ids.tolist():
+        assert fast.num_tokens(r) == slow.num_tokens(r)
+        assert len(fast.block_table(r)) == len(slow.block_table(r)) == -(-int(n[r]) // BS)
+    assert fast.breakdown() == slow.breakdown()
+    fast.check_invariants()
+
+
+def test_grow_many_refuses_when_pool_is_short_and_leaves_state_alone():
+    a = make(num_blocks=3)
+    a.allocate(0, 4, 20, 0)
+    a.allocate(1, 4, 20, 0)
+    assert a.blocks_to_grow([0, 1], [8, 8]) == 2
+    with pytest.raises(AllocationError):
+        a.grow_many([0, 1], [8, 8])
+    assert a.num_tokens(0) == a.num_tokens(1) == 4
+    a.check_invariants()
+
+
+def test_headroom_is_slack_in_last_block():
+    a = make()
+    a.allocate(0, 5, 10, 0)
+    a.allocate(1, 8, 10, 0)
+    assert a.headroom([0, 1]).tolist() == [3, 0]
+
+
+def test_fork_shares_blocks_and_append_copies_shared_partial_tail():
+    a = make()
+    a.allocate(0, 6, 20, 0)  # block 0 full, block 1 holds 2 tokens
+    parent = list(a.block_table(0))
+    a.fork(0, 1)
+    assert a.block_table(1) == parent
+    assert [a.refcount(b) for b in parent] == [2, 2]
+    assert a.breakdown().token_states == 6 * BPT  # shared blocks counted once
+    assert a.blocks_to_grow([1], [7]) == 1  # the copy
+    assert a.append(1, 1)
+    child = a.block_table(1)
+    assert child[0] == parent[0] and child[1] != parent[1]
+    assert a.pop_copy_ops() == [(parent[1], child[1])]
+    assert a.pop_copy_ops() == []
+    assert a.refcount(parent[0]) == 2 and a.refcount(parent[1]) == 1 and a.refcount(child[1]) == 1
+    assert a.breakdown().token_states == (4 + 2 + 3) * BPT  # full block + parent tail + child copy
+    # The parent's tail is now its own: appending needs no copy.
+    assert a.append(0, 1) and a.block_table(0) == parent and a.pop_copy_ops() == []
+    a.check_invariants()
+    a.free(0)
+    a.free(1)
+    assert a.num_free_blocks == 16
+    a.check_invariants()
+
+
+def test_fork_with_full_tail_needs_no_copy():
+    a = make()
+    a.allocate(0, 8, 20, 0)
+    a.fork(0, 1)
+    assert a.append(1, 1) and a.pop_copy_ops() == []
+    assert a.block_table(1)[:2] == a.block_table(0)
+    a.free(1)
+    assert a.refcount(a.block_table(0)[0]) == 1
+    a.check_invariants()
+
+
+def test_grow_many_copies_on_write_too():
+    a = make()
+    a.allocate(0, 2, 20, 0)
+    a.fork(0, 1)
+    a.fork(0, 2)
+    assert a.blocks_to_grow([0, 1, 2], [3, 3, 3]) == 2  # two of the three need a copy
+    a.grow_many([0, 1, 2], [3, 3, 3])
+    assert len(a.pop_copy_ops()) == 2
+    assert len({a.block_table(r)[0] for r in range(3)}) == 3
+    a.check_invariants()
+
+
+def test_make_allocator_builds_paged_from_scenario():
+    a = make_allocator(Scenario(block_size=32, prefix_caching=True), 10, 7, prefix_block_size=512)
+    assert isinstance(a, PagedAllocator)
+    assert (a.block_size, a.num_blocks, a.bytes_per_token, a.prefix_caching) == (32, 10, 7, True)
+    assert a.cache.prefix_block_size == 512
