@@ -1,0 +1,79 @@
+"""Shared argparse flags -> Scenario, for `python -m sim run/compare` and `python -m gpu_backend run`.
+
+One place defines the knobs' flag names, so every CLI spells them the same and validation stays in
+Scenario (one-line ScenarioError messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sim.scenario import (
+    ALLOCATORS,
+    KV_DTYPES,
+    PLACEMENTS,
+    PREEMPTION_MODES,
+    RESERVE_POLICIES,
+    WEIGHT_DTYPES,
+    Scenario,
+)
+
+# flag dest -> Scenario field (same name unless listed)
+FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
+          "allocator", "block_size", "reserve", "placement", "prefix_caching", "max_num_seqs", "max_batched_tokens",
+          "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile", "seed")
+
+
+def add_trace_args(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", metavar="PATH", help="trace file (any supported format, see docs/TRACES.md)")
+    src.add_argument("--synthetic", metavar="SPEC", help='synthetic trace spec, e.g. "preset=sharegpt-like,n=1000,rate=5"')
+    p.add_argument("--format", dest="trace_format", help="trace format (default: detected)")
+
+
+def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True) -> None:
+    d = Scenario()
+    g = p.add_argument_group("scenario")
+    g.add_argument("--model", required=model_required, default=d.model, help="catalog name, HF id or config.json")
+    g.add_argument("--gpu", default=d.gpu, help="GPU catalog name or a custom GPU JSON (default %(default)s)")
+    g.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel GPUs per replica")
+    g.add_argument("--replicas", type=int, default=d.replicas, help="data-parallel replicas (round-robin routing)")
+    g.add_argument("--weight-dtype", default=d.weight_dtype, choices=WEIGHT_DTYPES)
+    g.add_argument("--kv-dtype", default=d.kv_dtype, choices=KV_DTYPES)
+    g.add_argument("--kv-heads", type=int, help="GQA what-if: N kv heads")
+    g.add_argument("--kv-budget-gib", type=float, help="KV pool per replica in GiB (default: derived from the GPU)")
+    g.add_argument("--gpu-mem-util", type=float, default=d.gpu_mem_util)
+    g.add_argument("--allocator", default=d.allocator, choices=ALLOCATORS)
+    g.add_argument("--block-size", type=int, default=d.block_size)
+    g.add_argument("--reserve", default=d.reserve, choices=RESERVE_POLICIES, help="contiguous reservation policy")
+    g.add_argument("--placement", default=d.placement, choices=PLACEMENTS, help="contiguous placement")
+    g.add_argument("--prefix-caching", action="store_true", default=d.prefix_caching)
+    g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
+    g.add_argument("--max-batched-tokens", type=int, default=d.max_batched_tokens)
+    g.add_argument("--max-model-len", type=int, help="default: min(model context, 32768)")
+    g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=d.chunked_prefill)
+    g.add_argument("--preemption", default=d.preemption, choices=PREEMPTION_MODES)
+    g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
+    g.add_argument("--static-batch", type=int, metavar="B", help="static-batching baseline with batch size B")
+    g.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
+    g.add_argument("--seed", type=int, default=d.seed)
+
+
+def scenario_from_args(args: argparse.Namespace, **overrides: Any) -> Scenario:
+    """Scenario from parsed flags (ScenarioError on bad values)."""
+    values = {name: getattr(args, name) for name in FIELDS if hasattr(args, name)}
+    values.update(overrides)
+    return Scenario.from_dict(values)
+
+
+def trace_from_args(args: argparse.Namespace) -> Any:
+    from sim.trace import resolve_trace
+
+    if args.synthetic is not None:
+        if args.trace_format:
+            from sim.cli.common import CliError
+
+            raise CliError("--format applies to --trace files only")
+        return resolve_trace(f"synthetic:{args.synthetic.removeprefix('synthetic:')}")
+    return resolve_trace(args.trace, args.trace_format)
