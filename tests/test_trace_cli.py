@@ -76,6 +76,15 @@ def test_bad_input_prints_one_line_error_and_exits_2() -> None:
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
 
 
+def test_out_writes_a_generic_csv_that_loads_back(tmp_path: Path) -> None:
+    out = tmp_path / "fast.csv"
+    proc = run_cli("trace", str(SAMPLES / "vidur_small.csv"), "--speedup", "2", "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    from sim.trace import load_trace
+
+    assert load_trace(out).digest() == json.loads(proc.stdout)["digest"]
+
+
 def test_help_lists_formats() -> None:
     proc = run_cli("trace", "--help")
     assert proc.returncode == 0 and "burstgpt" in proc.stdout and "synthetic:" in proc.stdout

@@ -8,8 +8,10 @@ import json
 import pickle
 from pathlib import Path
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from sim.trace import FORMATS, Trace, TraceError, load_trace, load_trace_bytes
 
@@ -200,3 +202,16 @@ def test_shared_public_traces_load_with_exact_row_counts(name: str) -> None:
     if fmt == "mooncake":
         assert trace.prefix_block_size == 512
         assert trace.df["prefix_hashes"].map(len).sum() > trace.rows
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    gaps=st.lists(st.floats(min_value=0, max_value=1e4, allow_nan=False), min_size=1, max_size=40),
+    tokens=st.lists(st.tuples(st.integers(1, 10**6), st.integers(1, 10**6)), min_size=41, max_size=41),
+)
+def test_generic_csv_round_trip(gaps: list[float], tokens: list[tuple[int, int]]) -> None:
+    arrival = np.concatenate([[0.0], np.cumsum(gaps)])
+    inp, out = zip(*tokens[: len(arrival)], strict=True)
+    trace = Trace.build(arrival, inp, out, format="generic", source="x.csv")
+    back = load_trace_bytes(trace.to_csv().encode(), "x.csv")
+    assert back.digest() == trace.digest()

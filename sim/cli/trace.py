@@ -34,6 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     t.add_argument("--speedup", type=float, metavar="K", help="replay K times faster")
     t.add_argument("--clamp", type=int, metavar="TOKENS", help="make input+output <= TOKENS (input cut first)")
     t.add_argument("--seed", type=int, default=0, help="seed for --subsample (default 0)")
+    p.add_argument("--out", metavar="CSV", help="also write the (transformed) trace as a generic CSV")
     return p
 
 
@@ -60,6 +61,11 @@ def run(args: argparse.Namespace) -> int:
         trace = speedup(trace, args.speedup)
     if args.clamp is not None:
         trace = clamp_context(trace, args.clamp)
+    if args.out:
+        try:
+            trace.to_csv(args.out)
+        except OSError as exc:
+            raise CliError(f"--out {args.out}: {exc.strerror or exc}") from None
     summary = trace.summary()
     if args.json:
         print_json(summary)

@@ -149,6 +149,12 @@ class Trace:
         new.__dict__.pop("_digest", None)
         return new
 
+    def to_csv(self, path: Any = None) -> str | None:
+        """Write the generic CSV format (arrival_s,input_tokens,output_tokens[,session_id]); it loads
+        back to the same arrays. Prefix hashes are not written (CSV has no list cells)."""
+        columns = [c for c in (*CORE_COLUMNS, "session_id") if c in self.df.columns]
+        return self.df[columns].to_csv(path, index=False, lineterminator="\n")
+
     # ----- description ------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         """Headline figures (the `python -m sim trace --json` output)."""
