@@ -77,6 +77,7 @@ def test_unknown_format_name_option_and_kind_mismatch() -> None:
         load_trace(path, "parquet")
     with pytest.raises(TraceError, match="option 'model' does not apply to format generic"):
         load_trace(path, model="gpt-4")
+    assert load_trace(path, model=None, keep_failed=False).rows == 300  # options asking for nothing
     with pytest.raises(TraceError, match="format mooncake is jsonl, but the file looks like csv"):
         load_trace(path, "mooncake")
     with pytest.raises(TraceError, match="missing column 'TIMESTAMP' for format azure"):

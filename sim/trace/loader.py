@@ -183,11 +183,12 @@ def _missing_column(spec: TraceFormat, raw: pd.DataFrame, name: str, kind: str) 
 def _normalise(raw: pd.DataFrame, spec: TraceFormat, name: str, label: str, options: dict[str, Any]) -> Trace:
     kind = "csv" if label == "data row" else "jsonl"
     _missing_column(spec, raw, name, kind)
-    unknown = sorted(set(options) - set(spec.options))
+    # None/False ask for nothing, so a caller may pass the same option set for every format
+    unknown = sorted(k for k, v in options.items() if k not in spec.options and v not in (None, False))
     if unknown:
         allowed = ", ".join(spec.options) or "none"
         raise TraceError(f"{name}: option {unknown[0]!r} does not apply to format {spec.name} (options: {allowed})")
-    opts = {**spec.options, **options}
+    opts = {**spec.options, **{k: v for k, v in options.items() if k in spec.options}}
     have = _lookup(list(raw.columns))
     wanted = [c for c in (spec.arrival, spec.input, spec.output, spec.session, spec.prefix_hashes) if c]
     raw = raw.rename(columns={have[c.lower()]: c for c in wanted if c.lower() in have})
