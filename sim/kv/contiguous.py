@@ -93,7 +93,7 @@ class ContiguousAllocator(KVAllocator):
     # --- growth --------------------------------------------------------------------------------
     def can_append(self, req_id: int, num_new_tokens: int) -> bool:
         self._check(req_id)
-        return self._ntok[req_id] + num_new_tokens <= self._held[req_id] * self.block_size
+        return bool(self._ntok[req_id] + num_new_tokens <= self._held[req_id] * self.block_size)
 
     def append(self, req_id: int, num_new_tokens: int) -> bool:
         if num_new_tokens < 0:
