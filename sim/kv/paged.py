@@ -256,17 +256,16 @@ class PagedAllocator(KVAllocator):
             slack = (bs - n % bs) % bs if released and released[-1] == table[-1] else 0
             self._written -= len(released) * bs - slack
         else:
-            released = table
+            released = table  # not mutated: a caller may still hold it from block_table()
             self._written -= n
-        released.reverse()  # tail first: the tail is evicted first
         if self.prefix_caching:
-            for b in released:
+            for b in reversed(released):  # tail first: the tail is evicted first
                 if self.cache.is_cached(b):
                     self.cache.park(b)
                 else:
                     self._free.append(b)
         else:
-            self._free.extend(released)
+            self._free.extend(reversed(released))
 
     def can_fork(self, parent_id: int) -> bool:
         """Paged forks share everything: always possible (copies happen later, on append)."""
