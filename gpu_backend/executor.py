@@ -9,11 +9,18 @@ after its trace output count, whatever tokens the model samples (EOS is ignored)
 
 from __future__ import annotations
 
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
 import torch
 
-from gpu_backend.attention import SeqChunk, build_batch
-from gpu_backend.model_loader import LoadedModel
-from gpu_backend.paged_cache import PagedKVCache
+from gpu_backend import telemetry
+from gpu_backend.attention import SeqChunk, build_batch, default_impl
+from gpu_backend.model_loader import LoadedModel, load_model
+from gpu_backend.paged_cache import PagedKVCache, measure_cuda_kv_budget
 
 
 class ModelRunner:
@@ -42,3 +49,233 @@ class ModelRunner:
 
     def greedy(self, chunks: list[SeqChunk], tokens: list[list[int]]) -> list[int]:
         return self.logits(chunks, tokens).argmax(-1).tolist()
+
+
+# --- the serving loop -------------------------------------------------------------------------------
+
+GiB = 1 << 30
+CPU_DEFAULT_KV_BUDGET_GIB = 1 / 16  # 64 MiB: a tiny model's pool on CPU when no budget is given
+MEMORY_COLUMNS = ("mem_allocated_bytes", "mem_reserved_bytes", "nvml_used_bytes")
+STEP_LOG_COLUMNS = ("step", "t_start_s", "t_end_s", "batch_size", "prefill_tokens", "decode_tokens",
+                    "num_preemptions", "blocks_in_use", *MEMORY_COLUMNS)
+
+
+class ExecutorError(ValueError):
+    """The run cannot start as asked (one-line message)."""
+
+
+@dataclass
+class RunConfig:
+    """How the backend runs a scenario (the scenario says what is served and how it is scheduled)."""
+
+    device: str = "cpu"
+    dtype: str = "fp32"  # model compute dtype
+    weights: str | None = None
+    offline: bool = False  # all requests arrive at t=0 instead of at their trace times
+    impl: str | None = None  # attention path: "sdpa" | "flex" | None (auto: flex on CUDA)
+    seed: int = 0
+    max_steps: int | None = None
+
+
+def prompt_tokens(r: int, n: int, vocab: int, seed: int) -> list[int]:
+    """Random prompt ids of request r (deterministic; ids 0-2 left out: pad/bos/eos in most configs)."""
+    rng = np.random.default_rng([seed, r])
+    return rng.integers(3, max(vocab, 4), size=n).tolist()
+
+
+def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel):
+    """The scenario with an explicit KV budget: given, 64 MiB on CPU, or measured on CUDA."""
+    if scenario.kv_budget_gib is not None:
+        return scenario
+    if loaded.device.type != "cuda":
+        return scenario.replace(kv_budget_gib=CPU_DEFAULT_KV_BUDGET_GIB)
+    # CUDA (untested on hardware here): vLLM's method, a forward at the largest token batch.
+    spec, n = loaded.spec, scenario.max_batched_tokens
+    tmp = PagedKVCache(spec.num_layers, -(-n // scenario.block_size) + 1, scenario.block_size,
+                       spec.num_kv_heads, spec.head_dim, scenario.kv_dtype, loaded.dtype, loaded.device)
+    runner = ModelRunner(loaded, tmp, cfg.impl)
+    table = list(range(tmp.usable_blocks))
+    budget = measure_cuda_kv_budget(lambda: runner.logits([SeqChunk(table, 0, n)], [[3] * n]),
+                                    scenario.gpu_mem_util, loaded.device)
+    if budget <= 0:
+        raise ExecutorError(f"no GPU memory left for KV after the profiling pass ({budget / GiB:.2f} GiB)")
+    return scenario.replace(kv_budget_gib=budget / GiB)
+
+
+class Executor:
+    """Drives sim.engine's own Setup (allocator + Scheduler built exactly as the simulator builds
+    them) with a wall clock and a real model. `run()` returns a SimResult."""
+
+    def __init__(self, trace, scenario, cfg: RunConfig | None = None, loaded: LoadedModel | None = None,
+                 progress=None, on_step=None) -> None:
+        from sim import engine
+
+        self.cfg = cfg = cfg or RunConfig()
+        if scenario.tp != 1 or scenario.replicas != 1:
+            raise ExecutorError("the GPU backend runs one GPU: set tp=1 and replicas=1")
+        self.loaded = loaded or load_model(scenario.model, dtype=cfg.dtype, device=cfg.device, weights=cfg.weights,
+                                           kv_heads=scenario.kv_heads, seed=cfg.seed)
+        self.scenario = _kv_budget_scenario(scenario, cfg, self.loaded)
+        self.trace, self.progress, self.on_step = trace, progress, on_step
+        self.setup = engine.build(trace, self.scenario)
+        self.sim = engine.Simulation(self.setup)  # its recorder and gauges, reused as they are
+        self.rep = self.setup.replicas[0]
+        spec = self.loaded.spec
+        # The allocator's blocks plus the padding block (pool block 0), which is outside the budget.
+        self.cache = PagedKVCache(spec.num_layers, self.setup.num_blocks + 1, self.scenario.block_size,
+                                  spec.num_kv_heads, spec.head_dim, self.scenario.kv_dtype, self.loaded.dtype,
+                                  self.loaded.device)
+        self.runner = ModelRunner(self.loaded, self.cache, cfg.impl)
+        self.tokens: dict[int, list[int]] = {}
+        self.swap_store: dict[int, list[torch.Tensor]] = {}
+        self.last_tables: dict[int, list[int]] = {}
+        self.step_log: list[tuple] = []
+
+    # --- per-step pieces -----------------------------------------------------------------------
+    def _ids(self, r: int, start: int, n: int) -> list[int]:
+        tk = self.tokens.get(r)
+        if tk is None:
+            tk = self.tokens[r] = prompt_tokens(r, int(self.setup.table.prompt[r]), self.loaded.spec.vocab_size,
+                                                self.cfg.seed)
+        if len(tk) < start + n:  # static batching pads prompts: pad ids past the request's own tokens
+            tk += [0] * (start + n - len(tk))
+        return tk[start:start + n]
+
+    def _memory(self) -> tuple[float, float, float]:
+        s = telemetry.read_now(self.loaded.device.index or 0) if self.loaded.device.type == "cuda" else None
+        if s is None:
+            return (math.nan, math.nan, math.nan)
+        return (s.torch_allocated_bytes, s.torch_reserved_bytes, s.nvml_used_bytes)
+
+    def _move_kv(self, plan) -> None:
+        """Swap out preempted requests' blocks before anyone overwrites them; copy-on-write copies;
+        swap in resumed requests."""
+        alloc, t = self.rep.alloc, self.setup.table
+        from sim.request import SWAPPED
+
+        for r in plan.preempted:
+            if t.status[r] == SWAPPED and r in self.last_tables:
+                self.swap_store[r] = self.cache.read_blocks(self.last_tables[r])
+        pop = getattr(alloc, "pop_copy_ops", None)
+        if pop is not None:
+            self.cache.copy_blocks(pop())
+        for r in plan.decode_ids.tolist():
+            saved = self.swap_store.pop(r, None)
+            if saved is not None:
+                table = alloc.block_table(r)[: saved[0].shape[1]]
+                self.cache.write_blocks(table, saved)
+
+    def _forward(self, plan) -> None:
+        alloc = self.rep.alloc
+        chunks, feed, rows = [], [], []
+        for r, c in zip(plan.decode_ids.tolist(), plan.decode_context.tolist(), strict=True):
+            chunks.append(SeqChunk(alloc.block_table(r), c, 1))
+            feed.append(self._ids(r, c, 1))
+            rows.append(r)
+        for r, c, n in zip(plan.prefill_ids, plan.prefill_context, plan.prefill_tokens, strict=True):
+            chunks.append(SeqChunk(alloc.block_table(r), c, n))
+            feed.append(self._ids(r, c, n))
+            rows.append(r)
+        if not chunks:
+            return
+        samples = self.runner.greedy(chunks, feed)
+        for r, ch, tok in zip(rows, chunks, samples, strict=True):
+            if ch.context_len == len(self.tokens[r]):  # the whole known sequence is in K/V: keep the sample
+                self.tokens[r].append(tok)
+        if self.scenario.preemption == "swap":
+            self.last_tables = {r: alloc.block_table(r) for r in rows}
+
+    # --- the loop ------------------------------------------------------------------------------
+    def run(self):
+        from sim import metrics
+
+        rep, sched, rec, table = self.rep, self.rep.sched, self.sim.rec, self.setup.table
+        arrival = np.zeros(len(table)) if self.cfg.offline else table.arrival_s
+        if self.cfg.offline:
+            table.arrival_s = np.zeros(len(table))
+        t0 = time.perf_counter()
+        steps = 0
+        while self.cfg.max_steps is None or steps < self.cfg.max_steps:
+            now = time.perf_counter() - t0
+            while rep.ptr < len(rep.arrivals) and arrival[rep.arrivals[rep.ptr]] <= now:
+                sched.add_request(int(rep.arrivals[rep.ptr]))
+                rep.ptr += 1
+            plan = sched.schedule(now) if sched.has_work else None
+            if plan is None:
+                if rep.ptr >= len(rep.arrivals):
+                    break
+                wait = float(arrival[rep.arrivals[rep.ptr]]) - (time.perf_counter() - t0)
+                rep.last_batch = 0
+                rec.sample_until(max(now, 0.0), self.sim.gauges(), inclusive=False)
+                time.sleep(max(wait, 0.0))
+                continue
+            used = rep.alloc.num_used_blocks
+            self._move_kv(plan)
+            self._forward(plan)
+            if self.loaded.device.type == "cuda":
+                torch.cuda.synchronize(self.loaded.device)
+            t_end = time.perf_counter() - t0
+            finished = sched.complete_step(plan, t_end)
+            for r in finished:
+                self.tokens.pop(r, None)
+            steps += 1
+            rep.last_batch = plan.batch_size
+            rec.add_counts(t_end, 1, plan.num_prefill_tokens, plan.num_decode_tokens, len(plan.preempted))
+            if rec.needs_sample(t_end):
+                rec.sample_until(t_end, self.sim.gauges())
+            self.step_log.append((steps, now, t_end, plan.batch_size, plan.num_prefill_tokens,
+                                  plan.num_decode_tokens, len(plan.preempted), used, *self._memory()))
+            self.sim.total_steps = steps
+            if finished:
+                self.sim._finished(len(finished))
+            if self.on_step is not None:
+                self.on_step(self.step_log[-1])
+        end = time.perf_counter() - t0
+        rec.finish(end, self.sim.gauges())
+        wall = end
+        return self._result(metrics, wall)
+
+    def _result(self, metrics, wall: float):
+        setup, sched, rep = self.setup, self.rep.sched, self.rep
+        requests = metrics.requests_frame(setup.table)
+        log = pd.DataFrame(self.step_log, columns=list(STEP_LOG_COLUMNS))
+        steps = self.sim.rec.frame()
+        # Measured memory per bucket: mean over the steps that ended in it (NaN where none did or no GPU).
+        if len(log):
+            bucket = np.minimum((log["t_end_s"] // self.sim.rec.width).astype(int), len(steps) - 1)
+            means = log.groupby(bucket)[list(MEMORY_COLUMNS)].mean()
+            for col in MEMORY_COLUMNS:
+                steps[col] = means[col].reindex(range(len(steps))).to_numpy()
+        else:
+            for col in MEMORY_COLUMNS:
+                steps[col] = np.nan
+        peak = sched.peak_used_blocks / setup.num_blocks
+        s = self.scenario
+        summary = metrics.summarize(
+            requests, self.sim.rec, peak_usage=peak, num_preemptions=sched.num_preemptions,
+            prefix_queries=sched.prefix_queries, prefix_hits=sched.prefix_hits, sim_wall_s=wall,
+            rejected=setup.rejected, clamped=setup.clamped,
+            unfinished=int(len(requests) - requests["finish_s"].notna().sum() - setup.rejected),
+            kv_capacity_bytes=rep.alloc.capacity_bytes, num_blocks=setup.num_blocks, block_size=s.block_size,
+            bytes_per_token=setup.bytes_per_token, replicas=1, routing="single", max_model_len=setup.max_model_len,
+            kv_budget_terms=None, num_steps=len(log), sim_events=len(log), cost_model="measured",
+            kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
+            device=str(self.loaded.device), model_dtype=self.cfg.dtype, kv_dtype=s.kv_dtype,
+            attention=self.runner.impl or default_impl(self.loaded.device), offline=self.cfg.offline,
+            kv_budget_gib=s.kv_budget_gib,
+            peak_mem_allocated_bytes=_nanmax(log, "mem_allocated_bytes"),
+            peak_mem_reserved_bytes=_nanmax(log, "mem_reserved_bytes"),
+            peak_nvml_used_bytes=_nanmax(log, "nvml_used_bytes"),
+        )
+        return metrics.SimResult(requests, steps, summary, s, self.trace.digest(), extra={"step_log": log})
+
+
+def _nanmax(log: pd.DataFrame, col: str) -> float | None:
+    v = log[col].to_numpy(dtype=float) if len(log) else np.zeros(0)
+    v = v[np.isfinite(v)]
+    return float(v.max()) if v.size else None
+
+
+def run(trace, scenario, cfg: RunConfig | None = None, **kwargs):
+    """Replay `trace` under `scenario` on a real model; returns a SimResult (docs/GPU_BACKEND.md)."""
+    return Executor(trace, scenario, cfg, **kwargs).run()
