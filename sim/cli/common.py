@@ -13,15 +13,12 @@ class CliError(Exception):
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that carry a one-line, user-facing message (no traceback wanted)."""
+    from models.gpus import GpuError
+    from models.spec import SpecError
     from sim.scenario import ScenarioError
+    from sim.trace import TraceError
 
-    errors: list[type[BaseException]] = [ScenarioError, CliError]
-    for module, name in (("models.spec", "SpecError"), ("models.gpus", "GpuError"), ("sim.trace", "TraceError")):
-        try:
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(errors)
+    return (CliError, ScenarioError, SpecError, GpuError, TraceError)
 
 
 def print_json(data: Any) -> None:
