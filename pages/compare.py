@@ -25,8 +25,8 @@ try:
 except SpecError as exc:
     st.error(str(exc).splitlines()[0])
     st.stop()
-chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants), key="variants",
-                        max_selections=6)
+chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants),
+                        key=f"variants-{PRESETS.index(preset)}", max_selections=6)  # one per preset: options differ
 if len(chosen) < 2:
     st.info("Pick at least two scenarios.")
     st.stop()

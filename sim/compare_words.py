@@ -51,6 +51,9 @@ def token_state_share(summary: Mapping[str, Any]) -> float | None:
 def compare_pair(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
     """Sentences about `name` relative to `base_name`."""
     out: list[str] = []
+    done, done0 = _val(summary, "completed"), _val(base, "completed")
+    if done is not None and done0 is not None and done != done0:
+        out.append(f"{name} completes {done:.0f} of {_val(summary, 'requests') or 0:.0f} requests, {base_name} {done0:.0f}.")
     conc = _ratio(_val(summary, "mean_batch_size"), _val(base, "mean_batch_size"))
     ttft, ttft0 = _val(summary, "ttft_s", "p99"), _val(base, "ttft_s", "p99")
     if conc is not None:

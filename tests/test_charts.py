@@ -116,6 +116,7 @@ def test_compare_words_ratios_come_from_summaries():
     assert "2.00x the token throughput" in words[1]
     assert "paged uses 60% of its KV pool for token states, contiguous 20%." in words
     assert token_state_share(a) == pytest.approx(0.2)
+    assert describe_differences({"a": a, "b": dict(b, completed=3)})[0] == "b completes 3 of 8 requests, a 7."
     slow = dict(b, ttft_s={"p99": 2.4}, mean_batch_size=2.0)
     assert "2.0x fewer concurrent requests" in describe_differences({"a": a, "b": slow})[0]
     assert "(3.0x)" in describe_differences({"a": a, "b": slow})[0]

@@ -1,0 +1,47 @@
+"""AppTest: the Capacity planner page reproduces the seed tables and reports bad combinations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "capacity.py")
+
+
+def page(**params) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update(params)
+    return at.run()
+
+
+def test_seed_table_qwen25_7b_on_h100():
+    """seed_facts.md: 504 / 126 / 31 / 7 concurrent requests at 2K / 8K / 32K / 128K, 56 KiB per token."""
+    at = page()
+    assert not at.exception and not at.error
+    row = at.dataframe[0].value.iloc[0]
+    assert row["KV bytes/token (per GPU)"] == 57_344
+    assert [row[f"max concurrent @ {c:,}"] for c in (2048, 8192, 32768, 131072)] == [504, 126, 31, 7]
+    assert 54.5 < row["KV budget (GiB)"] < 55.5
+    need = at.dataframe[1].value.iloc[0]
+    assert need["GPUs"] == 1 and need["per replica"] == 126  # 100 users at 8,192 tokens fit on one H100
+    assert len(at.get("plotly_chart")) == 2  # curves + budget pie
+
+
+def test_models_gpus_dtypes_from_widgets():
+    at = page()
+    at.multiselect(key="cap_models").set_value(["llama-2-7b", "llama-3-8b"])
+    at.multiselect(key="cap_kv").set_value(["bf16", "int4"]).run()
+    table = at.dataframe[0].value
+    assert len(table) == 4
+    per_token = dict(zip(zip(table["model"], table["kv dtype"], strict=True), table["KV bytes/token (per GPU)"], strict=True))
+    assert per_token[("llama-2-7b", "bf16")] == 524_288 and per_token[("llama-3-8b", "bf16")] == 131_072
+    assert per_token[("llama-3-8b", "int4")] == 2 * 32 * 8 * (64 + 4)  # 0.5 B/elem + 4 B scale per head per token
+    at.number_input(key="cap_users").set_value(5000).run()
+    assert (at.dataframe[1].value["GPUs"] > 1).all()
+
+
+def test_tp_that_does_not_divide_heads_is_a_message():
+    at = page(cap_tp="8")  # qwen2.5-7b has 28 attention heads
+    assert not at.exception
+    assert at.error and "tp=8" in at.error[0].value and "\n" not in at.error[0].value

@@ -1,0 +1,120 @@
+"""AppTest: the Simulate page (URL-bound scenario, paging switch changes the memory chart, config
+uploads, snapshot save and link) and the Compare page."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from sim.scenario import Scenario
+from sim.snapshot import SnapshotStore
+
+ROOT = Path(__file__).resolve().parent.parent
+SIMULATE = str(ROOT / "pages" / "simulate.py")
+COMPARE = str(ROOT / "pages" / "compare.py")
+
+
+@pytest.fixture(autouse=True)
+def snapshot_db(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(tmp_path / "snaps.sqlite"))
+    return tmp_path / "snaps.sqlite"
+
+
+def page(path: str, **params: str) -> AppTest:
+    at = AppTest.from_file(path, default_timeout=120)
+    at.query_params.update({"trace_first": "100", **params})
+    return at.run()
+
+
+def chart_series(at: AppTest, index: int = 0) -> dict[str, np.ndarray]:
+    """name -> y values of one plotly chart (plotly sends typed arrays base64-encoded)."""
+    spec = json.loads(at.get("plotly_chart")[index].proto.spec)
+    out = {}
+    for trace in spec["data"]:
+        y = trace["y"]
+        out[trace["name"]] = np.frombuffer(base64.b64decode(y["bdata"]), y["dtype"]) if isinstance(y, dict) else np.asarray(y)
+    return out
+
+
+def scenario_digest(at: AppTest) -> str:
+    return next(c.value for c in at.caption if "scenario" in c.value).rsplit("scenario ", 1)[1]
+
+
+def test_default_run_shows_headline_and_five_charts():
+    at = page(SIMULATE)
+    assert not at.exception and not at.error
+    values = {m.label: m.value for m in at.metric}
+    assert values["requests completed"] == "100 / 100"
+    assert len(at.get("plotly_chart")) == 5
+    assert scenario_digest(at) == Scenario().digest()
+    assert "weights" in chart_series(at)
+
+
+def test_contiguous_to_paged_changes_memory_chart():
+    at = page(SIMULATE, paging="contiguous")
+    assert scenario_digest(at) == Scenario(allocator="contiguous").digest()
+    contiguous = chart_series(at)
+    at.radio(key="paging").set_value("paged").run()
+    assert scenario_digest(at) == Scenario().digest()
+    paged = chart_series(at)
+    # contiguous "max" reserves the whole max_model_len up front; paged holds only what is written
+    assert contiguous["reserved (not yet written)"].max() > 0 and paged["reserved (not yet written)"].max() == 0
+    assert contiguous["free"].min() < paged["free"].min()
+    np.testing.assert_allclose(contiguous["token states"], paged["token states"])
+
+
+def test_url_binds_gqa_dtype_and_budget():
+    at = page(SIMULATE, attn="MQA", kv_dtype="int8", budget="explicit GiB", kv_gib="2.0")
+    assert scenario_digest(at) == Scenario(kv_heads=1, kv_dtype="int8", kv_budget_gib=2.0).digest()
+    at.radio(key="attn").set_value("custom").run()
+    at.number_input(key="kv_heads").set_value(4).run()
+    assert scenario_digest(at) == Scenario(kv_heads=4, kv_dtype="int8", kv_budget_gib=2.0).digest()
+
+
+def test_bad_gqa_and_bad_config_uploads_are_messages():
+    at = page(SIMULATE, attn="custom", kv_heads="3")  # 3 does not divide llama-3-8b's 32 heads
+    assert not at.exception and at.error and "\n" not in at.error[0].value
+    at = page(SIMULATE, model_src="upload config.json")
+    at.file_uploader(key="model_file").upload("config.json", b"{not json", "application/json").run()
+    assert not at.exception and at.error[0].value.startswith("config.json")
+    at.file_uploader(key="model_file").upload("config.json", b"[1, 2]", "application/json").run()
+    assert not at.exception and at.error
+
+
+def test_uploaded_config_runs():
+    at = page(SIMULATE, model_src="upload config.json")
+    data = (ROOT / "models" / "catalog" / "tiny-llama.json").read_bytes()
+    at.file_uploader(key="model_file").upload("config.json", data, "application/json").run()
+    assert not at.exception and not at.error
+    assert {m.label: m.value for m in at.metric}["requests completed"].endswith("/ 100")
+    assert "tiny" in at.sidebar.caption[0].value or any("llama" in c.value for c in at.sidebar.caption)
+
+
+def test_save_snapshot_gives_link_and_stores_it(snapshot_db):
+    at = page(SIMULATE, paging="contiguous")
+    at.text_input(key="sim-save-name").set_value("contiguous run")
+    submit = next(b for b in at.button if "Save snapshot" in b.label)
+    submit.click().run()
+    saved = SnapshotStore(snapshot_db).list()
+    assert [s.name for s in saved] == ["contiguous run"]
+    assert any(f"?snapshot={saved[0].id}" in c.value for c in at.code)
+    snap = SnapshotStore(snapshot_db).get(saved[0].id)
+    assert snap.scenario == Scenario(allocator="contiguous") and snap.trace() is not None
+
+
+def test_compare_presets_table_and_words():
+    at = page(COMPARE, budget="explicit GiB", kv_gib="2.0")
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    assert list(table["scenario"]) == ["contiguous max", "contiguous pow2", "contiguous oracle", "paged"]
+    words = [m.value for m in at.markdown if m.value.startswith("- ")]
+    assert any(w.startswith("- paged holds") and "contiguous max" in w for w in words), words
+    at.selectbox(key="preset").set_value("KV dtype: fp16 vs fp8 vs int8 vs int4").run()
+    assert list(at.dataframe[0].value["scenario"]) == ["fp16", "fp8", "int8", "int4"]
+    at.multiselect(key="variants-2").set_value(["fp16"]).run()
+    assert not at.dataframe and any("at least two" in i.value for i in at.info)
