@@ -1,0 +1,130 @@
+"""`python -m gpu_backend run|profile|status`: the simulator's scenario flags, run on a real model.
+
+`run` takes exactly `python -m sim run`'s trace and scenario flags (sim/cli/scenario_args.py) plus
+--device, --dtype, --weights, --offline, --attention, --max-steps, and prints the same summary
+(text or --json) and writes the same frames with --out (plus step_log: measured per-step rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from sim.cli.common import CliError, print_json, user_errors
+from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_from_args, trace_from_args
+
+
+def _device_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("device")
+    g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
+    g.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
+                   help="model compute dtype (default: bf16 on cuda, fp32 on cpu)")
+    g.add_argument("--weights", metavar="DIR", help="load real weights from this local directory (default: random)")
+    g.add_argument("--attention", choices=("sdpa", "flex"), help="attention path (default: flex on cuda, sdpa on cpu)")
+
+
+def _device_and_dtype(args: argparse.Namespace) -> tuple[str, str]:
+    from gpu_backend.telemetry import cuda_available
+
+    device = args.device or ("cuda" if cuda_available() else "cpu")
+    if device.split(":")[0] not in ("cuda", "cpu"):
+        raise CliError(f"--device {device}: choose cuda or cpu")
+    if device.startswith("cuda") and not cuda_available():
+        raise CliError("--device cuda: no CUDA device here (torch.cuda.is_available() is False); use --device cpu")
+    return device, args.dtype or ("bf16" if device.startswith("cuda") else "fp32")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m gpu_backend",
+                                     description="kvsim GPU backend: replay traces through a real paged KV cache")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    r = sub.add_parser("run", help="replay a trace through a real model (same flags and output as `sim run`)")
+    add_trace_args(r)
+    add_scenario_args(r)
+    _device_args(r)
+    r.add_argument("--offline", action="store_true", help="all requests arrive at t=0 (ignore trace times)")
+    r.add_argument("--max-steps", type=int, help="stop after this many engine steps")
+    r.add_argument("--out", metavar="DIR", help="write requests/steps/step_log frames, scenario.json, summary.json")
+    r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    r.set_defaults(_run=cmd_run)
+    p = sub.add_parser("profile", help="time prefill/decode shapes and write a calibration profile")
+    p.add_argument("--model", required=True, help="catalog name, config.json or directory")
+    _device_args(p)
+    p.add_argument("--kv-dtype", default=None, help="KV storage dtype (default: the model dtype)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--grid", default=None, choices=("default", "small"), help="default on cuda, small on cpu")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", required=True, metavar="PATH", help="profile JSON to write")
+    p.add_argument("--json", action="store_true", help="print the profile as JSON")
+    p.set_defaults(_run=cmd_profile)
+    s = sub.add_parser("status", help="is a GPU present (NVML, torch.cuda)?")
+    s.set_defaults(_run=cmd_status)
+    return parser
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from gpu_backend.executor import RunConfig, run
+    from sim.cli.run import format_summary, write_outputs
+
+    scenario = scenario_from_args(args)
+    trace = trace_from_args(args)
+    device, dtype = _device_and_dtype(args)
+    cfg = RunConfig(device=device, dtype=dtype, weights=args.weights, offline=args.offline, impl=args.attention,
+                    seed=scenario.seed, max_steps=args.max_steps)
+    result = run(trace, scenario, cfg)
+    if args.out:
+        d = write_outputs(result, args.out)
+        result.extra["step_log"].to_csv(d / "step_log.csv", index=False)
+    if args.json:
+        print_json(result.summary)
+    else:
+        print(format_summary(result.summary))
+        s = result.summary
+        print(f"KV pool {s['kv_pool_bytes']} bytes ({s['pool_num_blocks']} blocks incl. the padding block) on "
+              f"{s['device']}, attention {s['attention']}")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from gpu_backend.profile import profile
+
+    device, dtype = _device_and_dtype(args)
+    grid = args.grid or ("default" if device.startswith("cuda") else "small")
+    prof = profile(args.model, device=device, dtype=dtype, kv_dtype=args.kv_dtype or dtype, block_size=args.block_size,
+                   grid=grid, repeats=args.repeats, weights=args.weights, impl=args.attention, out=args.out)
+    if args.json:
+        print_json(prof)
+    else:
+        fit = prof["fit"]
+        print(f"wrote {args.out}: {fit['samples']} shapes on {prof['device']}, r2 {fit['r2']:.3f}, "
+              f"median error {fit['median_rel_error']:.1%}; use with `python -m sim run --profile {args.out}`")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from gpu_backend.telemetry import cuda_available, gpu_status
+
+    st = gpu_status()
+    print(st.message)
+    print(f"torch.cuda available: {cuda_available()}")
+    return 0
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    from gpu_backend.executor import ExecutorError
+    from gpu_backend.model_loader import ModelLoadError
+    from gpu_backend.quant import UnsupportedKVDtype
+
+    return (*user_errors(), ExecutorError, ModelLoadError, UnsupportedKVDtype)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args) or 0)
+    except errors() as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:  # budget too small, bad grid, ...: still one line, no traceback
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+        return 2
