@@ -57,7 +57,8 @@ class Replica:
     index: int
     alloc: KVAllocator
     sched: Any  # Scheduler | StaticBatchScheduler
-    arrivals: np.ndarray  # request ids routed here, in arrival order
+    arrivals: list[int]  # request ids routed here, in arrival order
+    times: list[float]  # their arrival times (plain lists: cheapest to walk one at a time)
     ptr: int = 0
     t: float = 0.0
     last_batch: int = 0
@@ -147,7 +148,8 @@ def build(trace: Any, scenario: Any) -> Setup:
             sched: Any = StaticBatchScheduler(table, alloc, scenario.static_batch, hashes)
         else:
             sched = Scheduler(table, alloc, cfg, hashes)
-        replicas.append(Replica(i, alloc, sched, ids[i :: scenario.replicas]))
+        mine = ids[i :: scenario.replicas]
+        replicas.append(Replica(i, alloc, sched, mine.tolist(), table.arrival_s[mine].tolist()))
     return Setup(table, replicas, CostModel.from_scenario(spec, gpu, scenario), gpu.host_link_bandwidth, max_len,
                  num_blocks, bpt, terms, int(reject.sum()), int(over.sum()))
 
@@ -187,14 +189,15 @@ class Simulation:
 
     # --- arrivals -------------------------------------------------------------------------------
     def _release(self, rep: Replica, t: float) -> None:
-        arr, ids = self.s.table.arrival_s, rep.arrivals
-        add = rep.sched.add_request
-        while rep.ptr < len(ids) and arr[ids[rep.ptr]] <= t:
-            add(int(ids[rep.ptr]))
-            rep.ptr += 1
+        times, ids, add = rep.times, rep.arrivals, rep.sched.add_request
+        ptr, n = rep.ptr, len(times)
+        while ptr < n and times[ptr] <= t:
+            add(ids[ptr])
+            ptr += 1
+        rep.ptr = ptr
 
     def _next_arrival(self, rep: Replica) -> float | None:
-        return float(self.s.table.arrival_s[rep.arrivals[rep.ptr]]) if rep.ptr < len(rep.arrivals) else None
+        return rep.times[rep.ptr] if rep.ptr < len(rep.times) else None
 
     def _finished(self, n: int) -> None:
         self.n_done += n
@@ -254,14 +257,17 @@ class Simulation:
         b = sched.num_running
         ctx = sched.decode_context_tokens()
         horizon = rec.next_grid
-        if not sched.num_waiting and rep.ptr < len(rep.arrivals):
-            horizon = min(horizon, float(self.s.table.arrival_s[rep.arrivals[rep.ptr]]))
-        # Step times only grow along a decode run, so the first one bounds how many steps can
-        # fit before the horizon: size the arrays to that, not to the whole run.
-        first = float(self.s.cost.decode_step_times(1, b, ctx)[0])
-        if first > 0:
-            k = min(k, max(int((horizon - rep.t) / first), 0) + 2)
-        dts = self.s.cost.decode_step_times(k, b, ctx)
+        if not sched.num_waiting and rep.ptr < len(rep.times):
+            horizon = min(horizon, rep.times[rep.ptr])
+        # Most runs end within a few steps (the next arrival): try a short array first. Step
+        # times only grow along a run, so the first one bounds how many steps fit the horizon.
+        dts = self.s.cost.decode_step_times(min(k, 16), b, ctx)
+        if k > 16 and rep.t + dts.sum() < horizon:
+            first = float(dts[0])
+            if first > 0:
+                k = min(k, max(int((horizon - rep.t) / first), 0) + 2)
+            dts = self.s.cost.decode_step_times(k, b, ctx)
+        k = min(k, len(dts))
         ends = np.cumsum(np.concatenate(([rep.t], dts)))[1:]  # sequential: same floats as stepping
         if not sched.num_waiting:
             t_next = self._next_arrival(rep)

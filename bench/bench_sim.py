@@ -1,0 +1,78 @@
+"""Simulator benchmarks (figures go to docs/PERFORMANCE.md):
+
+(a) simulated seconds per wall second replaying the Azure conv trace (llama-3-8b, h100-sxm, paged);
+(b) wall time and peak RSS for a 1,000,000-request synthetic trace, on one core.
+
+Run: .venv/bin/python bench/bench_sim.py [--n 1000000] [--skip-azure] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sim.engine import simulate  # noqa: E402
+from sim.scenario import Scenario  # noqa: E402
+from sim.trace import load_trace, synthetic  # noqa: E402
+
+AZURE_CONV = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+MILLION_SPEC = dict(rate=50.0, input="lognormal:mean=256:sigma=0.8", output="lognormal:mean=64:sigma=0.8", seed=0)
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def bench_azure(path: Path) -> dict:
+    trace = load_trace(path)
+    scenario = Scenario(model="llama-3-8b", gpu="h100-sxm", allocator="paged")
+    t0 = time.perf_counter()
+    res = simulate(trace, scenario)
+    wall = time.perf_counter() - t0
+    s = res.summary
+    return {"bench": "azure_conv", "requests": s["requests"], "simulated_s": s["duration_s"], "wall_s": wall,
+            "speedup_x": s["duration_s"] / wall, "steps": s["num_steps"], "sim_events": s["sim_events"],
+            "mean_batch_size": s["mean_batch_size"]}
+
+
+def bench_million(n: int) -> dict:
+    t0 = time.perf_counter()
+    trace = synthetic(n=n, **MILLION_SPEC)
+    gen = time.perf_counter() - t0
+    scenario = Scenario(model="llama-3-8b", gpu="h100-sxm", allocator="paged")
+    t1 = time.perf_counter()
+    res = simulate(trace, scenario)
+    wall = time.perf_counter() - t1
+    s = res.summary
+    return {"bench": "synthetic", "requests": n, "spec": MILLION_SPEC, "trace_gen_s": gen, "wall_s": wall,
+            "simulated_s": s["duration_s"], "speedup_x": s["duration_s"] / wall, "steps": s["num_steps"],
+            "sim_events": s["sim_events"], "completed": s["completed"], "mean_batch_size": s["mean_batch_size"],
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--skip-azure", action="store_true")
+    ap.add_argument("--skip-million", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    out = [{"machine": platform.processor() or platform.machine(), "python": platform.python_version()}]
+    if not args.skip_azure and AZURE_CONV.exists():
+        out.append(bench_azure(AZURE_CONV))
+    if not args.skip_million:
+        out.append(bench_million(args.n))
+    for row in out:
+        print(json.dumps(row) if args.json else row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
