@@ -37,7 +37,7 @@ import numpy as np
 from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
 from sim.kv.prefix_cache import PrefixCache
 
-_sum, _all, _any = np.add.reduce, np.logical_and.reduce, np.logical_or.reduce
+_sum, _any = np.add.reduce, np.logical_or.reduce
 
 
 def grown(arr: np.ndarray, size: int) -> np.ndarray:
@@ -72,7 +72,7 @@ class PagedAllocator(KVAllocator):
         self._keys: dict[int, list[int]] = {}
         size = 1024
         self._ntok = np.zeros(size, dtype=np.int64)
-        self._nblk = np.zeros(size, dtype=np.int64)
+        self._cap = np.zeros(size, dtype=np.int64)  # token slots held: blocks x block_size
         self._final = np.zeros(size, dtype=np.int64)
         self._nkeys = np.zeros(size, dtype=np.int64)  # blocks of the request that have a key
         self._nreg = np.zeros(size, dtype=np.int64)  # leading blocks already offered to the cache
@@ -127,7 +127,7 @@ class PagedAllocator(KVAllocator):
         self._tables[req_id] = hits + new
         self._written += len(parked_hits) * bs + num_tokens - len(hits) * bs
         self._ntok[req_id] = num_tokens
-        self._nblk[req_id] = len(hits) + need
+        self._cap[req_id] = (len(hits) + need) * bs
         self._final[req_id] = final_tokens
         self._active[req_id] = True
         if self.prefix_caching:
@@ -154,21 +154,23 @@ class PagedAllocator(KVAllocator):
             self._unshare_tail(req_id)
         n = int(self._ntok[req_id]) + num_new_tokens
         nb = -(-n // self.block_size)
-        extra = nb - int(self._nblk[req_id])
+        extra = nb - int(self._cap[req_id]) // self.block_size
         if extra > 0:
             self._tables[req_id].extend(self._take(extra))
         self._written += num_new_tokens
         self._ntok[req_id] = n
-        self._nblk[req_id] = nb
+        self._cap[req_id] = nb * self.block_size
         if self._keys and self._nkeys[req_id] > self._nreg[req_id]:
             self._register(req_id)
         return True
 
     def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
         ids, new = self._as_arrays(req_ids, new_num_tokens)
-        need = (new + (self.block_size - 1)) // self.block_size
-        nb = self._nblk[ids]
-        total = int(_sum((need - nb)[need > nb]))
+        over = new > self._cap[ids]
+        total = 0
+        if _any(over):
+            bs = self.block_size
+            total = int(_sum((new[over] + (bs - 1)) // bs - self._cap[ids[over]] // bs))
         if self._n_shared_tail:
             total += self._copies_needed(ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist())
         return total
@@ -179,37 +181,38 @@ class PagedAllocator(KVAllocator):
         ids, new = self._as_arrays(req_ids, new_num_tokens)
         if ids.size == 0:
             return
-        old = self._ntok[ids]
-        # ufunc.reduce directly: on small batches numpy's method wrappers cost as much as the work
-        if not _all(self._active[ids]) or _any(new < old):
-            raise AllocationError("grow_many: a request id is not allocated or would shrink")
+        grow = new - self._ntok[ids]
+        if grow.min() < 0:
+            raise AllocationError("grow_many: a request cannot shrink")
         if self._n_shared_tail:
-            cow = ids[self._shared_tail[ids] & (new > old)].tolist()
+            cow = ids[self._shared_tail[ids] & (grow > 0)].tolist()
             if self._copies_needed(cow) > self.num_free_blocks:
                 raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
             for r in cow:
                 self._unshare_tail(r)
-        need = (new + (self.block_size - 1)) // self.block_size
-        nb = self._nblk[ids]
-        crossing = (need > nb).nonzero()[0]
+        crossing = (new > self._cap[ids]).nonzero()[0]
         if crossing.size:
-            cross_ids, cross_need = ids[crossing], need[crossing]
-            counts = cross_need - nb[crossing]
+            bs, tables = self.block_size, self._tables
+            cross_ids = ids[crossing]
+            cross_list = cross_ids.tolist()
+            if not all(r in tables for r in cross_list):
+                raise AllocationError("grow_many: a request id is not allocated")
+            cross_cap = (new[crossing] + (bs - 1)) // bs * bs
+            counts = (cross_cap - self._cap[cross_ids]) // bs
             total = int(_sum(counts))
             if total > self.num_free_blocks:
                 raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
             blocks = self._take(total)
-            tables = self._tables
-            if total == crossing.size:  # one new block each: the decode common case
-                for r, b in zip(cross_ids.tolist(), blocks, strict=True):
+            if total == len(cross_list):  # one new block each: the decode common case
+                for r, b in zip(cross_list, blocks, strict=True):
                     tables[r].append(b)
             else:
                 pos = 0
-                for r, d in zip(cross_ids.tolist(), counts.tolist(), strict=True):
+                for r, d in zip(cross_list, counts.tolist(), strict=True):
                     tables[r].extend(blocks[pos : pos + d])
                     pos += d
-            self._nblk[cross_ids] = cross_need
-        self._written += int(_sum(new - old))
+            self._cap[cross_ids] = cross_cap
+        self._written += int(_sum(grow))
         self._ntok[ids] = new
         if self._keys:  # prefix caching with keyed requests: offer newly filled blocks
             pending = self._nreg[ids] < np.minimum(self._nkeys[ids], new // self.block_size)
@@ -221,7 +224,7 @@ class PagedAllocator(KVAllocator):
         block is shared and would need a copy). The engine's skip-ahead uses it to find the next
         block boundary."""
         ids = np.asarray(req_ids, dtype=np.intp)
-        room = self._nblk[ids] * self.block_size - self._ntok[ids]
+        room = self._cap[ids] - self._ntok[ids]
         if self._n_shared_tail:
             for i in np.flatnonzero(self._shared_tail[ids]).tolist():
                 room[i] = 0 if self._cow_needed(int(ids[i])) else room[i]
@@ -237,7 +240,7 @@ class PagedAllocator(KVAllocator):
             self._shared_tail[req_id] = False
             self._n_shared_tail -= 1
         self._active[req_id] = False
-        self._ntok[req_id] = self._nblk[req_id] = 0
+        self._ntok[req_id] = self._cap[req_id] = 0
         self._keys.pop(req_id, None)
         self._nkeys[req_id] = self._nreg[req_id] = 0
         if not table:
@@ -282,7 +285,7 @@ class PagedAllocator(KVAllocator):
         for b in table:
             extra[b] = extra.get(b, 0) + 1
         self._tables[child_id] = list(table)
-        for arr in (self._ntok, self._nblk, self._final, self._nkeys, self._nreg):
+        for arr in (self._ntok, self._cap, self._final, self._nkeys, self._nreg):
             arr[child_id] = arr[parent_id]
         if parent_id in self._keys:
             self._keys[child_id] = self._keys[parent_id]
@@ -347,7 +350,7 @@ class PagedAllocator(KVAllocator):
         fill = np.full(self.num_blocks, -1, dtype=np.int64)
         for r, table in self._tables.items():
             n = int(self._ntok[r])
-            need(self._active[r] and len(table) == self._nblk[r] == -(-n // bs), f"request {r} counts")
+            need(self._active[r] and len(table) * bs == self._cap[r] and len(table) == -(-n // bs), f"request {r} counts")
             need(len(set(table)) == len(table), f"request {r} holds a block twice")
             for j, b in enumerate(table):
                 refs[b] += 1
@@ -375,7 +378,7 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request ids must be >= 0, got {req_id}")
         if req_id >= len(self._active):
             size = max(2 * len(self._active), req_id + 1)
-            for name in ("_ntok", "_nblk", "_final", "_nkeys", "_nreg", "_active", "_shared_tail"):
+            for name in ("_ntok", "_cap", "_final", "_nkeys", "_nreg", "_active", "_shared_tail"):
                 setattr(self, name, grown(getattr(self, name), size))
 
     def _as_arrays(self, req_ids, new_num_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -422,7 +425,7 @@ class PagedAllocator(KVAllocator):
         if num_new_tokens < 0:
             raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
         n = int(self._ntok[req_id]) + num_new_tokens
-        need = -(-n // self.block_size) - int(self._nblk[req_id])
+        need = -(-n // self.block_size) - int(self._cap[req_id]) // self.block_size
         if num_new_tokens and self._shared_tail[req_id]:
             need += self._cow_needed(req_id)
         return need
