@@ -118,7 +118,7 @@ class Executor:
         self.scenario = _kv_budget_scenario(scenario, cfg, self.loaded)
         self.trace, self.progress, self.on_step = trace, progress, on_step
         self.setup = engine.build(trace, self.scenario)
-        self.sim = engine.Simulation(self.setup)  # its recorder and gauges, reused as they are
+        self.sim = engine.Simulation(self.setup, progress=progress)  # its recorder, gauges, progress
         self.rep = self.setup.replicas[0]
         spec = self.loaded.spec
         # The allocator's blocks plus the padding block (pool block 0), which is outside the budget.

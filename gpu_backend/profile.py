@@ -116,3 +116,68 @@ def profile(model: str, *, device: str = "cpu", dtype: str = "bf16", kv_dtype: s
     if out is not None:
         save_profile(prof, out)
     return prof
+
+
+# --- article 000's experiments, measured on this device (the GPU page's one-click presets) -------------
+
+ARTICLE_PRESETS = {
+    "KV vs sequence length": "one request per prompt length: KV bytes in use vs the formula",
+    "KV vs batch size": "B identical requests at once: KV bytes in use grow linearly with B",
+    "Capacity": "more requests than the pool holds: the batch the pool sustains, preemptions",
+    "GQA comparison": "the same model with all, half and one kv head: bytes per token and pool use",
+    "Prefill vs decode timing": "step time of prefill shapes vs decode shapes (compute- vs memory-bound)",
+}
+
+
+def run_article_preset(name: str, scenario, cfg, loaded: LoadedModel | None = None):
+    """Run one preset with the backend; returns a pandas DataFrame, one row per variant, with the
+    measured value and the formula's value side by side where a formula exists."""
+    import pandas as pd
+
+    from gpu_backend.executor import run
+    from sim.trace.synthetic import synthetic
+
+    def one(trace, sc, ld=loaded):
+        res = run(trace, sc, cfg, loaded=ld)
+        s = res.summary
+        used = s["kv_cache_usage_perc"]["peak"] * s["kv_capacity_bytes"]
+        return s, used
+
+    rows = []
+    if name == "KV vs sequence length":
+        for n in (32, 64, 128, 256):
+            s, used = one(synthetic(1, 1.0, input=f"fixed:value={n}", output="fixed:value=2"), scenario)
+            rows.append({"prompt_tokens": n, "kv_bytes_measured": used,
+                         "kv_bytes_formula": -(-(n + 1) // s["block_size"]) * s["block_size"] * s["bytes_per_token"]})
+    elif name == "KV vs batch size":
+        for b in (1, 2, 4, 8):
+            s, used = one(synthetic(b, 1e6, input="fixed:value=128", output="fixed:value=2"), scenario)
+            per = -(-129 // s["block_size"]) * s["block_size"] * s["bytes_per_token"]
+            rows.append({"batch": b, "kv_bytes_measured": used, "kv_bytes_formula": b * per,
+                         "step_s_mean": s["duration_s"] / max(s["num_steps"], 1)})
+    elif name == "Capacity":
+        s, used = one(synthetic(24, 1e6, input="fixed:value=128", output="fixed:value=8"), scenario)
+        rows.append({"requests": 24, "num_blocks": s["num_blocks"], "mean_batch": s["mean_batch_size"],
+                     "preemptions": s["num_preemptions"], "peak_usage": s["kv_cache_usage_perc"]["peak"],
+                     "kv_pool_bytes": s["kv_pool_bytes"]})
+    elif name == "GQA comparison":
+        from models.spec import load_spec
+
+        heads = load_spec(scenario.model).num_attention_heads
+        for kv in sorted({heads, max(heads // 2, 1), 1}, reverse=True):
+            sc = scenario.replace(kv_heads=kv)
+            ld = load_model(sc.model, dtype=cfg.dtype, device=cfg.device, kv_heads=kv, seed=cfg.seed)
+            s, used = one(synthetic(4, 1e6, input="fixed:value=128", output="fixed:value=8"), sc, ld)
+            rows.append({"kv_heads": kv, "bytes_per_token": s["bytes_per_token"], "kv_bytes_measured": used,
+                         "kv_pool_bytes": s["kv_pool_bytes"], "duration_s": s["duration_s"]})
+    elif name == "Prefill vs decode timing":
+        ld = loaded or load_model(scenario.model, dtype=cfg.dtype, device=cfg.device, seed=cfg.seed)
+        grid = GRIDS["default" if ld.device.type == "cuda" else "small"]
+        for (new, kv, _pairs, sec), kind in zip(measure(ld, grid, kv_dtype=scenario.kv_dtype, repeats=3),
+                                               ["prefill"] * len(grid.prefill) + ["decode"] * len(grid.decode),
+                                               strict=True):
+            rows.append({"kind": kind, "new_tokens": new, "kv_read_tokens": kv, "step_s": sec,
+                         "s_per_new_token": sec / new})
+    else:
+        raise ValueError(f"unknown preset {name!r}: choose one of {', '.join(ARTICLE_PRESETS)}")
+    return pd.DataFrame(rows)
