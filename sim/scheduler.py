@@ -251,10 +251,12 @@ class Scheduler:
             budget -= 1
         return budget
 
-    def _admission_chunk(self, r: int, budget: int) -> int:
-        """Tokens the head request would be given now (0: it cannot start this step)."""
+    def _admission_chunk(self, r: int, budget: int, hashes: Sequence[int] | None = None) -> int:
+        """Tokens the head request would be given now (0: it cannot start this step). Cached
+        prefix tokens cost no budget, so the first chunk is sized as hits + budget."""
         total = int(self.t.prompt[r] + self.t.generated[r])
-        n = min(total, budget)
+        probe = getattr(self.alloc, "prefix_hit_tokens", None) if hashes is not None else None
+        n = min(total, budget + (probe(total, hashes) if probe is not None and budget > 0 else 0))
         if n <= 0 or (not self.cfg.chunked_prefill and n < total):
             return 0
         return n
@@ -263,8 +265,8 @@ class Scheduler:
         t, alloc = self.t, self.alloc
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[0]
-            n = self._admission_chunk(r, budget)
             hashes = self.prefix_hashes(r)
+            n = self._admission_chunk(r, budget, hashes)
             if n == 0 or not alloc.can_allocate(n, int(t.reserve[r]), hashes):
                 break
             hit = alloc.allocate(r, n, t.final_tokens(r), int(t.reserve[r]), hashes)
@@ -345,8 +347,9 @@ class Scheduler:
             return 0
         if self.waiting and b < cfg.max_num_seqs:
             r = self.waiting[0]
-            n = self._admission_chunk(r, cfg.max_batched_tokens - b)
-            if n and self.alloc.can_allocate(n, int(t.reserve[r]), self.prefix_hashes(r)):
+            hashes = self.prefix_hashes(r)
+            n = self._admission_chunk(r, cfg.max_batched_tokens - b, hashes)
+            if n and self.alloc.can_allocate(n, int(t.reserve[r]), hashes):
                 return 0  # admission may happen this step: general path
         rem = t.output[run] - g
         k = int(rem.min())
