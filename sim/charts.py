@@ -30,10 +30,10 @@ LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"))
 PALETTE = ("#2563eb", "#ef4444", "#10b981", "#f59e0b", "#a855f7", "#0891b2")
 
 
-def _layout(fig: go.Figure, title: str, y_title: str = "", x_title: str = "time (s)", height: int = 360) -> go.Figure:
+def _layout(fig: go.Figure, title: str, y_title: str = "", x_title: str = "time (s)", height: int = 400) -> go.Figure:
     fig.update_layout(
-        title=title, height=height, template="plotly_white", margin=dict(l=60, r=20, t=50, b=50),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1.0),
+        title=title, height=height, template="plotly_white", margin=dict(l=60, r=20, t=50, b=40),
+        legend=dict(orientation="h", yanchor="top", y=-0.2, xanchor="left", x=0.0),
         hovermode="x unified",
     )
     fig.update_xaxes(title_text=x_title)

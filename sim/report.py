@@ -31,24 +31,26 @@ def _get(summary: dict[str, Any], key: str, sub: str | None = None) -> Any:
 
 
 def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The few figures a planner reads first, as (label, formatted value); pages and the report share it."""
+    """The figures a planner reads first, as short (label, value) pairs; pages and the report share them."""
     def num(v: Any, fmt: str) -> str:
         return "n/a" if v is None else format(float(v), fmt)
 
-    usage = _get(summary, "kv_cache_usage_perc", "peak")
-    token_frac = _get(summary, "kv_breakdown_mean", "token_states")
+    def pct(v: Any) -> str:
+        return "n/a" if v is None else f"{100 * float(v):.1f}%"
+
     return [
-        ("requests completed", f"{summary.get('completed', 'n/a')} / {summary.get('requests', 'n/a')}"),
+        (f"completed (of {num(summary.get('requests'), ',.0f')})", num(summary.get("completed"), ",.0f")),
         ("throughput", num(summary.get("throughput_tok_s"), ",.0f") + " tok/s"),
-        ("TTFT p50 / p99", f"{_fmt_s(_get(summary, 'ttft_s', 'p50'))} / {_fmt_s(_get(summary, 'ttft_s', 'p99'))}"),
-        ("TPOT p50 / p99", f"{_fmt_s(_get(summary, 'tpot_s', 'p50'))} / {_fmt_s(_get(summary, 'tpot_s', 'p99'))}"),
-        ("E2E p99", _fmt_s(_get(summary, "e2e_s", "p99"))),
         ("mean batch size", num(summary.get("mean_batch_size"), ".1f")),
-        ("peak KV usage", "n/a" if usage is None else f"{100 * float(usage):.1f}%"),
-        ("KV used for token states (mean)", "n/a" if token_frac is None else _fraction(summary, "token_states")),
-        ("preemptions", str(summary.get("num_preemptions", "n/a"))),
-        ("prefix cache hit rate", "n/a" if summary.get("prefix_cache_hit_rate") is None
-         else f"{100 * float(summary['prefix_cache_hit_rate']):.1f}%"),
+        ("preemptions", num(summary.get("num_preemptions"), ",.0f")),
+        ("TTFT p50", _fmt_s(_get(summary, "ttft_s", "p50"))),
+        ("TTFT p99", _fmt_s(_get(summary, "ttft_s", "p99"))),
+        ("TPOT p50", _fmt_s(_get(summary, "tpot_s", "p50"))),
+        ("TPOT p99", _fmt_s(_get(summary, "tpot_s", "p99"))),
+        ("E2E p99", _fmt_s(_get(summary, "e2e_s", "p99"))),
+        ("peak KV usage", pct(_get(summary, "kv_cache_usage_perc", "peak"))),
+        ("KV holding tokens (mean)", _fraction(summary, "token_states")),
+        ("prefix cache hits", pct(summary.get("prefix_cache_hit_rate"))),
     ]
 
 

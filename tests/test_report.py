@@ -33,8 +33,8 @@ def test_report_from_snapshot_escapes_names():
 
 def test_headline_metrics_formatting():
     rows = dict(headline_metrics(make_result().summary))
-    assert rows["requests completed"] == "7 / 8"
-    assert rows["TTFT p50 / p99"] == "400.0 ms / 800.0 ms"
+    assert rows["completed (of 8)"] == "7"
+    assert rows["TTFT p50"] == "400.0 ms" and rows["TTFT p99"] == "800.0 ms"
     assert rows["peak KV usage"] == "40.0%"
-    assert rows["KV used for token states (mean)"] == "20.0%"
-    assert rows["prefix cache hit rate"] == "n/a"
+    assert rows["KV holding tokens (mean)"] == "20.0%"
+    assert rows["prefix cache hits"] == "n/a"

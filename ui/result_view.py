@@ -17,9 +17,9 @@ from sim.snapshot import Snapshot, SnapshotError, SnapshotStore
 
 def show_metrics(snap: Snapshot) -> None:
     rows = headline_metrics(snap.summary)
-    for start in range(0, len(rows), 5):
-        cols = st.columns(5)
-        for col, (label, value) in zip(cols, rows[start:start + 5], strict=False):
+    for start in range(0, len(rows), 4):
+        cols = st.columns(4)
+        for col, (label, value) in zip(cols, rows[start:start + 4], strict=False):
             col.metric(label, value)
 
 
