@@ -20,8 +20,8 @@ def test_seed_table_qwen25_7b_on_h100():
     at = page()
     assert not at.exception and not at.error
     row = at.dataframe[0].value.iloc[0]
-    assert row["KV bytes/token (per GPU)"] == 57_344
-    assert [row[f"max concurrent @ {c:,}"] for c in (2048, 8192, 32768, 131072)] == [504, 126, 31, 7]
+    assert row["KV B/token/GPU"] == 57_344
+    assert [row[f"max @ {c // 1024}K"] for c in (2048, 8192, 32768, 131072)] == [504, 126, 31, 7]
     assert 54.5 < row["KV budget (GiB)"] < 55.5
     need = at.dataframe[1].value.iloc[0]
     assert need["GPUs"] == 1 and need["per replica"] == 126  # 100 users at 8,192 tokens fit on one H100
@@ -34,7 +34,7 @@ def test_models_gpus_dtypes_from_widgets():
     at.multiselect(key="cap_kv").set_value(["bf16", "int4"]).run()
     table = at.dataframe[0].value
     assert len(table) == 4
-    per_token = dict(zip(zip(table["model"], table["kv dtype"], strict=True), table["KV bytes/token (per GPU)"], strict=True))
+    per_token = dict(zip(zip(table["model"], table["kv dtype"], strict=True), table["KV B/token/GPU"], strict=True))
     assert per_token[("llama-2-7b", "bf16")] == 524_288 and per_token[("llama-3-8b", "bf16")] == 131_072
     assert per_token[("llama-3-8b", "int4")] == 2 * 32 * 8 * (64 + 4)  # 0.5 B/elem + 4 B scale per head per token
     at.number_input(key="cap_users").set_value(5000).run()

@@ -36,9 +36,9 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
                         curves.append({"label": label, "context_tokens": r["context"], "max_concurrency": r["max_concurrent"]})
                 seed = {r["context"]: r["max_concurrent"] for r in rows if r["context"] in SEED_CONTEXTS}
                 per_tok = rows[0]["kv_per_seq_bytes"] // rows[0]["context"]
-                table.append({"model": m, "gpu": g, "kv dtype": d, "KV bytes/token (per GPU)": per_tok,
+                table.append({"model": m, "gpu": g, "kv dtype": d, "KV B/token/GPU": per_tok,
                               "KV budget (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
-                              **{f"max concurrent @ {c:,}": seed[c] for c in SEED_CONTEXTS}})
+                              **{f"max @ {c // 1024}K": seed[c] for c in SEED_CONTEXTS}})
                 need.append({"model": m, "gpu": g, "kv dtype": d, "users": users, "context": context, "tp": plan.tp,
                              "replicas": plan.replicas, "GPUs": plan.gpus, "per replica": plan.per_replica})
     return pd.DataFrame(curves), pd.DataFrame(table), pd.DataFrame(need), errors
