@@ -21,6 +21,7 @@ from gpu_backend import telemetry
 from gpu_backend.attention import SeqChunk, build_batch, default_impl
 from gpu_backend.model_loader import LoadedModel, load_model
 from gpu_backend.paged_cache import PagedKVCache, measure_cuda_kv_budget
+from sim.trace import all_at_once
 
 
 class ModelRunner:
@@ -116,6 +117,8 @@ class Executor:
         self.loaded = loaded or load_model(scenario.model, dtype=cfg.dtype, device=cfg.device, weights=cfg.weights,
                                            kv_heads=scenario.kv_heads, seed=cfg.seed)
         self.scenario = _kv_budget_scenario(scenario, cfg, self.loaded)
+        if cfg.offline:
+            trace = all_at_once(trace)
         self.trace, self.progress, self.on_step = trace, progress, on_step
         self.setup = engine.build(trace, self.scenario)
         self.sim = engine.Simulation(self.setup, progress=progress)  # its recorder, gauges, progress
@@ -185,29 +188,21 @@ class Executor:
         if self.scenario.preemption == "swap":
             self.last_tables = {r: alloc.block_table(r) for r in rows}
 
-    # --- the loop ------------------------------------------------------------------------------
+    # --- the loop: the simulator's step API on a wall clock ------------------------------------
     def run(self):
-        from sim import metrics
-
-        rep, sched, rec, table = self.rep, self.rep.sched, self.sim.rec, self.setup.table
-        arrival = np.zeros(len(table)) if self.cfg.offline else table.arrival_s
-        if self.cfg.offline:
-            table.arrival_s = np.zeros(len(table))
+        sim, rep, sched = self.sim, self.rep, self.rep.sched
         t0 = time.perf_counter()
         steps = 0
         while self.cfg.max_steps is None or steps < self.cfg.max_steps:
             now = time.perf_counter() - t0
-            while rep.ptr < len(rep.arrivals) and arrival[rep.arrivals[rep.ptr]] <= now:
-                sched.add_request(int(rep.arrivals[rep.ptr]))
-                rep.ptr += 1
+            sim.admit_arrivals(rep, now)
             plan = sched.schedule(now) if sched.has_work else None
             if plan is None:
-                if rep.ptr >= len(rep.arrivals):
+                t_next = sim.next_arrival(rep)
+                if t_next is None:
                     break
-                wait = float(arrival[rep.arrivals[rep.ptr]]) - (time.perf_counter() - t0)
-                rep.last_batch = 0
-                rec.sample_until(max(now, 0.0), self.sim.gauges(), inclusive=False)
-                time.sleep(max(wait, 0.0))
+                time.sleep(max(t_next - (time.perf_counter() - t0), 0.0))
+                sim.record_idle(rep, time.perf_counter() - t0)
                 continue
             used = rep.alloc.num_used_blocks
             self._move_kv(plan)
@@ -218,29 +213,31 @@ class Executor:
             finished = sched.complete_step(plan, t_end)
             for r in finished:
                 self.tokens.pop(r, None)
+            sim.record_step(rep, plan, t_end, finished)
             steps += 1
-            rep.last_batch = plan.batch_size
-            rec.add_counts(t_end, 1, plan.num_prefill_tokens, plan.num_decode_tokens, len(plan.preempted))
-            if rec.needs_sample(t_end):
-                rec.sample_until(t_end, self.sim.gauges())
             self.step_log.append((steps, now, t_end, plan.batch_size, plan.num_prefill_tokens,
                                   plan.num_decode_tokens, len(plan.preempted), used, *self._memory()))
-            self.sim.total_steps = steps
-            if finished:
-                self.sim._finished(len(finished))
             if self.on_step is not None:
                 self.on_step(self.step_log[-1])
         end = time.perf_counter() - t0
-        rec.finish(end, self.sim.gauges())
-        wall = end
-        return self._result(metrics, wall)
+        sim.close(end)
+        return self._result(end)
 
-    def _result(self, metrics, wall: float):
-        setup, sched, rep = self.setup, self.rep.sched, self.rep
-        requests = metrics.requests_frame(setup.table)
+    def _result(self, wall: float):
         log = pd.DataFrame(self.step_log, columns=list(STEP_LOG_COLUMNS))
-        steps = self.sim.rec.frame()
+        s = self.scenario
+        result = self.sim.result(
+            self.trace.digest(), wall, routing="single", kv_budget_terms=None, sim_events=len(log),
+            cost_model="measured", kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
+            device=str(self.loaded.device), model_dtype=self.cfg.dtype, kv_dtype=s.kv_dtype,
+            attention=self.runner.impl or default_impl(self.loaded.device), offline=self.cfg.offline,
+            kv_budget_gib=s.kv_budget_gib,
+            peak_mem_allocated_bytes=_nanmax(log, "mem_allocated_bytes"),
+            peak_mem_reserved_bytes=_nanmax(log, "mem_reserved_bytes"),
+            peak_nvml_used_bytes=_nanmax(log, "nvml_used_bytes"),
+        )
         # Measured memory per bucket: mean over the steps that ended in it (NaN where none did or no GPU).
+        steps = result.steps
         if len(log):
             bucket = np.minimum((log["t_end_s"] // self.sim.rec.width).astype(int), len(steps) - 1)
             means = log.groupby(bucket)[list(MEMORY_COLUMNS)].mean()
@@ -249,25 +246,8 @@ class Executor:
         else:
             for col in MEMORY_COLUMNS:
                 steps[col] = np.nan
-        peak = sched.peak_used_blocks / setup.num_blocks
-        s = self.scenario
-        summary = metrics.summarize(
-            requests, self.sim.rec, peak_usage=peak, num_preemptions=sched.num_preemptions,
-            prefix_queries=sched.prefix_queries, prefix_hits=sched.prefix_hits, sim_wall_s=wall,
-            rejected=setup.rejected, clamped=setup.clamped,
-            unfinished=int(len(requests) - requests["finish_s"].notna().sum() - setup.rejected),
-            kv_capacity_bytes=rep.alloc.capacity_bytes, num_blocks=setup.num_blocks, block_size=s.block_size,
-            bytes_per_token=setup.bytes_per_token, replicas=1, routing="single", max_model_len=setup.max_model_len,
-            kv_budget_terms=None, num_steps=len(log), sim_events=len(log), cost_model="measured",
-            kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
-            device=str(self.loaded.device), model_dtype=self.cfg.dtype, kv_dtype=s.kv_dtype,
-            attention=self.runner.impl or default_impl(self.loaded.device), offline=self.cfg.offline,
-            kv_budget_gib=s.kv_budget_gib,
-            peak_mem_allocated_bytes=_nanmax(log, "mem_allocated_bytes"),
-            peak_mem_reserved_bytes=_nanmax(log, "mem_reserved_bytes"),
-            peak_nvml_used_bytes=_nanmax(log, "nvml_used_bytes"),
-        )
-        return metrics.SimResult(requests, steps, summary, s, self.trace.digest(), extra={"step_log": log})
+        result.extra["step_log"] = log
+        return result
 
 
 def _nanmax(log: pd.DataFrame, col: str) -> float | None:

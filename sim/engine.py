@@ -80,6 +80,7 @@ class Setup:
     budget_terms: dict[str, Any] | None
     rejected: int
     clamped: int
+    scenario: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -151,7 +152,7 @@ def build(trace: Any, scenario: Any) -> Setup:
         mine = ids[i :: scenario.replicas]
         replicas.append(Replica(i, alloc, sched, mine.tolist(), table.arrival_s[mine].tolist()))
     return Setup(table, replicas, CostModel.from_scenario(spec, gpu, scenario), gpu.host_link_bandwidth, max_len,
-                 num_blocks, bpt, terms, int(reject.sum()), int(over.sum()))
+                 num_blocks, bpt, terms, int(reject.sum()), int(over.sum()), scenario)
 
 
 class Simulation:
@@ -187,8 +188,9 @@ class Simulation:
             blocks += rep.alloc.num_blocks
         return metrics.gauge_vector(batch, running, waiting, parts, cap, used, blocks)
 
-    # --- arrivals -------------------------------------------------------------------------------
-    def _release(self, rep: Replica, t: float) -> None:
+    # --- the public step API: the SimPy loop below and the GPU executor's wall-clock loop ---------
+    def admit_arrivals(self, rep: Replica, t: float) -> None:
+        """Hand the scheduler every request routed to `rep` that has arrived by `t`."""
         times, ids, add = rep.times, rep.arrivals, rep.sched.add_request
         ptr, n = rep.ptr, len(times)
         while ptr < n and times[ptr] <= t:
@@ -196,8 +198,50 @@ class Simulation:
             ptr += 1
         rep.ptr = ptr
 
-    def _next_arrival(self, rep: Replica) -> float | None:
+    def next_arrival(self, rep: Replica) -> float | None:
         return rep.times[rep.ptr] if rep.ptr < len(rep.times) else None
+
+    def record_idle(self, rep: Replica, t_wake: float) -> None:
+        """`rep` sat idle until `t_wake`: its gauges held still over that time."""
+        rep.last_batch = 0
+        self.rec.sample_until(t_wake, self.gauges(), inclusive=False)
+
+    def record_step(self, rep: Replica, plan: Any, t_end: float, finished: list[int]) -> None:
+        """Book one executed step (the scheduler's complete_step has already been applied)."""
+        rep.last_batch = plan.batch_size
+        rep.steps += 1
+        self.total_steps += 1
+        self.rec.add_counts(t_end, 1, plan.num_prefill_tokens, plan.num_decode_tokens, len(plan.preempted))
+        if self.rec.needs_sample(t_end):
+            self.rec.sample_until(t_end, self.gauges())
+        if finished:
+            self._finished(len(finished))
+
+    def close(self, end: float) -> None:
+        """The run is over at `end`: last metrics sample and a final progress report."""
+        self.rec.finish(end, self.gauges())
+        if self.progress is not None:
+            self.progress(min(self.n_done / max(len(self.s.table), 1), 1.0))
+
+    def result(self, trace_digest: str, wall_s: float, **overrides: Any) -> metrics.SimResult:
+        """Frames and summary of the finished run; `overrides` add or replace summary keys."""
+        s, reps = self.s, self.s.replicas
+        requests = metrics.requests_frame(s.table)
+        info: dict[str, Any] = dict(
+            rejected=s.rejected, clamped=s.clamped,
+            unfinished=int(len(requests) - requests["finish_s"].notna().sum() - s.rejected),
+            kv_capacity_bytes=sum(rep.alloc.capacity_bytes for rep in reps), num_blocks=s.num_blocks,
+            block_size=s.scenario.block_size, bytes_per_token=s.bytes_per_token, replicas=len(reps),
+            routing="round-robin", max_model_len=s.max_model_len, kv_budget_terms=s.budget_terms,
+            num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.source,
+        )
+        info.update(overrides)
+        summary = metrics.summarize(
+            requests, self.rec, peak_usage=max(rep.sched.peak_used_blocks for rep in reps) / s.num_blocks,
+            num_preemptions=sum(rep.sched.num_preemptions for rep in reps),
+            prefix_queries=sum(rep.sched.prefix_queries for rep in reps),
+            prefix_hits=sum(rep.sched.prefix_hits for rep in reps), sim_wall_s=wall_s, **info)
+        return metrics.SimResult(requests, self.rec.frame(), summary, s.scenario, trace_digest)
 
     def _finished(self, n: int) -> None:
         self.n_done += n
@@ -212,22 +256,21 @@ class Simulation:
 
     # --- the engine process ---------------------------------------------------------------------
     def engine(self, rep: Replica):
-        env, sched, rec, cost = self.env, rep.sched, self.rec, self.s.cost
+        env, sched, cost = self.env, rep.sched, self.s.cost
         while not self._out_of_steps():
-            self._release(rep, rep.t)
+            self.admit_arrivals(rep, rep.t)
             k = sched.decode_run_limit() if self.skip_ahead and sched.has_work else 0
             if k:
                 yield from self._decode_run(rep, k)
                 continue
             plan = sched.schedule(rep.t) if sched.has_work else None
             if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
-                t_next = self._next_arrival(rep)
+                t_next = self.next_arrival(rep)
                 if t_next is None:
                     break
-                rep.last_batch = 0
                 self.events += 1
                 yield env.timeout(max(t_next - env.now, 0.0))
-                rec.sample_until(t_next, self.gauges(), inclusive=False)
+                self.record_idle(rep, t_next)
                 rep.t = max(rep.t, t_next)
                 continue
             new, kv, pairs = plan.cost_args()
@@ -240,15 +283,7 @@ class Simulation:
             self.events += 1
             yield env.timeout(dt)
             rep.t = t_end
-            finished = sched.complete_step(plan, t_end)
-            rep.last_batch = plan.batch_size
-            rep.steps += 1
-            self.total_steps += 1
-            rec.add_counts(t_end, 1, plan.num_prefill_tokens, plan.num_decode_tokens, len(plan.preempted))
-            if rec.needs_sample(t_end):
-                rec.sample_until(t_end, self.gauges())
-            if finished:
-                self._finished(len(finished))
+            self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
         rep.done = True
 
     def _decode_run(self, rep: Replica, k: int):
@@ -270,7 +305,7 @@ class Simulation:
         k = min(k, len(dts))
         ends = np.cumsum(np.concatenate(([rep.t], dts)))[1:]  # sequential: same floats as stepping
         if not sched.num_waiting:
-            t_next = self._next_arrival(rep)
+            t_next = self.next_arrival(rep)
             if t_next is not None:
                 k = min(k, int(np.searchsorted(ends, t_next, side="left")) + 1)
         k = min(k, int(np.searchsorted(ends, rec.next_grid, side="left")) + 1)
@@ -280,7 +315,7 @@ class Simulation:
         self.events += 1
         yield self.env.timeout(t_end - rep.t)
         if k > 1:
-            self._release(rep, float(ends[k - 2]))  # arrivals behind a blocked queue, as stepping adds them
+            self.admit_arrivals(rep, float(ends[k - 2]))  # arrivals behind a blocked queue, as stepping adds them
             rec.add_counts(float(ends[k - 2]), k - 1, 0, (k - 1) * b, 0)
         rep.t = t_end
         finished = sched.advance_decode(k, t_end)
@@ -297,33 +332,13 @@ class Simulation:
         for rep in self.s.replicas:
             self.env.process(self.engine(rep))
         self.env.run()
-        end = max((rep.t for rep in self.s.replicas), default=0.0)
-        self.rec.finish(end, self.gauges())
-        if self.progress is not None:
-            self.progress(min(self.n_done / max(len(self.s.table), 1), 1.0))
+        self.close(max((rep.t for rep in self.s.replicas), default=0.0))
 
 
 def simulate(trace: Any, scenario: Any, *, progress: Callable[[float], None] | None = None,
              step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
     """Replay `trace` under `scenario`; see docs/METRICS.md for what comes back."""
     wall0 = time.perf_counter()
-    setup = build(trace, scenario)
-    sim = Simulation(setup, skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
+    sim = Simulation(build(trace, scenario), skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
     sim.run()
-    wall = time.perf_counter() - wall0
-    requests = metrics.requests_frame(setup.table)
-    reps = setup.replicas
-    peak = max(rep.sched.peak_used_blocks for rep in reps) / setup.num_blocks
-    summary = metrics.summarize(
-        requests, sim.rec, peak_usage=peak,
-        num_preemptions=sum(rep.sched.num_preemptions for rep in reps),
-        prefix_queries=sum(rep.sched.prefix_queries for rep in reps),
-        prefix_hits=sum(rep.sched.prefix_hits for rep in reps), sim_wall_s=wall,
-        rejected=setup.rejected, clamped=setup.clamped,
-        unfinished=int(len(requests) - requests["finish_s"].notna().sum() - setup.rejected),
-        kv_capacity_bytes=sum(rep.alloc.capacity_bytes for rep in reps), num_blocks=setup.num_blocks,
-        block_size=scenario.block_size, bytes_per_token=setup.bytes_per_token, replicas=len(reps),
-        routing="round-robin", max_model_len=setup.max_model_len, kv_budget_terms=setup.budget_terms,
-        num_steps=sim.total_steps, sim_events=sim.events, cost_model=setup.cost.source,
-    )
-    return metrics.SimResult(requests, sim.rec.frame(), summary, scenario, trace.digest())
+    return sim.result(trace.digest(), time.perf_counter() - wall0)

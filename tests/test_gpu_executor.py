@@ -13,7 +13,7 @@ from gpu_backend.executor import MEMORY_COLUMNS, RunConfig, run
 from gpu_backend.model_loader import load_model
 from sim import engine, metrics
 from sim.scenario import Scenario
-from sim.trace import load_trace
+from sim.trace import all_at_once, load_trace
 
 DATA = Path(__file__).parent / "data"
 MODEL_DIR = str(DATA / "gpu_tiny_model")
@@ -54,11 +54,8 @@ class RecordingScheduler:
 
 
 def simulator_steps(trace, sc: Scenario) -> list[tuple]:
-    setup = engine.build(trace, sc)
-    setup.table.arrival_s = np.zeros(len(setup.table))  # offline: everything arrives at t=0
+    setup = engine.build(all_at_once(trace), sc)  # offline: everything arrives at t=0
     rep = setup.replicas[0]
-    if hasattr(rep, "times"):  # the engine's own arrival feed
-        rep.times = [0.0] * len(rep.times)
     rep.sched = RecordingScheduler(rep.sched, rep.alloc)
     engine.Simulation(setup, skip_ahead=False).run()
     return rep.sched.log

@@ -106,3 +106,13 @@ def test_history_accumulates_across_transforms(mooncake) -> None:
     result = clamp_context(speedup(window(mooncake, 0, 20), 2), 8192)
     assert [h.split()[0] for h in result.history] == ["window", "speedup", "clamp_context"]
     assert result.summary()["history"] == list(result.history)
+
+
+def test_all_at_once_zeroes_arrivals_and_keeps_lengths():
+    from sim.trace import all_at_once, synthetic
+
+    t = synthetic(50, 2.0, seed=3)
+    off = all_at_once(t)
+    assert (off.df["arrival_s"] == 0.0).all()
+    assert (off.df["input_tokens"].to_numpy() == t.df["input_tokens"].to_numpy()).all()
+    assert off.history[-1] == "all at once (offline)"

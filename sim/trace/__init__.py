@@ -12,7 +12,7 @@ from sim.trace.synthetic import (
     preset,
     synthetic,
 )
-from sim.trace.transforms import clamp_context, speedup, subsample, window
+from sim.trace.transforms import all_at_once, clamp_context, speedup, subsample, window
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -23,6 +23,7 @@ __all__ = [
     "Trace",
     "TraceError",
     "TraceFormat",
+    "all_at_once",
     "clamp_context",
     "load_trace",
     "load_trace_bytes",

@@ -19,6 +19,13 @@ def speedup(trace: Trace, k: float) -> Trace:
     return trace.with_df(df, f"speedup x{k:g}")
 
 
+def all_at_once(trace: Trace) -> Trace:
+    """Offline replay: every request arrives at t=0 (throughput runs, like a batch benchmark)."""
+    df = trace.df.copy()
+    df["arrival_s"] = 0.0
+    return trace.with_df(df, "all at once (offline)")
+
+
 def subsample(trace: Trace, fraction: float | None = None, *, n: int | None = None, seed: int = 0) -> Trace:
     """Keep a seeded random subset (a fraction of rows, or exactly n), in arrival order."""
     rows = len(trace)
