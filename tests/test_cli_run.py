@@ -35,11 +35,14 @@ def test_run_text_summary(capsys):
 def test_run_html(tmp_path, capsys):
     path = tmp_path / "r.html"
     code = main(["run", *COMMON, "--html", str(path)])
+    assert code == 0
+    html = path.read_text(encoding="utf-8")
+    assert html.count("<script") >= 1 and "plotly" in html.lower()
+    assert "completed" in html  # the headline metrics table is there
+    # A directory that does not exist: one-line error, exit 2, no traceback.
+    assert main(["run", *COMMON, "--html", str(tmp_path / "missing" / "r.html")]) == 2
     err = capsys.readouterr().err
-    if code == 2:
-        assert "HTML report not available yet" in err
-    else:
-        assert code == 0 and path.stat().st_size > 1000
+    assert err.startswith("error: ") and err.count("\n") == 1
 
 
 def test_compare_preset_json(capsys):

@@ -73,11 +73,12 @@ def write_outputs(result: Any, out: str) -> Path:
 
 
 def write_html(result: Any, path: str) -> None:
+    from sim.report import write_html_report
+
     try:
-        from sim.report import write_html_report
-    except ImportError:
-        raise CliError("HTML report not available yet (sim/report.py missing)") from None
-    write_html_report(result, path)
+        write_html_report(result, path)
+    except OSError as exc:
+        raise CliError(f"{path}: cannot write the HTML report ({exc.strerror or exc})") from None
 
 
 def format_summary(s: dict[str, Any]) -> str:
