@@ -14,10 +14,11 @@ Custom GPUs come from a small JSON object (gpu_from_dict / a .json path given to
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
+
+from sim.safe_json import read_json_file
 
 MiB = 1 << 20
 GB = 10**9
@@ -152,16 +153,7 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
 def load_gpu_file(path: str | Path) -> GPUSpec:
     """A custom GPU from a small JSON file (size-bounded, UTF-8, one object)."""
     p = Path(path)
-    try:
-        if p.stat().st_size > MAX_GPU_JSON_BYTES:
-            raise GpuError(f"{p}: too large for a GPU definition (limit {MAX_GPU_JSON_BYTES} bytes)")
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise GpuError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise GpuError(f"{p}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise GpuError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(p, max_bytes=MAX_GPU_JSON_BYTES, error=GpuError, what="a GPU definition")
     if isinstance(data, dict) and "name" not in data:
         data = {**data, "name": p.stem}
     return gpu_from_dict(data, source=str(p))

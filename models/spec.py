@@ -13,7 +13,6 @@ Llama-like, which is right for most modern decoders.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from sim.kv.dtypes import fixed_scale_bytes, get_kv_dtype
 from sim.kv.dtypes import kv_bytes_per_token as _kv_bytes_per_token
+from sim.safe_json import read_json_file
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one
@@ -207,17 +207,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
 
 def read_config(path: Path) -> dict[str, Any]:
     """Read a config.json safely: bounded size, UTF-8, a JSON object."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise SpecError(f"{path}: {size} bytes is too large for a config.json (limit {MAX_CONFIG_BYTES})")
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(path, max_bytes=MAX_CONFIG_BYTES, error=SpecError, what="a config.json")
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a JSON object")
     return data

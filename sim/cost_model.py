@@ -30,6 +30,7 @@ import numpy as np
 
 from models.gpus import GPUSpec, get_gpu
 from models.spec import ModelSpec
+from sim.safe_json import read_json_file
 from sim.scenario import ScenarioError
 
 PROFILE_SCHEMA = "kvsim.cost_profile"
@@ -218,15 +219,5 @@ def save_profile(profile: dict[str, Any], path: str | Path) -> Path:
 def load_profile(path: str | Path) -> dict[str, Any]:
     """Read and validate a profile file: size-bounded, UTF-8 JSON, never executed."""
     p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise ProfileError(f"{p}: {size} bytes is too large for a profile (limit {MAX_PROFILE_BYTES})")
-        data = json.loads(p.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise ProfileError(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise ProfileError(f"{p}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    data = read_json_file(p, max_bytes=MAX_PROFILE_BYTES, error=ProfileError, what="a profile")
     return validate_profile(data, str(p))
