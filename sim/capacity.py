@@ -207,7 +207,24 @@ def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], **bud
                                                             weight_dtype=weight_dtype, kv_dtype=kv_dtype),
             "beyond_model_context": context > spec.max_position_embeddings,
         })
-    return {"assumptions": assumptions, "rows": rows}
+    table: dict[str, Any] = {"assumptions": assumptions, "rows": rows, "fits": budget.fits}
+    if not budget.fits:
+        need = smallest_fitting_tp(spec, gpu, **{k: v for k, v in budget_args.items() if k != "tp"})
+        table["hint"] = (f"does not fit: no KV room left beside {budget.weights_bytes / GiB:.1f} GiB of weights per GPU; "
+                         + (f"try --tp {need}" if need else "no TP degree up to 8 makes it fit on this GPU"))
+    return table
+
+
+def smallest_fitting_tp(spec: ModelSpec, gpu: GPUSpec, tp_choices: Iterable[int] = (1, 2, 4, 8),
+                        **budget_args: Any) -> int | None:
+    """The least TP degree (that divides the heads) leaving a positive KV budget, or None."""
+    for tp in tp_choices:
+        try:
+            if memory_budget(spec, gpu, tp=tp, **budget_args).fits:
+                return tp
+        except SpecError:
+            continue
+    return None
 
 
 # --- the simulator's view --------------------------------------------------------------------

@@ -98,5 +98,7 @@ def _print_human(table: dict[str, Any]) -> None:
     for r in table["rows"]:
         print(f"  {r['context']:>9,} {r['kv_per_seq_gib']:>11.4f} {r['max_concurrent']:>9,} "
               f"{r['decode_floor_ms_batch1']:>14.2f} ms {r['decode_floor_ms_full']:>6.2f} ms")
+    if not table["fits"]:
+        print(f"  {table['hint']}")
     for g in table.get("gpus_required", []):
         print(f"  {g['context']:>9,} tokens: {g['gpus']} GPU(s) = {g['replicas']} replica(s) x tp={g['tp']}")
