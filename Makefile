@@ -16,6 +16,7 @@ run: $(STAMP)
 	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
