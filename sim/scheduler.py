@@ -9,7 +9,8 @@ Each step (vLLM v1 order):
    prefill still in progress) within the `max_batched_tokens` budget. When the allocator cannot
    grow one, the most recently admitted running request is preempted (recompute: free, requeue at
    the head of the waiting queue; swap: copy its KV to host memory, bounded by `swap_space_bytes`,
-   charged at the host-link bandwidth) until it fits or the request itself was the victim;
+   charged at the host-link bandwidth; only requests past their prompt are swapped, one still in
+   chunked prefill is recomputed) until it fits or the request itself was the victim;
 2. if nothing was preempted: swapped-out requests come back first, then waiting requests in FCFS
    order while `max_num_seqs`, the token budget and the allocator allow. The head blocks the queue
    (no skipping). Without chunked prefill a prompt is scheduled whole or not at all.
@@ -222,7 +223,11 @@ class Scheduler:
         plan.preempted.append(r)
         kv_bytes = int(t.computed[r]) * self.alloc.bytes_per_token
         self.alloc.free(r)
-        if self.cfg.preemption == "swap" and self.swap_used_bytes + kv_bytes <= self.cfg.swap_space_bytes:
+        # Only a request whose prompt is all in K/V is swapped: it resumes as a decode. One caught
+        # mid-prefill (chunked) is recomputed, as is any victim when host swap space is full.
+        prompt_done = t.generated[r] >= 1
+        if (self.cfg.preemption == "swap" and prompt_done
+                and self.swap_used_bytes + kv_bytes <= self.cfg.swap_space_bytes):
             self.swap_used_bytes += kv_bytes
             plan.swap_out_bytes += kv_bytes
             t.status[r] = SWAPPED
