@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,9 +106,12 @@ class CostModel:
 
     # --- step times --------------------------------------------------------------------------
     def step_time(self, new_tokens: int, kv_read_tokens: int, attn_pairs: int) -> float:
-        """Seconds for one step (see the module docstring for the arguments)."""
-        return float(self._times(np.asarray(new_tokens, dtype=np.float64), np.asarray(kv_read_tokens, dtype=np.float64),
-                                 np.asarray(attn_pairs, dtype=np.float64)))
+        """Seconds for one step (see the module docstring for the arguments).
+
+        Evaluated on Python floats (the engine calls this once per event; numpy costs ~15 us per
+        scalar call). The very same formula as decode_step_times' arrays, operation for
+        operation, so the floats are bit-identical (tests/test_cost_model.py checks)."""
+        return float(self._times(float(new_tokens), float(kv_read_tokens), float(attn_pairs), max))
 
     def decode_step_times(self, k: int, batch: int, context_tokens_start: int) -> np.ndarray:
         """Times of k consecutive pure-decode steps of `batch` sequences.
@@ -120,9 +123,10 @@ class CostModel:
         if k <= 0:
             return np.zeros(0)
         kv = context_tokens_start + batch * np.arange(k, dtype=np.float64)
-        return self._times(np.float64(batch), kv, kv)
+        return self._times(np.float64(batch), kv, kv, np.maximum)
 
-    def _times(self, new: Any, kv: Any, pairs: Any) -> Any:
+    def _times(self, new: Any, kv: Any, pairs: Any, maximum: Callable[[Any, Any], Any]) -> Any:
+        """The step-time formula over floats or float64 arrays (`maximum`: max or np.maximum)."""
         if self.profile is not None:
             p = self.profile
             return (p["intercept_s"] + p["per_new_token_s"] * new + p["per_kv_read_token_s"] * kv
@@ -132,7 +136,7 @@ class CostModel:
         moved = self.weight_bytes + (kv + new) * self.kv_bytes_per_token
         memory = moved / (self.hbm_bandwidth * self.memory_efficiency)
         comm = self.allreduce_fixed_s + self.allreduce_s_per_token * new
-        return np.maximum(compute, memory) + comm + self.fixed_overhead_s
+        return maximum(compute, memory) + comm + self.fixed_overhead_s
 
 
 def _profile_mismatches(prof: dict[str, Any], scenario: Any, spec: ModelSpec) -> list[str]:

@@ -48,6 +48,7 @@ from sim.static_batch import StaticBatchScheduler
 GiB = 1 << 30
 DEFAULT_MAX_MODEL_LEN_CAP = 32768
 PROGRESS_EVERY_S = 0.2
+SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
 
 
 @dataclass
@@ -274,10 +275,8 @@ class Simulation:
                 rep.t = max(rep.t, t_next)
                 continue
             new, kv, pairs = plan.cost_args()
-            if plan.is_pure_decode:
-                dt = float(cost.decode_step_times(1, plan.batch_size, kv)[0])
-            else:
-                dt = cost.step_time(new, kv, pairs) if new else 0.0
+            dt = cost.step_time(new, kv, pairs) if new else 0.0
+            if plan.swap_in_bytes or plan.swap_out_bytes:
                 dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.s.host_link_bw
             t_end = rep.t + dt
             self.events += 1
@@ -290,33 +289,19 @@ class Simulation:
         """Jump over k' <= k pure-decode steps with one timeout (cuts: see module docstring)."""
         sched, rec = rep.sched, self.rec
         b = sched.num_running
-        ctx = sched.decode_context_tokens()
         horizon = rec.next_grid
         if not sched.num_waiting and rep.ptr < len(rep.times):
             horizon = min(horizon, rep.times[rep.ptr])
-        # Most runs end within a few steps (the next arrival): try a short array first. Step
-        # times only grow along a run, so the first one bounds how many steps fit the horizon.
-        dts = self.s.cost.decode_step_times(min(k, 16), b, ctx)
-        if k > 16 and rep.t + dts.sum() < horizon:
-            first = float(dts[0])
-            if first > 0:
-                k = min(k, max(int((horizon - rep.t) / first), 0) + 2)
-            dts = self.s.cost.decode_step_times(k, b, ctx)
-        k = min(k, len(dts))
-        ends = np.cumsum(np.concatenate(([rep.t], dts)))[1:]  # sequential: same floats as stepping
-        if not sched.num_waiting:
-            t_next = self.next_arrival(rep)
-            if t_next is not None:
-                k = min(k, int(np.searchsorted(ends, t_next, side="left")) + 1)
-        k = min(k, int(np.searchsorted(ends, rec.next_grid, side="left")) + 1)
         if self.step_limit is not None:
             k = min(k, self.step_limit - self.total_steps)
-        t_end = float(ends[k - 1])
+        ends = self._run_ends(rep.t, k, b, sched.decode_context_tokens(), horizon)
+        k = len(ends)
+        t_end = ends[-1]
         self.events += 1
         yield self.env.timeout(t_end - rep.t)
         if k > 1:
-            self.admit_arrivals(rep, float(ends[k - 2]))  # arrivals behind a blocked queue, as stepping adds them
-            rec.add_counts(float(ends[k - 2]), k - 1, 0, (k - 1) * b, 0)
+            self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
+            rec.add_counts(ends[-2], k - 1, 0, (k - 1) * b, 0)
         rep.t = t_end
         finished = sched.advance_decode(k, t_end)
         rep.last_batch = b
@@ -327,6 +312,31 @@ class Simulation:
             rec.sample_until(t_end, self.gauges())
         if finished:
             self._finished(len(finished))
+
+    def _run_ends(self, t: float, k: int, b: int, ctx: int, horizon: float) -> list[float]:
+        """End times of up to k decode steps of a batch of b from `t` (summed context ctx),
+        stopping at the first step that reaches `horizon`. Each end is the previous end plus the
+        step's time, the very floats that stepping one at a time produces. Most runs end within a
+        few steps (the next arrival), so they are summed in Python; longer ones with numpy."""
+        step = self.s.cost.step_time
+        ends: list[float] = []
+        for j in range(min(k, SHORT_RUN)):
+            kv = ctx + j * b
+            t += step(b, kv, kv)
+            ends.append(t)
+            if t >= horizon:
+                return ends
+        k -= len(ends)
+        if k <= 0:
+            return ends
+        ctx += len(ends) * b
+        first = step(b, ctx, ctx)  # step times only grow along a run: bounds the steps that fit
+        if first > 0:
+            k = min(k, int((horizon - t) / first) + 2)
+        dts = self.s.cost.decode_step_times(k, b, ctx)
+        rest = np.cumsum(np.concatenate(([t], dts)))[1:]  # sequential, like the loop above
+        k = int(np.searchsorted(rest, horizon, side="left")) + 1
+        return ends + rest[:k].tolist()
 
     def run(self) -> None:
         for rep in self.s.replicas:

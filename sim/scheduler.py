@@ -34,6 +34,7 @@ import numpy as np
 from sim.kv.base import KVAllocator
 from sim.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
+_all, _any, _min = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
@@ -165,11 +166,11 @@ class Scheduler:
         run = self.running_ids()
         plan = StepPlan(now, run[:0], run[:0])
         if run.size:
-            need = t.prompt[run] + t.generated[run] - t.computed[run]
-            if (run.size <= budget and bool((need == 1).all()) and bool((t.generated[run] >= 1).all())
-                    and self.alloc.blocks_to_grow(run, t.computed[run] + 1) <= self.alloc.num_free_blocks):
-                self.alloc.grow_many(run, t.computed[run] + 1)
-                plan.decode_ids, plan.decode_context = run, t.computed[run]
+            c, g = t.computed[run], t.generated[run]
+            if (run.size <= budget and _all(t.prompt[run] + g - c == 1) and _all(g >= 1)
+                    and self.alloc.fits_growth(run, c + 1, 1)):
+                self.alloc.grow_many(run, c + 1)
+                plan.decode_ids, plan.decode_context = run, c
                 budget -= run.size
             else:
                 budget = self._schedule_running_slow(plan, budget)
@@ -322,7 +323,7 @@ class Scheduler:
         if not run.size:
             return []
         done_mask = t.generated[run] >= t.output[run]
-        if not done_mask.any():
+        if not _any(done_mask):
             return []
         done = run[done_mask]
         t.finish_s[done] = t_end
@@ -348,7 +349,7 @@ class Scheduler:
             return 0
         c = t.computed[run]
         g = t.generated[run]
-        if not bool((t.prompt[run] + g - c == 1).all()) or not bool((g >= 1).all()):
+        if not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
             return 0
         if self.waiting and b < cfg.max_num_seqs:
             r = self.waiting[0]
@@ -357,11 +358,11 @@ class Scheduler:
             if n and self.alloc.can_allocate(n, int(t.reserve[r]), hashes):
                 return 0  # admission may happen this step: general path
         rem = t.output[run] - g
-        k = int(rem.min())
+        k = int(_min(rem))
         self._rem_cache = (run, rem)
-        free = self.alloc.num_free_blocks
-        if self.alloc.blocks_to_grow(run, c + k) <= free:
+        if self.alloc.fits_growth(run, c + k, k):  # the allocator holds `computed` tokens
             return k
+        free = self.alloc.num_free_blocks
         lo, hi = 0, k  # largest j in [0, k) with growth fitting: binary search
         while hi - lo > 1:
             mid = (lo + hi) // 2
@@ -385,6 +386,6 @@ class Scheduler:
         t.computed[run] = new_c
         t.generated[run] += k
         cached = self._rem_cache
-        if cached is not None and cached[0] is run and not (cached[1] <= k).any():
+        if cached is not None and cached[0] is run and not _any(cached[1] <= k):
             return []  # nobody reached its last token (the common case)
         return self._finish_done(t_end)

@@ -48,6 +48,28 @@ def test_decode_step_times_match_step_time_and_grow():
     assert cm.decode_step_times(0, 32, 0).shape == (0,)
 
 
+@pytest.mark.parametrize("scenario", [{}, {"tp": 4, "model": "llama-3-70b", "gpu": "h200"}, {"weight_dtype": "fp8"}])
+def test_scalar_step_time_is_bit_identical_to_the_array_path(scenario):
+    """step_time runs on Python floats (the engine's per-event path); the engine mixes it with
+    decode_step_times' arrays, so the two must agree to the last bit, not approximately."""
+    cm = model(**scenario)
+    rng = np.random.default_rng(1)
+    for batch in (1, 7, 32, 255):
+        start = int(rng.integers(0, 10**6))
+        times = cm.decode_step_times(40, batch, start)
+        for j in range(40):
+            kv = start + batch * j
+            assert cm.step_time(batch, kv, kv) == times[j]
+    assert cm.step_time(8192, 0, 8192 * 4096) == float(cm._times(np.float64(8192), np.float64(0), np.float64(8192 * 4096), np.maximum))
+
+
+def test_scalar_step_time_is_bit_identical_with_a_profile(tmp_path):
+    prof = fit_profile(synthetic_rows((2e-3, 3e-5, 4e-9, 5e-12)), model="qwen2.5-7b")
+    cm = model(profile=str(save_profile(prof, tmp_path / "p.json")))
+    times = cm.decode_step_times(30, 13, 12345)
+    assert [cm.step_time(13, 12345 + 13 * j, 12345 + 13 * j) for j in range(30)] == times.tolist()
+
+
 def test_tensor_parallel_adds_allreduce_and_splits_work():
     one = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=1))
     four = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=4))

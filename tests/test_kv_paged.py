@@ -169,3 +169,30 @@ def test_make_allocator_builds_paged_from_scenario():
     assert isinstance(a, PagedAllocator)
     assert (a.block_size, a.num_blocks, a.bytes_per_token, a.prefix_caching) == (32, 10, 7, True)
     assert a.cache.prefix_block_size == 512
+
+
+def test_fits_growth_agrees_with_the_exact_count():
+    """fits_growth skips blocks_to_grow when a per-request bound proves the growth fits; its
+    answer must be exactly `blocks_to_grow(...) <= num_free_blocks` in every state, including
+    nearly full pools and shared (copy-on-write) tails."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        a = make(num_blocks=int(rng.integers(4, 24)))
+        ids: list[int] = []
+        for r in range(int(rng.integers(1, 6))):
+            n = int(rng.integers(1, 9))
+            if a.can_allocate(n, 0):
+                a.allocate(r, n, final_tokens=n + 20, reserve_tokens=0)
+                ids.append(r)
+        if ids and trial % 3 == 0:
+            a.fork(ids[0], 100)
+            ids.append(100)
+        if not ids:
+            continue
+        k = int(rng.integers(1, 12))
+        new = [a.num_tokens(r) + int(rng.integers(0, k + 1)) for r in ids]
+        exact = a.blocks_to_grow(ids, new) <= a.num_free_blocks
+        assert a.fits_growth(ids, new, k) == exact
+        if exact:
+            a.grow_many(ids, new)
+            a.check_invariants()

@@ -30,7 +30,7 @@ from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
 from sim.kv.paged import grown
 from sim.kv.placement import make_placement
 
-_sum, _any = np.add.reduce, np.logical_or.reduce  # ufunc reduce: cheapest on small batches
+_sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # ufunc reduce: cheapest on small batches
 
 
 class ContiguousAllocator(KVAllocator):
@@ -116,6 +116,11 @@ class ContiguousAllocator(KVAllocator):
         new = np.asarray(new_num_tokens, dtype=np.int64)
         return self.num_blocks + 1 if _any(new > self._held[ids] * self.block_size) else 0
 
+    def fits_growth(self, req_ids: Sequence[int], new_num_tokens: Sequence[int], max_new: int) -> bool:
+        """blocks_to_grow(req_ids, new_num_tokens) <= num_free_blocks (max_new: see the paged
+        allocator; a reservation check needs no shortcut)."""
+        return self.blocks_to_grow(req_ids, new_num_tokens) <= self.num_free_blocks
+
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
         ids = np.asarray(req_ids, dtype=np.intp)
         new = np.asarray(new_num_tokens, dtype=np.int64)
@@ -123,7 +128,7 @@ class ContiguousAllocator(KVAllocator):
             return
         old = self._ntok[ids]
         grow = new - old
-        if grow.min() < 0:
+        if _min(grow) < 0:
             raise AllocationError("grow_many: a request cannot shrink")
         if _any(new > self._held[ids] * self.block_size):  # also catches ids not allocated
             raise AllocationError("grow_many: a request would outgrow its reservation")

@@ -23,7 +23,7 @@ anyone); free = clean free blocks plus cached-but-evictable blocks (`cached_byte
 apart).
 
 Interface extensions beyond KVAllocator (also on ContiguousAllocator unless noted):
-`headroom(req_ids)`, `can_fork(parent_id)`, `pop_copy_ops()`, `check_invariants()`, and, paged
+`headroom(req_ids)`, `fits_growth(req_ids, new_num_tokens, max_new)`, `can_fork(parent_id)`, `pop_copy_ops()`, `check_invariants()`, and, paged
 only, `prefix_hit_tokens(num_tokens, prefix_hashes)`, `cached_bytes`, `prefix_queries`,
 `prefix_hits`, `evictions`.
 """
@@ -37,7 +37,7 @@ import numpy as np
 from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
 from sim.kv.prefix_cache import PrefixCache
 
-_sum, _any = np.add.reduce, np.logical_or.reduce
+_sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
 
 
 def grown(arr: np.ndarray, size: int) -> np.ndarray:
@@ -175,6 +175,15 @@ class PagedAllocator(KVAllocator):
             total += self._copies_needed(ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist())
         return total
 
+    def fits_growth(self, req_ids: Sequence[int], new_num_tokens: Sequence[int], max_new: int) -> bool:
+        """blocks_to_grow(req_ids, new_num_tokens) <= num_free_blocks, when no request grows by
+        more than `max_new` tokens. Growing by g tokens takes at most ceil(g / block_size) new
+        blocks (plus one copy of a shared tail), so while the pool has that many free blocks for
+        every request the exact count is not needed: the engine's common case, cheaply."""
+        free = self.num_free_blocks
+        per_request = -(-max_new // self.block_size) + (1 if self._n_shared_tail else 0)
+        return len(req_ids) * per_request <= free or self.blocks_to_grow(req_ids, new_num_tokens) <= free
+
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
         """Vectorised: a handful of numpy ops over the batch, then a Python loop only over the
         requests that cross a block boundary (about 1 in block_size per decode step)."""
@@ -182,7 +191,7 @@ class PagedAllocator(KVAllocator):
         if ids.size == 0:
             return
         grow = new - self._ntok[ids]
-        if grow.min() < 0:
+        if _min(grow) < 0:
             raise AllocationError("grow_many: a request cannot shrink")
         if self._n_shared_tail:
             cow = ids[self._shared_tail[ids] & (grow > 0)].tolist()
