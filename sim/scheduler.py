@@ -34,7 +34,7 @@ import numpy as np
 from sim.kv.base import KVAllocator
 from sim.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
-_all, _any, _min = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
+_all, _any, _min, _sum = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce, np.add.reduce  # cheap on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
@@ -99,6 +99,24 @@ class StepPlan:
         return self.num_new_tokens, kv, pairs
 
 
+@dataclass
+class DecodeBatch:
+    """The running batch while every member is decoding (computes one token per step).
+
+    Cached by the scheduler for as long as the running ids array is the same object (admission,
+    preemption and finishes all replace it): a decode step adds one token to every member, so the
+    fewest output tokens left and the summed context move by known amounts, and a run of decode
+    steps needs no per-request check."""
+
+    run: np.ndarray  # the running ids it describes
+    min_remaining: int  # fewest output tokens a member has still to sample (>= 1)
+    context: int  # summed K/V tokens of the members (cost model input)
+
+    def advance(self, steps: int) -> None:
+        self.min_remaining -= steps
+        self.context += steps * self.run.size
+
+
 class Scheduler:
     """Continuous batching over one allocator. Requests are row ids of `table`.
 
@@ -122,7 +140,7 @@ class Scheduler:
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
         self.prefix_hits = 0
         self.peak_used_blocks = 0
-        self._rem_cache: tuple[np.ndarray, np.ndarray] | None = None
+        self._decode_batch: DecodeBatch | None = None
 
     # --- queue state ----------------------------------------------------------------------------
     @property
@@ -141,6 +159,20 @@ class Scheduler:
         if self._run_arr is None:
             self._run_arr = np.array(self.running, dtype=np.int64)
         return self._run_arr
+
+    def decode_batch(self) -> DecodeBatch | None:
+        """The running batch if every member is decoding, else None (cached: see DecodeBatch)."""
+        run = self.running_ids()
+        batch = self._decode_batch
+        if batch is not None and batch.run is run:
+            return batch
+        self._decode_batch = None
+        t = self.t
+        c, g = t.computed[run], t.generated[run]
+        if not run.size or not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
+            return None
+        self._decode_batch = DecodeBatch(run, int(_min(t.output[run] - g)), int(_sum(c)))
+        return self._decode_batch
 
     def add_request(self, r: int) -> None:
         self.t.status[r] = WAITING
@@ -166,9 +198,8 @@ class Scheduler:
         run = self.running_ids()
         plan = StepPlan(now, run[:0], run[:0])
         if run.size:
-            c, g = t.computed[run], t.generated[run]
-            if (run.size <= budget and _all(t.prompt[run] + g - c == 1) and _all(g >= 1)
-                    and self.alloc.fits_growth(run, c + 1, 1)):
+            if run.size <= budget and self.decode_batch() is not None and self.alloc.fits_growth(run, 1):
+                c = t.computed[run]
                 self.alloc.grow_many(run, c + 1)
                 plan.decode_ids, plan.decode_context = run, c
                 budget -= run.size
@@ -307,6 +338,8 @@ class Scheduler:
         if d.size:
             t.computed[d] += 1
             t.generated[d] += 1
+            if self._decode_batch is not None and d is self._decode_batch.run:
+                self._decode_batch.advance(1)
         for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):
             if t.status[r] != RUNNING:  # preempted later in the same step (not possible today)
                 continue
@@ -320,7 +353,8 @@ class Scheduler:
     def _finish_done(self, t_end: float) -> list[int]:
         t = self.t
         run = self.running_ids()
-        if not run.size:
+        batch = self._decode_batch
+        if not run.size or (batch is not None and batch.run is run and batch.min_remaining > 0):
             return []
         done_mask = t.generated[run] >= t.output[run]
         if not _any(done_mask):
@@ -343,13 +377,8 @@ class Scheduler:
         if self.swapped or not self.running:
             return 0
         t, cfg = self.t, self.cfg
-        run = self.running_ids()
-        b = run.size
+        b = len(self.running)
         if b > cfg.max_batched_tokens:
-            return 0
-        c = t.computed[run]
-        g = t.generated[run]
-        if not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
             return 0
         if self.waiting and b < cfg.max_num_seqs:
             r = self.waiting[0]
@@ -357,16 +386,16 @@ class Scheduler:
             n = self._admission_chunk(r, cfg.max_batched_tokens - b, hashes)
             if n and self.alloc.can_allocate(n, int(t.reserve[r]), hashes):
                 return 0  # admission may happen this step: general path
-        rem = t.output[run] - g
-        k = int(_min(rem))
-        self._rem_cache = (run, rem)
-        if self.alloc.fits_growth(run, c + k, k):  # the allocator holds `computed` tokens
+        batch = self.decode_batch()
+        if batch is None:
+            return 0
+        k, run = batch.min_remaining, batch.run
+        if self.alloc.fits_growth(run, k):  # the allocator holds `computed` tokens of each
             return k
-        free = self.alloc.num_free_blocks
         lo, hi = 0, k  # largest j in [0, k) with growth fitting: binary search
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if self.alloc.blocks_to_grow(run, c + mid) <= free:
+            if self.alloc.fits_growth(run, mid):
                 lo = mid
             else:
                 hi = mid
@@ -374,18 +403,19 @@ class Scheduler:
 
     def decode_context_tokens(self) -> int:
         """Summed K/V tokens of the running batch (cost model input for decode runs)."""
-        return int(self.t.computed[self.running_ids()].sum())
+        batch = self.decode_batch()
+        return batch.context if batch is not None else int(_sum(self.t.computed[self.running_ids()]))
 
     def advance_decode(self, k: int, t_end: float) -> list[int]:
         """Apply k pure-decode steps at once (k <= decode_run_limit()); returns finished ids."""
         t = self.t
         run = self.running_ids()
+        batch = self.decode_batch()  # before the table moves on: it is advanced below
         new_c = t.computed[run] + k
         self.alloc.grow_many(run, new_c)
         self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
         t.computed[run] = new_c
         t.generated[run] += k
-        cached = self._rem_cache
-        if cached is not None and cached[0] is run and not _any(cached[1] <= k):
-            return []  # nobody reached its last token (the common case)
+        if batch is not None:
+            batch.advance(k)
         return self._finish_done(t_end)

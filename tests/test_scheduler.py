@@ -136,6 +136,50 @@ def test_decode_run_limit_matches_single_steps():
         np.testing.assert_array_equal(getattr(t1, col), getattr(t2, col))
 
 
+@pytest.mark.parametrize(("mode", "alloc"), [("recompute", "paged"), ("swap", "paged"), ("recompute", "contiguous")])
+def test_cached_decode_batch_always_matches_the_table(mode, alloc):
+    """The scheduler keeps the all-decoding running batch (fewest outputs left, summed context)
+    across steps instead of recomputing it; whenever it is live it must equal a fresh computation,
+    through admissions, chunked prefills, preemptions, swaps, finishes and decode runs."""
+    rng = np.random.default_rng(5)
+    t = table_of(rng.integers(1, 120, 40), rng.integers(1, 90, 40))
+    pool = PagedAllocator(30, 16, 1) if alloc == "paged" else ContiguousAllocator(60, 16, 1)
+    if alloc == "contiguous":
+        t.reserve[:] = t.prompt + t.output  # oracle: whole reservations, admission is the only wait
+    cfg = SchedulerConfig(max_num_seqs=8, max_batched_tokens=128, preemption=mode, swap_space_bytes=400,
+                          contiguous=alloc == "contiguous")
+    sched = Scheduler(t, pool, cfg)
+
+    def check():
+        batch = sched._decode_batch
+        if batch is None or batch.run is not sched.running_ids():
+            return
+        run = batch.run
+        assert ((t.prompt[run] + t.generated[run] - t.computed[run]) == 1).all() and (t.generated[run] >= 1).all()
+        assert batch.min_remaining == int((t.output[run] - t.generated[run]).min())
+        assert batch.context == int(t.computed[run].sum())
+
+    now, arrived, checked = 0.0, 0, 0
+    while arrived < len(t) or sched.has_work:
+        for _ in range(int(rng.integers(0, 3))):
+            if arrived < len(t):
+                sched.add_request(arrived)
+                arrived += 1
+        k = sched.decode_run_limit() if rng.random() < 0.5 else 0
+        if k:
+            now += k
+            sched.advance_decode(int(rng.integers(1, k + 1)), now)
+        else:
+            plan = sched.schedule(now)
+            now += 1.0
+            if plan is not None:
+                sched.complete_step(plan, now)
+        check()
+        checked += sched._decode_batch is not None
+    assert (t.status == FINISHED).all() and checked > 20
+    assert (sched.num_preemptions > 0) == (alloc == "paged")  # a contiguous reservation never grows
+
+
 def test_static_batch_behaves_like_generate():
     t = table_of([10, 50, 30, 20, 5], [4, 2, 8, 3, 1])
     sched = StaticBatchScheduler(t, PagedAllocator(100, 16, 1), batch_size=3)

@@ -116,10 +116,10 @@ class ContiguousAllocator(KVAllocator):
         new = np.asarray(new_num_tokens, dtype=np.int64)
         return self.num_blocks + 1 if _any(new > self._held[ids] * self.block_size) else 0
 
-    def fits_growth(self, req_ids: Sequence[int], new_num_tokens: Sequence[int], max_new: int) -> bool:
-        """blocks_to_grow(req_ids, new_num_tokens) <= num_free_blocks (max_new: see the paged
-        allocator; a reservation check needs no shortcut)."""
-        return self.blocks_to_grow(req_ids, new_num_tokens) <= self.num_free_blocks
+    def fits_growth(self, req_ids: Sequence[int], num_new_tokens: int) -> bool:
+        """Could every request grow by `num_new_tokens` inside its reservation now?"""
+        ids = np.asarray(req_ids, dtype=np.intp)
+        return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= self.num_free_blocks
 
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
         ids = np.asarray(req_ids, dtype=np.intp)

@@ -23,7 +23,7 @@ anyone); free = clean free blocks plus cached-but-evictable blocks (`cached_byte
 apart).
 
 Interface extensions beyond KVAllocator (also on ContiguousAllocator unless noted):
-`headroom(req_ids)`, `fits_growth(req_ids, new_num_tokens, max_new)`, `can_fork(parent_id)`, `pop_copy_ops()`, `check_invariants()`, and, paged
+`headroom(req_ids)`, `fits_growth(req_ids, num_new_tokens)`, `can_fork(parent_id)`, `pop_copy_ops()`, `check_invariants()`, and, paged
 only, `prefix_hit_tokens(num_tokens, prefix_hashes)`, `cached_bytes`, `prefix_queries`,
 `prefix_hits`, `evictions`.
 """
@@ -92,6 +92,8 @@ class PagedAllocator(KVAllocator):
         return len(self._match(num_tokens, prefix_hashes)[0]) * self.block_size
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
+        if not self.prefix_caching:
+            return -(-num_tokens // self.block_size) <= len(self._free)
         hits, _ = self._match(num_tokens, prefix_hashes)
         parked_hits = sum(1 for b in hits if self.cache.is_parked(b))
         return -(-num_tokens // self.block_size) - len(hits) <= self.num_free_blocks - parked_hits
@@ -175,14 +177,17 @@ class PagedAllocator(KVAllocator):
             total += self._copies_needed(ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist())
         return total
 
-    def fits_growth(self, req_ids: Sequence[int], new_num_tokens: Sequence[int], max_new: int) -> bool:
-        """blocks_to_grow(req_ids, new_num_tokens) <= num_free_blocks, when no request grows by
-        more than `max_new` tokens. Growing by g tokens takes at most ceil(g / block_size) new
-        blocks (plus one copy of a shared tail), so while the pool has that many free blocks for
-        every request the exact count is not needed: the engine's common case, cheaply."""
+    def fits_growth(self, req_ids: Sequence[int], num_new_tokens: int) -> bool:
+        """Could every request grow by `num_new_tokens` now, i.e. blocks_to_grow(req_ids, their
+        lengths + num_new_tokens) <= num_free_blocks? Growing by g tokens takes at most
+        ceil(g / block_size) new blocks (plus one copy of a shared tail), so while the pool has
+        that many free for every request the exact count is not needed: the engine's common case."""
         free = self.num_free_blocks
-        per_request = -(-max_new // self.block_size) + (1 if self._n_shared_tail else 0)
-        return len(req_ids) * per_request <= free or self.blocks_to_grow(req_ids, new_num_tokens) <= free
+        per_request = -(-num_new_tokens // self.block_size) + (1 if self._n_shared_tail else 0)
+        if len(req_ids) * per_request <= free:
+            return True
+        ids = np.asarray(req_ids, dtype=np.intp)
+        return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= free
 
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
         """Vectorised: a handful of numpy ops over the batch, then a Python loop only over the
@@ -201,32 +206,30 @@ class PagedAllocator(KVAllocator):
                 self._unshare_tail(r)
         crossing = (new > self._cap[ids]).nonzero()[0]
         if crossing.size:
-            bs, tables = self.block_size, self._tables
-            cross_ids = ids[crossing]
-            cross_list = cross_ids.tolist()
-            if not all(r in tables for r in cross_list):
-                raise AllocationError("grow_many: a request id is not allocated")
-            cross_cap = (new[crossing] + (bs - 1)) // bs * bs
-            counts = (cross_cap - self._cap[cross_ids]) // bs
-            total = int(_sum(counts))
-            if total > self.num_free_blocks:
-                raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
-            blocks = self._take(total)
-            if total == len(cross_list):  # one new block each: the decode common case
-                for r, b in zip(cross_list, blocks, strict=True):
-                    tables[r].append(b)
-            else:
-                pos = 0
-                for r, d in zip(cross_list, counts.tolist(), strict=True):
-                    tables[r].extend(blocks[pos : pos + d])
-                    pos += d
-            self._cap[cross_ids] = cross_cap
+            self._add_blocks(ids[crossing].tolist(), new[crossing].tolist())
         self._written += int(_sum(grow))
         self._ntok[ids] = new
         if self._keys:  # prefix caching with keyed requests: offer newly filled blocks
             pending = self._nreg[ids] < np.minimum(self._nkeys[ids], new // self.block_size)
             for r in ids[pending].tolist():
                 self._register(r)
+
+    def _add_blocks(self, req_ids: list[int], new_num_tokens: list[int]) -> None:
+        """Extend each table to hold its request's new token count (all or nothing)."""
+        bs, tables, cap = self.block_size, self._tables, self._cap
+        try:
+            targets = [(r, tables[r], -(-n // bs)) for r, n in zip(req_ids, new_num_tokens, strict=True)]
+        except KeyError:
+            raise AllocationError("grow_many: a request id is not allocated") from None
+        total = sum(nb - len(table) for _, table, nb in targets)
+        if total > self.num_free_blocks:
+            raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
+        blocks, pos = self._take(total), 0
+        for r, table, nb in targets:
+            end = pos + nb - len(table)
+            table.extend(blocks[pos:end])
+            pos = end
+            cap[r] = nb * bs
 
     def headroom(self, req_ids: Sequence[int]) -> np.ndarray:
         """Tokens each request can still append without taking a new block (0 when its last
@@ -329,6 +332,8 @@ class PagedAllocator(KVAllocator):
 
     @property
     def num_free_blocks(self) -> int:
+        if not self.prefix_caching:  # nothing is ever parked: skip the cache (a hot property)
+            return len(self._free)
         return len(self._free) + self.cache.num_parked
 
     @property
