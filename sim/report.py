@@ -54,6 +54,19 @@ def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def kv_pool_line(summary: dict[str, Any]) -> str | None:
+    """The KV pool as the run sized it (bytes per token, capacity, blocks): the figures GQA and the KV dtype
+    move. Read from the summary, never recomputed here, so the page shows what the engine used."""
+    per_token, capacity = summary.get("bytes_per_token"), summary.get("kv_capacity_bytes")
+    if not per_token or capacity is None:
+        return None  # a snapshot from a backend that does not report them
+    line = f"KV pool: {int(per_token):,} bytes per token, {float(capacity) / GIB:,.2f} GiB capacity"
+    blocks, block_size = summary.get("num_blocks"), summary.get("block_size")
+    if blocks and block_size:
+        line += f" ({int(blocks):,} blocks of {int(block_size)} tokens per replica)"
+    return line
+
+
 def _fraction(summary: dict[str, Any], key: str) -> str:
     """kv_breakdown_mean may hold bytes or fractions; a share of the five parts reads the same either way."""
     parts = summary.get("kv_breakdown_mean") or {}
@@ -105,7 +118,8 @@ th {{ font-weight: 600; color: #4b5563; }}
 <p>Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
 <code>{html.escape(result.scenario.digest())}</code>.</p>
 <div class="cols">
-<div><h2>Headline</h2>{_table(headline_metrics(result.summary))}</div>
+<div><h2>Headline</h2>{_table(headline_metrics(result.summary))}
+<p>{html.escape(kv_pool_line(result.summary) or "")}</p></div>
 <div><h2>Scenario</h2>{_table(scenario_rows)}</div>
 </div>
 <h2>Charts</h2>

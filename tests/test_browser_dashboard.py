@@ -1,6 +1,8 @@
 """End to end in a real headless Chromium: upload the Azure code trace, switch contiguous -> paged
-and see the memory chart change, save a snapshot, open its link in a fresh browser context and see
-the same numbers, download the HTML report. Screenshots of each page go to docs/screenshots/."""
+and see the memory chart change, toggle GQA (native -> MHA) and the KV dtype (bf16 -> int8) and see
+the KV pool, memory and latency figures move the way the physics says, save a snapshot, open its
+link in a fresh browser context and see the same numbers, download the HTML report. Screenshots of
+each page go to docs/screenshots/."""
 
 from __future__ import annotations
 
@@ -17,6 +19,13 @@ SHOTS = ROOT / "docs" / "screenshots"
 SHARED_AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_code.csv"
 FALLBACK = ROOT / "samples" / "azure_code_small.csv"
 WAIT_MS = 60_000
+
+# llama-3-8b (the default model), from its published config.json: 32 layers, 32 query heads, 8 KV heads,
+# head_dim 128. KV bytes per token = K and V x layers x kv heads x (head_dim x bytes per element + scale bytes).
+LAYERS, Q_HEADS, KV_HEADS, HEAD_DIM = 32, 32, 8, 128
+BF16_BPT = 2 * LAYERS * KV_HEADS * HEAD_DIM * 2  # 131,072
+MHA_BPT = 2 * LAYERS * Q_HEADS * HEAD_DIM * 2  # 524,288: one KV head per query head, 4x
+INT8_BPT = 2 * LAYERS * KV_HEADS * (HEAD_DIM * 1 + 4)  # 67,584: 1 B per element + a 4 B scale per head per token
 
 # The sum of the "reserved" band of the memory chart (first plotly chart on the page).
 RESERVED_JS = """() => {
@@ -40,6 +49,34 @@ def metrics(page) -> dict[str, str]:
         label = m.query_selector('[data-testid="stMetricLabel"]').inner_text().strip()
         out[label] = m.query_selector('[data-testid="stMetricValue"]').inner_text().strip()
     return out
+
+
+def seconds(text: str) -> float:
+    """A latency metric as shown ("20.2 ms", "12.82 s") in seconds."""
+    value, unit = text.split()
+    return float(value) / (1000 if unit == "ms" else 1)
+
+
+def percent(text: str) -> float:
+    return float(text.rstrip("%"))
+
+
+def pool_caption(page) -> str:
+    return page.locator('[data-testid="stCaptionContainer"]', has_text="KV pool:").first.inner_text().strip()
+
+
+def switch(page, click, expect_text: str) -> dict[str, str]:
+    """Change one sidebar widget and wait for the run whose KV pool caption says expect_text."""
+    click()
+    page.wait_for_selector(f"text={expect_text}", timeout=WAIT_MS)
+    wait_idle(page)
+    assert expect_text in pool_caption(page)
+    return metrics(page)
+
+
+def pick(page, label: str, option: str) -> None:
+    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]', has_text=label).first.click()
+    page.get_by_role("option", name=option, exact=True).click()
 
 
 def shot(page, name: str) -> None:
@@ -94,7 +131,29 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     assert "paging" not in page.url  # paged is the default: the URL stays clean
     shot(page, "simulate")
 
-    # 3. Save a named snapshot and open its link in a fresh context: the same numbers.
+    # 3. GQA and quantisation under the GPU-derived budget (the view a new user gets). The caption shows
+    # the engine's own bytes per token, which must equal the architecture formula; more bytes per token
+    # fill more of the pool and make every decode step read more KV, fewer bytes do the opposite.
+    native = metrics(page)
+    assert f"{BF16_BPT:,} bytes per token" in pool_caption(page)
+    radio = page.locator('[data-testid="stSidebar"] label', has_text="MHA").first
+    mha = switch(page, radio.click, f"{MHA_BPT:,} bytes per token")
+    assert "attn=MHA" in page.url
+    assert percent(mha["peak KV usage"]) > percent(native["peak KV usage"])
+    assert percent(mha["KV holding tokens (mean)"]) > percent(native["KV holding tokens (mean)"])
+    assert seconds(mha["TPOT p50"]) > seconds(native["TPOT p50"])
+    assert seconds(mha["TTFT p99"]) > seconds(native["TTFT p99"])
+    back = page.locator('[data-testid="stSidebar"] label', has_text="native").first
+    assert switch(page, back.click, f"{BF16_BPT:,} bytes per token") == native  # the cached run, same figures
+    int8 = switch(page, lambda: pick(page, "KV dtype", "int8"), f"{INT8_BPT:,} bytes per token")
+    assert "kv_dtype=int8" in page.url
+    assert percent(int8["peak KV usage"]) < percent(native["peak KV usage"])
+    assert percent(int8["KV holding tokens (mean)"]) < percent(native["KV holding tokens (mean)"])
+    assert seconds(int8["TPOT p50"]) < seconds(native["TPOT p50"])
+    assert seconds(int8["TTFT p99"]) <= seconds(native["TTFT p99"])
+    assert int8[f"completed (of {rows})"] == rows
+
+    # 4. Save the int8 view as a named snapshot and open its link in a fresh context: the same numbers.
     numbers = metrics(page)
     page.get_by_label("Snapshot name").fill("browser test run")
     page.get_by_role("button", name="Save snapshot and get a link").click()
@@ -102,13 +161,14 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     link = page.locator('[data-testid="stCode"]').last.inner_text().strip()
     assert "?snapshot=" in link and link.startswith(app_server)
 
-    # 4. Download the self-contained HTML report.
+    # 5. Download the self-contained HTML report.
     with page.expect_download(timeout=WAIT_MS) as dl:
         page.get_by_role("button", name="Download HTML report").click()
     report = tmp_path / "report.html"
     dl.value.save_as(report)
     text = report.read_text(encoding="utf-8")
     assert "<script src=" not in text and "Plotly.newPlot" in text and numbers["throughput"] in text
+    assert f"{INT8_BPT:,} bytes per token" in text
 
     colleague = browser.new_context(viewport={"width": 1400, "height": 1000})
     other = colleague.new_page()
@@ -116,10 +176,11 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     other.wait_for_selector("text=browser test run", timeout=WAIT_MS)
     wait_idle(other)
     assert metrics(other) == numbers
+    assert pool_caption(other) == pool_caption(page)
     shot(other, "snapshots")
     colleague.close()
 
-    # 5. The other pages render without errors (and are photographed for the README).
+    # 6. The other pages render without errors (and are photographed for the README).
     nav(page, "Compare")
     page.wait_for_selector("text=In words", timeout=WAIT_MS)
     wait_idle(page)

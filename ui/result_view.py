@@ -11,7 +11,7 @@ import re
 import streamlit as st
 
 from sim import charts
-from sim.report import headline_metrics, html_report, weights_bytes
+from sim.report import headline_metrics, html_report, kv_pool_line, weights_bytes
 from sim.snapshot import Snapshot, SnapshotError, SnapshotStore
 
 
@@ -21,6 +21,9 @@ def show_metrics(snap: Snapshot) -> None:
         cols = st.columns(4)
         for col, (label, value) in zip(cols, rows[start:start + 4], strict=False):
             col.metric(label, value)
+    pool = kv_pool_line(snap.summary)
+    if pool:
+        st.caption(pool)
 
 
 def show_charts(snap: Snapshot, key: str = "res") -> None:
