@@ -200,7 +200,7 @@ class Scheduler:
         if run.size:
             if run.size <= budget and self.decode_batch() is not None and self.alloc.fits_growth(run, 1):
                 c = t.computed[run]
-                self.alloc.grow_many(run, c + 1)
+                self.alloc.grow_by(run, 1)
                 plan.decode_ids, plan.decode_context = run, c
                 budget -= run.size
             else:
@@ -335,20 +335,39 @@ class Scheduler:
         """Apply a finished step: K/V written, tokens sampled, finished requests freed."""
         t = self.t
         d = plan.decode_ids
+        batch = self._decode_batch
+        if batch is None or d is not batch.run:
+            batch = None
         if d.size:
             t.computed[d] += 1
             t.generated[d] += 1
-            if self._decode_batch is not None and d is self._decode_batch.run:
-                self._decode_batch.advance(1)
+            if batch is not None:
+                batch.advance(1)
+        all_done = not plan.preempted and (batch is not None or len(self.running) == len(plan.prefill_ids))
         for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):
             if t.status[r] != RUNNING:  # preempted later in the same step (not possible today)
+                all_done = False
                 continue
             t.computed[r] = end
             if end == t.prompt[r] + t.generated[r]:
                 t.generated[r] += 1
                 if np.isnan(t.first_token_s[r]):
                     t.first_token_s[r] = t_end
+            else:
+                all_done = False
+        if plan.prefill_ids:
+            self._decode_batch = self._joined(batch, plan) if all_done else None
         return self._finish_done(t_end)
+
+    def _joined(self, batch: DecodeBatch | None, plan: StepPlan) -> DecodeBatch:
+        """The decode batch after a step in which the old batch decoded and every prefill in
+        `plan` (appended to `running` in this order) finished its prompt: all now decode."""
+        t = self.t
+        rem = min(int(t.output[r] - t.generated[r]) for r in plan.prefill_ids)
+        ctx = sum(plan.prefill_end)
+        if batch is not None:
+            rem, ctx = min(rem, batch.min_remaining), ctx + batch.context
+        return DecodeBatch(self.running_ids(), rem, ctx)
 
     def _finish_done(self, t_end: float) -> list[int]:
         t = self.t
@@ -356,7 +375,8 @@ class Scheduler:
         batch = self._decode_batch
         if not run.size or (batch is not None and batch.run is run and batch.min_remaining > 0):
             return []
-        done_mask = t.generated[run] >= t.output[run]
+        rem = t.output[run] - t.generated[run]
+        done_mask = rem <= 0
         if not _any(done_mask):
             return []
         done = run[done_mask]
@@ -364,9 +384,12 @@ class Scheduler:
         t.status[done] = FINISHED
         for r in done.tolist():
             self.alloc.free(r)
-        keep = run[~done_mask]
+        live = ~done_mask
+        keep = run[live]
         self.running = keep.tolist()
         self._run_arr = keep
+        if batch is not None and batch.run is run and keep.size:  # the rest still decode
+            self._decode_batch = DecodeBatch(keep, int(_min(rem[live])), batch.context - int(_sum(t.computed[done])))
         return done.tolist()
 
     # --- fast path for the simulator's skip-ahead -----------------------------------------------
@@ -411,10 +434,9 @@ class Scheduler:
         t = self.t
         run = self.running_ids()
         batch = self.decode_batch()  # before the table moves on: it is advanced below
-        new_c = t.computed[run] + k
-        self.alloc.grow_many(run, new_c)
+        self.alloc.grow_by(run, k)
         self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
-        t.computed[run] = new_c
+        t.computed[run] += k
         t.generated[run] += k
         if batch is not None:
             batch.advance(k)

@@ -98,6 +98,25 @@ def test_grow_many_matches_scalar_appends():
     fast.check_invariants()
 
 
+@pytest.mark.parametrize("k", [1, 3, BS, BS + 5])
+def test_grow_by_equals_grow_many(k):
+    """The decode fast path (every request grows by k) leaves the same books as grow_many."""
+    rng = np.random.default_rng(k)
+    fast, ref = make(2000), make(2000)
+    ids = np.arange(20)
+    for r, n in enumerate(rng.integers(1, 30, size=20).tolist()):
+        fast.allocate(r, n, 200, 0)
+        ref.allocate(r, n, 200, 0)
+    for _ in range(12):
+        fast.grow_by(ids, k)
+        ref.grow_many(ids, [ref.num_tokens(r) + k for r in ids.tolist()])
+        assert [fast.block_table(r) for r in range(20)] == [ref.block_table(r) for r in range(20)]
+        assert fast.breakdown() == ref.breakdown()
+        fast.check_invariants()
+    with pytest.raises(AllocationError):
+        fast.grow_by([99], k)  # never allocated
+
+
 def test_grow_many_refuses_when_pool_is_short_and_leaves_state_alone():
     a = make(num_blocks=3)
     a.allocate(0, 4, 20, 0)

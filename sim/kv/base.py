@@ -98,6 +98,11 @@ class KVAllocator(ABC):
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
         """Bring every request to its new length at once; caller checked blocks_to_grow fits."""
 
+    def grow_by(self, req_ids: Sequence[int], num_new_tokens: int) -> None:
+        """Every request grows by the same `num_new_tokens` (a decode step or a run of them):
+        grow_many's common case, which allocators may serve faster."""
+        self.grow_many(req_ids, [self.num_tokens(int(r)) + num_new_tokens for r in req_ids])
+
     # --- release and sharing --------------------------------------------------------------------
     @abstractmethod
     def free(self, req_id: int) -> None:

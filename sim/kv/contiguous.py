@@ -121,6 +121,10 @@ class ContiguousAllocator(KVAllocator):
         ids = np.asarray(req_ids, dtype=np.intp)
         return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= self.num_free_blocks
 
+    def grow_by(self, req_ids: Sequence[int], num_new_tokens: int) -> None:
+        ids = np.asarray(req_ids, dtype=np.intp)
+        self.grow_many(ids, self._ntok[ids] + num_new_tokens)
+
     def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
         ids = np.asarray(req_ids, dtype=np.intp)
         new = np.asarray(new_num_tokens, dtype=np.int64)

@@ -214,6 +214,28 @@ class PagedAllocator(KVAllocator):
             for r in ids[pending].tolist():
                 self._register(r)
 
+    def grow_by(self, req_ids: Sequence[int], num_new_tokens: int) -> None:
+        """grow_many(req_ids, their lengths + num_new_tokens), the decode path: when no tail is
+        shared, no request is keyed for the prefix cache and the growth is at most a block, each
+        request crossing a block boundary takes exactly one block."""
+        ids, k, bs = np.asarray(req_ids, dtype=np.intp), int(num_new_tokens), self.block_size
+        if self._n_shared_tail or self._keys or not 0 < k <= bs:
+            self.grow_many(ids, self._ntok[ids] + k)
+            return
+        new = self._ntok[ids] + k
+        cross = ids[new > self._cap[ids]]  # an id not allocated has cap 0 and crosses
+        if cross.size:
+            cross_list, tables = cross.tolist(), self._tables
+            if not all(r in tables for r in cross_list):
+                raise AllocationError("grow_by: a request id is not allocated")
+            if len(cross_list) > self.num_free_blocks:
+                raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
+            for r, b in zip(cross_list, self._take(len(cross_list)), strict=True):
+                tables[r].append(b)
+            self._cap[cross] += bs
+        self._ntok[ids] = new
+        self._written += k * len(ids)
+
     def _add_blocks(self, req_ids: list[int], new_num_tokens: list[int]) -> None:
         """Extend each table to hold its request's new token count (all or nothing)."""
         bs, tables, cap = self.block_size, self._tables, self._cap
