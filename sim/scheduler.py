@@ -25,6 +25,7 @@ steps; it gives exactly what as many `schedule` + `complete_step` calls would (t
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ import numpy as np
 from sim.kv.base import KVAllocator
 from sim.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
-_all, _any, _min, _sum = np.logical_and.reduce, np.logical_or.reduce, np.minimum.reduce, np.add.reduce  # cheap on small batches
+_all, _min, _sum, _count = np.logical_and.reduce, np.minimum.reduce, np.add.reduce, np.count_nonzero  # cheap on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
@@ -103,18 +104,38 @@ class StepPlan:
 class DecodeBatch:
     """The running batch while every member is decoding (computes one token per step).
 
-    Cached by the scheduler for as long as the running ids array is the same object (admission,
-    preemption and finishes all replace it): a decode step adds one token to every member, so the
-    fewest output tokens left and the summed context move by known amounts, and a run of decode
-    steps needs no per-request check."""
+    Valid for as long as the running ids array is the same object (admission, preemption and
+    finishes all replace it); the scheduler carries it across admissions and finishes. A decode
+    step adds one token to every member, so the summed context moves by a known amount and each
+    member's last step is known in advance: `finishes` is a heap of (clock value at which the
+    member samples its last token, request id), so finding who finishes needs no scan."""
 
     run: np.ndarray  # the running ids it describes
-    min_remaining: int  # fewest output tokens a member has still to sample (>= 1)
     context: int  # summed K/V tokens of the members (cost model input)
+    clock: int  # decode steps this batch (and the batches it grew from) has taken
+    finishes: list[tuple[int, int]]  # heap; shared with the batch it is carried into
+
+    @classmethod
+    def of(cls, run: np.ndarray, remaining: list[int], context: int) -> DecodeBatch:
+        heap = list(zip(remaining, run.tolist(), strict=True))
+        heapq.heapify(heap)
+        return cls(run, context, 0, heap)
+
+    @property
+    def min_remaining(self) -> int:
+        """Fewest output tokens a member has still to sample (0: someone is done)."""
+        return self.finishes[0][0] - self.clock
 
     def advance(self, steps: int) -> None:
-        self.min_remaining -= steps
+        self.clock += steps
         self.context += steps * self.run.size
+
+    def pop_done(self) -> set[int]:
+        """Members whose last token has been sampled, taken out of the heap."""
+        heap, clock, done = self.finishes, self.clock, set()
+        while heap and heap[0][0] <= clock:
+            done.add(heapq.heappop(heap)[1])
+        return done
 
 
 class Scheduler:
@@ -171,7 +192,7 @@ class Scheduler:
         c, g = t.computed[run], t.generated[run]
         if not run.size or not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
             return None
-        self._decode_batch = DecodeBatch(run, int(_min(t.output[run] - g)), int(_sum(c)))
+        self._decode_batch = DecodeBatch.of(run, (t.output[run] - g).tolist(), int(_sum(c)))
         return self._decode_batch
 
     def add_request(self, r: int) -> None:
@@ -317,7 +338,7 @@ class Scheduler:
                 self.prefix_queries += n
                 self.prefix_hits += hit
             t.prefix_hit[r] += hit
-            if np.isnan(t.admitted_s[r]):
+            if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission (cheaper than np.isnan on a scalar)
                 t.admitted_s[r] = now
             t.status[r] = RUNNING
             self._start_running(r)
@@ -351,7 +372,7 @@ class Scheduler:
             t.computed[r] = end
             if end == t.prompt[r] + t.generated[r]:
                 t.generated[r] += 1
-                if np.isnan(t.first_token_s[r]):
+                if t.first_token_s[r] != t.first_token_s[r]:  # NaN: not sampled before a recompute
                     t.first_token_s[r] = t_end
             else:
                 all_done = False
@@ -362,35 +383,54 @@ class Scheduler:
     def _joined(self, batch: DecodeBatch | None, plan: StepPlan) -> DecodeBatch:
         """The decode batch after a step in which the old batch decoded and every prefill in
         `plan` (appended to `running` in this order) finished its prompt: all now decode."""
-        t = self.t
-        rem = min(int(t.output[r] - t.generated[r]) for r in plan.prefill_ids)
-        ctx = sum(plan.prefill_end)
-        if batch is not None:
-            rem, ctx = min(rem, batch.min_remaining), ctx + batch.context
-        return DecodeBatch(self.running_ids(), rem, ctx)
+        t, run, ctx = self.t, self.running_ids(), sum(plan.prefill_end)
+        if batch is None:
+            return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in plan.prefill_ids], ctx)
+        heap, clock = batch.finishes, batch.clock
+        for r in plan.prefill_ids:
+            heapq.heappush(heap, (clock + int(t.output[r] - t.generated[r]), r))
+        return DecodeBatch(run, batch.context + ctx, clock, heap)
 
     def _finish_done(self, t_end: float) -> list[int]:
         t = self.t
         run = self.running_ids()
         batch = self._decode_batch
-        if not run.size or (batch is not None and batch.run is run and batch.min_remaining > 0):
+        if batch is not None and batch.run is run:
+            return self._finish_batch(batch, t_end)
+        if not run.size:
             return []
         rem = t.output[run] - t.generated[run]
         done_mask = rem <= 0
-        if not _any(done_mask):
+        if not _count(done_mask):
             return []
         done = run[done_mask]
         t.finish_s[done] = t_end
         t.status[done] = FINISHED
         for r in done.tolist():
             self.alloc.free(r)
-        live = ~done_mask
-        keep = run[live]
+        keep = run[~done_mask]
         self.running = keep.tolist()
         self._run_arr = keep
-        if batch is not None and batch.run is run and keep.size:  # the rest still decode
-            self._decode_batch = DecodeBatch(keep, int(_min(rem[live])), batch.context - int(_sum(t.computed[done])))
         return done.tolist()
+
+    def _finish_batch(self, batch: DecodeBatch, t_end: float) -> list[int]:
+        """_finish_done for an all-decoding batch: the heap says who is done; the rest are
+        carried into the next batch."""
+        if batch.min_remaining > 0:
+            return []
+        gone = batch.pop_done()
+        t, context = self.t, batch.context
+        done = [r for r in self.running if r in gone]  # running order: frees happen in this order
+        for r in done:
+            t.finish_s[r] = t_end
+            t.status[r] = FINISHED
+            context -= int(t.computed[r])
+            self.alloc.free(r)
+        self.running = [r for r in self.running if r not in gone]
+        self._run_arr = None
+        if self.running:
+            self._decode_batch = DecodeBatch(self.running_ids(), context, batch.clock, batch.finishes)
+        return done
 
     # --- fast path for the simulator's skip-ahead -----------------------------------------------
     def decode_run_limit(self) -> int:
