@@ -301,13 +301,19 @@ class Simulation:
         yield self.env.timeout(t_end - rep.t)
         if k > 1:
             self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
-            rec.add_counts(ends[-2], k - 1, 0, (k - 1) * b, 0)
+            if rec.bucket(ends[-2]) != rec.bucket(t_end):  # else one booking below covers all k
+                rec.add_counts(ends[-2], k - 1, 0, (k - 1) * b, 0)
+                k_last = 1
+            else:
+                k_last = k
+        else:
+            k_last = 1
         rep.t = t_end
         finished = sched.advance_decode(k, t_end)
         rep.last_batch = b
         rep.steps += k
         self.total_steps += k
-        rec.add_counts(t_end, 1, 0, b, 0)
+        rec.add_counts(t_end, k_last, 0, k_last * b, 0)
         if rec.needs_sample(t_end):
             rec.sample_until(t_end, self.gauges())
         if finished:

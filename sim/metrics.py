@@ -84,6 +84,10 @@ class StepRecorder:
         self.width *= 2
         self.next_grid = math.ceil(self.next_grid / self.spacing) * self.spacing
 
+    def bucket(self, t: float) -> int:
+        """The row a count at time t goes to now (rows merge as the run grows)."""
+        return int(t // self.width)
+
     def add_counts(self, t_end: float, steps: int, prefill: int, decode: int, preemptions: int) -> None:
         i = int(t_end // self.width)
         if i >= self.max_rows:

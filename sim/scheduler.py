@@ -69,6 +69,7 @@ class StepPlan:
     preempted: list[int] = field(default_factory=list)
     swap_out_bytes: int = 0
     swap_in_bytes: int = 0
+    decode_kv: int | None = None  # sum of decode_context when the scheduler already knows it
 
     @property
     def num_decode_tokens(self) -> int:
@@ -92,7 +93,7 @@ class StepPlan:
 
     def cost_args(self) -> tuple[int, int, int]:
         """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""
-        kv = int(self.decode_context.sum())
+        kv = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
         pairs = kv
         for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
             kv += s
@@ -219,10 +220,11 @@ class Scheduler:
         run = self.running_ids()
         plan = StepPlan(now, run[:0], run[:0])
         if run.size:
-            if run.size <= budget and self.decode_batch() is not None and self.alloc.fits_growth(run, 1):
+            batch = self.decode_batch() if run.size <= budget else None
+            if batch is not None and self.alloc.fits_growth(run, 1):
                 c = t.computed[run]
                 self.alloc.grow_by(run, 1)
-                plan.decode_ids, plan.decode_context = run, c
+                plan.decode_ids, plan.decode_context, plan.decode_kv = run, c, batch.context
                 budget -= run.size
             else:
                 budget = self._schedule_running_slow(plan, budget)
@@ -306,6 +308,7 @@ class Scheduler:
             self._start_running(r)
             plan.decode_ids = np.append(plan.decode_ids, r)
             plan.decode_context = np.append(plan.decode_context, c)
+            plan.decode_kv = None
             budget -= 1
         return budget
 
