@@ -423,13 +423,17 @@ class Scheduler:
             return []
         gone = batch.pop_done()
         t, context = self.t, batch.context
-        done = [r for r in self.running if r in gone]  # running order: frees happen in this order
+        if len(gone) == 1:  # the common case: no scan of the batch in Python
+            done = list(gone)
+            self.running.remove(done[0])
+        else:
+            done = [r for r in self.running if r in gone]  # running order: frees happen in this order
+            self.running = [r for r in self.running if r not in gone]
         for r in done:
             t.finish_s[r] = t_end
             t.status[r] = FINISHED
             context -= int(t.computed[r])
             self.alloc.free(r)
-        self.running = [r for r in self.running if r not in gone]
         self._run_arr = None
         if self.running:
             self._decode_batch = DecodeBatch(self.running_ids(), context, batch.clock, batch.finishes)
