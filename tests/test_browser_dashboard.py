@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser_util import app_server, browser  # noqa: F401  (fixtures)
 
@@ -75,8 +76,19 @@ def switch(page, click, expect_text: str) -> dict[str, str]:
 
 
 def pick(page, label: str, option: str) -> None:
-    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]', has_text=label).first.click()
-    page.get_by_role("option", name=option, exact=True).click()
+    """Choose `option` in the sidebar selectbox `label`. A rerun that lands between the click and the
+    menu drawing closes the menu again, so open it until the option shows (at most three tries)."""
+    box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]', has_text=label).first
+    choice = page.get_by_role("option", name=option, exact=True)
+    for _ in range(3):
+        wait_idle(page)
+        box.click()
+        try:
+            choice.wait_for(state="visible", timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    choice.click()
 
 
 def shot(page, name: str) -> None:
