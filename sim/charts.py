@@ -49,11 +49,13 @@ def memory_timeline(steps: pd.DataFrame, weights_bytes: float | None = None) -> 
     t = steps["t_s"]
     for col, label, colour in BREAKDOWN:
         if col in steps:
+            # no outline: an empty band (external fragmentation under paging) would paint its colour
+            # along the top of the band below it and look like memory it is not
             fig.add_trace(go.Scatter(x=t, y=steps[col] / GIB, name=label, stackgroup="mem", mode="lines",
-                                     line=dict(width=0.5, color=colour), fillcolor=colour))
+                                     line=dict(width=0, color=colour), fillcolor=colour))
     if weights_bytes:
         fig.add_trace(go.Scatter(x=t, y=np.full(len(t), weights_bytes / GIB), name="weights", stackgroup="mem",
-                                 mode="lines", line=dict(width=0.5, color=WEIGHTS_COLOUR), fillcolor=WEIGHTS_COLOUR))
+                                 mode="lines", line=dict(width=0, color=WEIGHTS_COLOUR), fillcolor=WEIGHTS_COLOUR))
     return _layout(fig, "GPU memory over time (KV pool by use, weights on top)", "GiB")
 
 

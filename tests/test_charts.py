@@ -63,6 +63,8 @@ def test_memory_timeline_stacks_five_parts_and_weights_in_gib():
     names = [t.name for t in fig.data]
     assert names[:5] == [label for _, label, _ in charts.BREAKDOWN] and names[5] == "weights"
     assert all(t.stackgroup == "mem" for t in fig.data)
+    # bands have no outline, so an all-zero band (paged external fragmentation) paints nothing
+    assert all(t.line.width == 0 for t in fig.data)
     # the stack at any time is capacity + weights
     top = sum(np.asarray(t.y)[3] for t in fig.data)
     assert top == pytest.approx(10 + 15)
