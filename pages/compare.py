@@ -5,7 +5,7 @@ import streamlit as st
 
 from models.spec import SpecError
 from sim import charts
-from sim.compare_words import describe_differences, token_state_share
+from sim.compare_words import comparison_rows, describe_differences
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.presets import PRESETS, preset_variants
@@ -46,14 +46,11 @@ for sentence in describe_differences(summaries):
     st.markdown(f"- {sentence}")
 
 st.subheader("Side by side")
-rows = []
-for label, s in summaries.items():
-    share = token_state_share(s)
-    rows.append({"scenario": label, "completed": s.get("completed"), "throughput tok/s": s.get("throughput_tok_s"),
-                 "TTFT p99 s": (s.get("ttft_s") or {}).get("p99"), "TPOT p99 s": (s.get("tpot_s") or {}).get("p99"),
-                 "mean batch": s.get("mean_batch_size"), "peak KV usage": (s.get("kv_cache_usage_perc") or {}).get("peak"),
-                 "token-state share": share, "preemptions": s.get("num_preemptions")})
-st.dataframe(pd.DataFrame(rows), hide_index=True, key="cmp-table")
+st.dataframe(pd.DataFrame(comparison_rows(summaries)), hide_index=True, key="cmp-table",
+             column_config={"completed": st.column_config.NumberColumn(format="%d"),
+                            "preemptions": st.column_config.NumberColumn(format="%d"),
+                            "throughput tok/s": st.column_config.NumberColumn(format="%.1f"),
+                            "mean batch": st.column_config.NumberColumn(format="%.2f")})
 
 steps = {k: s.steps for k, s in snaps.items()}
 requests = {k: s.requests for k, s in snaps.items()}

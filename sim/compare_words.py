@@ -69,6 +69,10 @@ def compare_pair(name: str, summary: Mapping[str, Any], base_name: str, base: Ma
     if thr is not None and abs(thr - 1) > SAME / 2:
         out.append(f"{name} delivers {thr:.2f}x the token throughput of {base_name} "
                    f"({_val(summary, 'throughput_tok_s'):,.0f} vs {_val(base, 'throughput_tok_s'):,.0f} tok/s).")
+    peak, peak0 = _val(summary, "kv_cache_usage_perc", "peak"), _val(base, "kv_cache_usage_perc", "peak")
+    peak_ratio = _ratio(peak, peak0)
+    if peak_ratio is not None and peak is not None and peak0 is not None and abs(peak_ratio - 1) > SAME:
+        out.append(f"{name} peaks at {peak:.0%} of its KV pool in use, {base_name} at {peak0:.0%}.")
     share, share0 = token_state_share(summary), token_state_share(base)
     if share is not None and share0 is not None and abs(share - share0) >= 0.02:
         out.append(f"{name} uses {100 * share:.0f}% of its KV pool for token states, {base_name} {100 * share0:.0f}%.")
@@ -89,3 +93,20 @@ def describe_differences(summaries: Mapping[str, Mapping[str, Any]], baseline: s
         if name != base_name:
             out.extend(compare_pair(name, summaries[name], base_name, summaries[base_name]))
     return out
+
+
+def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The dashboard's side-by-side table: one row per run, shares of the KV pool in percent."""
+
+    def pct(v: float | None) -> float | None:
+        return None if v is None else round(100 * v, 1)
+
+    rows = []
+    for label, s in summaries.items():
+        rows.append({"scenario": label, "completed": _val(s, "completed"),
+                     "throughput tok/s": _val(s, "throughput_tok_s"),
+                     "TTFT p99 s": _val(s, "ttft_s", "p99"), "TPOT p99 s": _val(s, "tpot_s", "p99"),
+                     "mean batch": _val(s, "mean_batch_size"),
+                     "peak KV usage %": pct(_val(s, "kv_cache_usage_perc", "peak")),
+                     "token states %": pct(token_state_share(s)), "preemptions": _val(s, "num_preemptions")})
+    return rows

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sim import charts
-from sim.compare_words import describe_differences, token_state_share
+from sim.compare_words import comparison_rows, describe_differences, token_state_share
 from sim.scenario import Scenario
 
 GIB = 1 << 30
@@ -123,3 +123,13 @@ def test_compare_words_ratios_come_from_summaries():
     assert "2.0x fewer concurrent requests" in describe_differences({"a": a, "b": slow})[0]
     assert "(3.0x)" in describe_differences({"a": a, "b": slow})[0]
     assert describe_differences({"only": a}) == []
+    # when memory does not bind, the peak share of the pool is the difference that shows
+    lean = dict(a, kv_cache_usage_perc={"mean": 0.1, "peak": 0.25})
+    fat = dict(a, kv_cache_usage_perc={"mean": 0.5, "peak": 0.97})
+    assert describe_differences({"contiguous max": fat, "paged": lean}) == [
+        "paged holds about as many concurrent requests as contiguous max at about the same p99 TTFT (800 ms vs 800 ms).",
+        "paged peaks at 25% of its KV pool in use, contiguous max at 97%."]
+    rows = comparison_rows({"contiguous max": fat, "paged": lean})
+    assert [r["peak KV usage %"] for r in rows] == [97.0, 25.0] and rows[1]["scenario"] == "paged"
+    assert rows[0]["token states %"] == pytest.approx(100 * token_state_share(fat), abs=0.05)
+    assert not any("peaks at" in w for w in describe_differences({"a": fat, "b": dict(fat)}))
