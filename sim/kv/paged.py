@@ -114,20 +114,14 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id} is already allocated")
         self._ensure(req_id)
         bs = self.block_size
-        hits, keys = self._match(num_tokens, prefix_hashes)
-        parked_hits = [b for b in hits if self.cache.is_parked(b)]
+        hits, keys = self._match(num_tokens, prefix_hashes) if self.prefix_caching else ([], [])
         need = -(-num_tokens // bs) - len(hits)
-        if need > self.num_free_blocks - len(parked_hits):
+        parked = self._claim_hits(req_id, hits, need) if hits else 0
+        if not hits and need > self.num_free_blocks:
             raise AllocationError(f"request {req_id}: {need} blocks needed, {self.num_free_blocks} free")
-        extra = self._extra_refs
-        for b in hits:
-            if self.cache.is_parked(b):  # take it out of the LRU before anything can evict it
-                self.cache.unpark(b)
-            else:  # live block of another request: now shared
-                extra[b] = extra.get(b, 0) + 1
         new = self._take(need)
-        self._tables[req_id] = hits + new
-        self._written += len(parked_hits) * bs + num_tokens - len(hits) * bs
+        self._tables[req_id] = hits + new if hits else new
+        self._written += parked * bs + num_tokens - len(hits) * bs
         self._ntok[req_id] = num_tokens
         self._cap[req_id] = (len(hits) + need) * bs
         self._final[req_id] = final_tokens
@@ -141,6 +135,21 @@ class PagedAllocator(KVAllocator):
             self._nreg[req_id] = len(hits)
             self._register(req_id)
         return len(hits) * bs
+
+    def _claim_hits(self, req_id: int, hits: list[int], need: int) -> int:
+        """Take the prefix-cache hit blocks for a new request that needs `need` more blocks (raises,
+        changing nothing, if they would not fit): parked ones leave the LRU, live ones become
+        shared. Returns how many were parked."""
+        parked = sum(1 for b in hits if self.cache.is_parked(b))
+        if need > self.num_free_blocks - parked:
+            raise AllocationError(f"request {req_id}: {need} blocks needed, {self.num_free_blocks} free")
+        extra = self._extra_refs
+        for b in hits:
+            if self.cache.is_parked(b):  # take it out of the LRU before anything can evict it
+                self.cache.unpark(b)
+            else:  # live block of another request: now shared
+                extra[b] = extra.get(b, 0) + 1
+        return parked
 
     # --- growth --------------------------------------------------------------------------------
     def can_append(self, req_id: int, num_new_tokens: int) -> bool:
