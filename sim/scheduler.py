@@ -328,9 +328,10 @@ class Scheduler:
             r = self.waiting[0]
             hashes = self.prefix_hashes(r)
             n = self._admission_chunk(r, budget, hashes)
-            if n == 0 or not alloc.can_allocate(n, int(t.reserve[r]), hashes):
+            reserve = int(t.reserve[r])
+            if n == 0 or not alloc.can_allocate(n, reserve, hashes):
                 break
-            hit = alloc.allocate(r, n, t.final_tokens(r), int(t.reserve[r]), hashes)
+            hit = alloc.allocate(r, n, t.final_tokens(r), reserve, hashes)
             self.waiting.popleft()
             total = int(t.prompt[r] + t.generated[r])
             compute = n - hit
@@ -340,7 +341,8 @@ class Scheduler:
             if hashes is not None:
                 self.prefix_queries += n
                 self.prefix_hits += hit
-            t.prefix_hit[r] += hit
+            if hit:
+                t.prefix_hit[r] += hit
             if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission (cheaper than np.isnan on a scalar)
                 t.admitted_s[r] = now
             t.status[r] = RUNNING
