@@ -1,6 +1,8 @@
 """kvsim dashboard entry point: `streamlit run app.py` (or `make run`).
 
-st.navigation over the pages in pages/. A link with ?snapshot=ID opens the saved snapshot
+st.navigation over the pages in app_pages/ (not "pages/": Streamlit treats a folder of that name
+as an old-style multipage app and serves the first deep link of a fresh server from it, with its
+own file-name menu). A link with ?snapshot=ID opens the saved snapshot
 straight away, whatever page the link was copied from.
 """
 
@@ -14,15 +16,15 @@ HERE = Path(__file__).resolve().parent
 opening_snapshot = "snapshot" in st.query_params
 
 pages = [
-    st.Page("pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate",
+    st.Page("app_pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate",
             default=not opening_snapshot),
-    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
-    st.Page("pages/trace.py", title="Trace", icon=":material/timeline:", url_path="trace"),
-    st.Page("pages/capacity.py", title="Capacity planner", icon=":material/calculate:", url_path="capacity"),
-    st.Page("pages/snapshots.py", title="Snapshots", icon=":material/bookmarks:", url_path="snapshots",
+    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("app_pages/trace.py", title="Trace", icon=":material/timeline:", url_path="trace"),
+    st.Page("app_pages/capacity.py", title="Capacity planner", icon=":material/calculate:", url_path="capacity"),
+    st.Page("app_pages/snapshots.py", title="Snapshots", icon=":material/bookmarks:", url_path="snapshots",
             default=opening_snapshot),
 ]
-if (HERE / "pages" / "gpu_run.py").is_file():  # the GPU backend's page, when that part is installed
-    pages.append(st.Page("pages/gpu_run.py", title="GPU run", icon=":material/developer_board:", url_path="gpu"))
+if (HERE / "app_pages" / "gpu_run.py").is_file():  # the GPU backend's page, when that part is installed
+    pages.append(st.Page("app_pages/gpu_run.py", title="GPU run", icon=":material/developer_board:", url_path="gpu"))
 
 st.navigation(pages).run()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pandas as pd
@@ -171,6 +172,16 @@ class Snapshot:
 
 
 # ----- frames ---------------------------------------------------------------------------------
+
+def snapshot_link(page_url: str | None, snap_id: str, base_url_path: str = "") -> str:
+    """The `?snapshot=ID` link to share, from the URL of the page it was saved on: the server's root
+    (under its `server.baseUrlPath`, if any), whichever page that was, since the link opens the
+    Snapshots page by itself. Relative ("/?snapshot=ID") when the page URL is unknown."""
+    parts = urlsplit(page_url or "")
+    prefix = "/" + base_url_path.strip("/") if base_url_path.strip("/") else ""
+    origin = f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+    return f"{origin}{prefix}/?snapshot={snap_id}"
+
 
 def downsample(df: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     """Every k-th row (first and last kept) so a chart keeps its shape; small frames pass unchanged."""

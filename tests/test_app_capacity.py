@@ -6,7 +6,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "capacity.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "capacity.py")
 
 
 def page(**params) -> AppTest:

@@ -15,8 +15,8 @@ from sim.scenario import Scenario
 from sim.snapshot import SnapshotStore
 
 ROOT = Path(__file__).resolve().parent.parent
-SIMULATE = str(ROOT / "pages" / "simulate.py")
-COMPARE = str(ROOT / "pages" / "compare.py")
+SIMULATE = str(ROOT / "app_pages" / "simulate.py")
+COMPARE = str(ROOT / "app_pages" / "compare.py")
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from sim.snapshot import Snapshot, SnapshotStore
 from tests.test_charts import make_result
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = str(ROOT / "pages" / "snapshots.py")
+PAGE = str(ROOT / "app_pages" / "snapshots.py")
 
 
 @pytest.fixture()

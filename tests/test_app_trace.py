@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "trace.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "trace.py")
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 
 

@@ -94,6 +94,9 @@ def pick(page, label: str, option: str) -> None:
 def shot(page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.wait_for_timeout(500)  # let plotly finish drawing
+    for pane in ('[data-testid="stSidebarContent"]', '[data-testid="stMain"]'):  # start of page, not where we clicked
+        page.locator(pane).first.evaluate("el => el.scrollTo(0, 0)")
+    page.wait_for_timeout(200)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=False)
 
 
@@ -123,6 +126,9 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     page.set_input_files('input[type="file"]', str(trace_file))
     page.wait_for_selector("text=azure format", timeout=WAIT_MS)
     wait_idle(page)
+    # A deep link is this fresh server's first request: the menu is app.py's, not a file listing.
+    menu = page.locator('[data-testid="stSidebarNav"]').inner_text()
+    assert "Capacity planner" in menu and "gpu run" not in menu, menu
     rows = metrics(page)["requests"]
     assert rows == ("8,819" if trace_file == SHARED_AZURE else "200")
     shot(page, "trace")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "gpu_run.py")
+PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "gpu_run.py")
 
 
 @pytest.mark.slow

@@ -9,7 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.snapshot import MAX_STEP_ROWS, SCHEMA_VERSION, Snapshot, SnapshotError, SnapshotStore, downsample
+from sim.snapshot import (
+    MAX_STEP_ROWS,
+    SCHEMA_VERSION,
+    Snapshot,
+    SnapshotError,
+    SnapshotStore,
+    downsample,
+    snapshot_link,
+)
 from sim.trace import Trace
 from tests.test_charts import make_result
 
@@ -112,3 +120,15 @@ def test_bad_upload_changes_nothing_saved(tmp_path):
     with pytest.raises(SnapshotError):
         store.save(Snapshot.from_json(json.dumps(doc)), "never")
     assert [i.name for i in store.list()] == ["kept"]
+
+
+@pytest.mark.parametrize(("url", "base", "link"), [
+    ("http://127.0.0.1:8501", "", "http://127.0.0.1:8501/?snapshot=abc"),  # the default page, at the root
+    ("http://127.0.0.1:8501/", "", "http://127.0.0.1:8501/?snapshot=abc"),
+    ("http://127.0.0.1:8501/simulate?kv_dtype=int8", "", "http://127.0.0.1:8501/?snapshot=abc"),
+    ("https://ops.example/kvsim/compare", "kvsim", "https://ops.example/kvsim/?snapshot=abc"),  # behind a proxy
+    ("https://ops.example/kvsim", "/kvsim/", "https://ops.example/kvsim/?snapshot=abc"),
+    (None, "", "/?snapshot=abc"),  # no browser URL known (AppTest)
+])
+def test_snapshot_link_points_at_the_server_root(url, base, link):
+    assert snapshot_link(url, "abc", base) == link

@@ -12,7 +12,7 @@ import streamlit as st
 
 from sim import charts
 from sim.report import headline_metrics, html_report, kv_pool_line, weights_bytes
-from sim.snapshot import Snapshot, SnapshotError, SnapshotStore
+from sim.snapshot import Snapshot, SnapshotError, SnapshotStore, snapshot_link
 
 
 def show_metrics(snap: Snapshot) -> None:
@@ -40,9 +40,7 @@ def _slug(text: str) -> str:
 
 
 def share_link(snap_id: str) -> str:
-    base = (st.context.url or "").split("?")[0]
-    base = re.sub(r"/[^/]*$", "/", base) if base else "/"
-    return f"{base}?snapshot={snap_id}"
+    return snapshot_link(st.context.url, snap_id, str(st.get_option("server.baseUrlPath") or ""))
 
 
 def _ident(snap: Snapshot) -> str:
