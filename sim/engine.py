@@ -299,21 +299,18 @@ class Simulation:
         t_end = ends[-1]
         self.events += 1
         yield self.env.timeout(t_end - rep.t)
+        early = 0  # steps booked at the second-to-last end: only when it falls in another bucket
         if k > 1:
             self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
-            if rec.bucket(ends[-2]) != rec.bucket(t_end):  # else one booking below covers all k
-                rec.add_counts(ends[-2], k - 1, 0, (k - 1) * b, 0)
-                k_last = 1
-            else:
-                k_last = k
-        else:
-            k_last = 1
+            if rec.bucket(ends[-2]) != rec.bucket(t_end):
+                early = k - 1
+                rec.add_counts(ends[-2], early, 0, early * b, 0)
         rep.t = t_end
         finished = sched.advance_decode(k, t_end)
         rep.last_batch = b
         rep.steps += k
         self.total_steps += k
-        rec.add_counts(t_end, k_last, 0, k_last * b, 0)
+        rec.add_counts(t_end, k - early, 0, (k - early) * b, 0)
         if rec.needs_sample(t_end):
             rec.sample_until(t_end, self.gauges())
         if finished:

@@ -361,9 +361,7 @@ class Scheduler:
         """Apply a finished step: K/V written, tokens sampled, finished requests freed."""
         t = self.t
         d = plan.decode_ids
-        batch = self._decode_batch
-        if batch is None or d is not batch.run:
-            batch = None
+        batch = self._decode_batch if self._decode_batch is not None and d is self._decode_batch.run else None
         if d.size:
             t.computed[d] += 1
             t.generated[d] += 1
