@@ -4,7 +4,7 @@ import streamlit as st
 
 from models.gpus import list_gpus
 from models.spec import SpecError, list_catalog
-from sim import charts
+from sim.out import charts
 from sim.scenario import WEIGHT_DTYPES
 from ui.capacity_view import budget_parts, planner_tables
 

@@ -4,8 +4,8 @@ import pandas as pd
 import streamlit as st
 
 from models.spec import SpecError
-from sim import charts
-from sim.compare_words import comparison_rows, describe_differences
+from sim.out import charts
+from sim.out.compare_words import comparison_rows, describe_differences
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.presets import PRESETS, preset_variants

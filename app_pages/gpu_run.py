@@ -1,7 +1,7 @@
 """GPU run page: replay the current trace + scenario on a real model, live, then overlay it on the simulation.
 
 Thin view: gpu_backend.executor does the run (in a background thread so the page stays live),
-sim.engine the simulation, sim.charts the figures, gpu_backend.profile the article presets.
+sim.run.engine the simulation, sim.out.charts the figures, gpu_backend.profile the article presets.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import plotly.express as px
 import streamlit as st
 
 from gpu_backend import telemetry
-from sim import charts
+from sim.out import charts
 
 st.title("GPU run")
 status = telemetry.gpu_status()
@@ -102,7 +102,7 @@ live()
 
 result = state.get("result") if state.get("done") else None
 if result is not None:
-    from sim.engine import simulate
+    from sim.run.engine import simulate
 
     try:
         sim_trace = run_trace

@@ -3,7 +3,7 @@
 import pandas as pd
 import streamlit as st
 
-from sim.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError, SnapshotStore
+from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError, SnapshotStore
 from ui.result_view import share_link, show_result
 
 st.title("Snapshots")

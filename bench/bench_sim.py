@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sim.engine import simulate  # noqa: E402
+from sim.run.engine import simulate  # noqa: E402
 from sim.scenario import Scenario  # noqa: E402
 from sim.trace import load_trace, synthetic  # noqa: E402
 

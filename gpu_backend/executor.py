@@ -104,12 +104,12 @@ def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel):
 
 
 class Executor:
-    """Drives sim.engine's own Setup (allocator + Scheduler built exactly as the simulator builds
+    """Drives sim.run.engine's own Setup (allocator + Scheduler built exactly as the simulator builds
     them) with a wall clock and a real model. `run()` returns a SimResult."""
 
     def __init__(self, trace, scenario, cfg: RunConfig | None = None, loaded: LoadedModel | None = None,
                  progress=None, on_step=None) -> None:
-        from sim import engine
+        from sim.run import engine
 
         self.cfg = cfg = cfg or RunConfig()
         if scenario.tp != 1 or scenario.replicas != 1:
@@ -154,7 +154,7 @@ class Executor:
         """Swap out preempted requests' blocks before anyone overwrites them; copy-on-write copies;
         swap in resumed requests."""
         alloc, t = self.rep.alloc, self.setup.table
-        from sim.request import SWAPPED
+        from sim.core.request import SWAPPED
 
         for r in plan.preempted:
             if t.status[r] == SWAPPED and r in self.last_tables:

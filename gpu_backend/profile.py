@@ -1,8 +1,8 @@
 """Calibration: time a grid of prefill and decode steps on this device and fit the cost model.
 
 Each grid point is one real forward over the paged pool, described by the same three step
-arguments the simulator's cost model uses (sim.cost_model: new_tokens, kv_read_tokens,
-attn_pairs, exactly as StepPlan.cost_args counts them). sim.cost_model.fit_profile fits the linear
+arguments the simulator's cost model uses (sim.timing.cost_model: new_tokens, kv_read_tokens,
+attn_pairs, exactly as StepPlan.cost_args counts them). sim.timing.cost_model.fit_profile fits the linear
 step model to the timings and the profile JSON it returns is what `python -m sim run --profile`
 reads (docs/CALIBRATION.md). Decode contexts are not prefilled first: step time does not depend on
 the K/V values, only on how many are read.
@@ -102,8 +102,8 @@ def device_name(device: torch.device) -> str:
 def profile(model: str, *, device: str = "cpu", dtype: str = "bf16", kv_dtype: str = "bf16", block_size: int = 16,
             grid: str = "default", repeats: int = 5, weights: str | None = None, impl: str | None = None,
             out: str | Path | None = None, loaded: LoadedModel | None = None) -> dict[str, Any]:
-    """Measure, fit (sim.cost_model.fit_profile) and optionally save a calibration profile."""
-    from sim.cost_model import fit_profile, save_profile
+    """Measure, fit (sim.timing.cost_model.fit_profile) and optionally save a calibration profile."""
+    from sim.timing.cost_model import fit_profile, save_profile
 
     if grid not in GRIDS:
         raise ValueError(f"grid {grid!r}: choose one of {', '.join(GRIDS)}")

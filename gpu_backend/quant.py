@@ -1,6 +1,6 @@
 """Quantised KV storage: int8 with a scale per token per kv head, fp8 e4m3 with a scale per layer.
 
-The byte layout is exactly the one sim/kv/dtypes.py counts, so a measured pool and a simulated
+The byte layout is exactly the one models/kv_dtypes.py counts, so a measured pool and a simulated
 capacity agree to the byte:
 - int8: values int8 [.., head_dim] plus one fp32 scale per (token, kv head) for K and for V.
   The scale is amax(|row|) / 127 so every row uses the full int8 range (symmetric, round to nearest).
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sim.kv.dtypes import get_kv_dtype
+from models.kv_dtypes import get_kv_dtype
 
 INT8_MAX = 127.0
 FP8_MAX = 448.0  # largest finite float8_e4m3fn

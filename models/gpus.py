@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from sim.safe_json import read_json_file
+from models.safe_json import read_json_file
 
 MiB = 1 << 20
 GB = 10**9

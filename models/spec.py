@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sim.kv.dtypes import fixed_scale_bytes, get_kv_dtype
-from sim.kv.dtypes import kv_bytes_per_token as _kv_bytes_per_token
-from sim.safe_json import read_json_file
+from models.kv_dtypes import fixed_scale_bytes, get_kv_dtype
+from models.kv_dtypes import kv_bytes_per_token as _kv_bytes_per_token
+from models.safe_json import read_json_file
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from sim.out.snapshot import SnapshotStore
 from sim.scenario import Scenario
-from sim.snapshot import SnapshotStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SIMULATE = str(ROOT / "app_pages" / "simulate.py")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sim.report import headline_metrics
-from sim.snapshot import Snapshot, SnapshotStore
+from sim.out.report import headline_metrics
+from sim.out.snapshot import Snapshot, SnapshotStore
 from tests.test_charts import make_result
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""sim.charts and sim.compare_words on small hand-built frames (the metrics schema, docs/METRICS.md)."""
+"""sim.out.charts and sim.out.compare_words on small hand-built frames (the metrics schema, docs/METRICS.md)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim import charts
-from sim.compare_words import comparison_rows, describe_differences, token_state_share
+from sim.out import charts
+from sim.out.compare_words import comparison_rows, describe_differences, token_state_share
 from sim.scenario import Scenario
 
 GIB = 1 << 30
@@ -17,7 +17,7 @@ GIB = 1 << 30
 
 @dataclass
 class FakeResult:
-    """Same attribute names as sim.metrics.SimResult; frames built by hand so values are known."""
+    """Same attribute names as sim.run.metrics.SimResult; frames built by hand so values are known."""
 
     requests: pd.DataFrame
     steps: pd.DataFrame

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sim.__main__ import main
-from sim.engine import simulate
+from sim.run.engine import simulate
 from sim.scenario import Scenario
 from sim.trace import load_trace, subsample
 

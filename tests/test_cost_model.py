@@ -9,9 +9,9 @@ import pytest
 
 from models.gpus import get_gpu
 from models.spec import load_spec
-from sim.capacity import bandwidth_floor_s
-from sim.cost_model import CostModel, ProfileError, fit_profile, load_profile, save_profile
+from sim.plan.capacity import bandwidth_floor_s
 from sim.scenario import Scenario, ScenarioError
+from sim.timing.cost_model import CostModel, ProfileError, fit_profile, load_profile, save_profile
 
 PURE = {"compute_efficiency": 1.0, "memory_efficiency": 1.0, "fixed_overhead_s": 0.0}
 

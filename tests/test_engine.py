@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.engine import simulate
-from sim.metrics import PART_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
+from sim.run.engine import simulate
+from sim.run.metrics import PART_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 from sim.scenario import Scenario
 from sim.trace import load_trace, synthetic
 

@@ -9,7 +9,7 @@ external) under 4% of capacity.
 
 from __future__ import annotations
 
-from sim.engine import simulate
+from sim.run.engine import simulate
 from sim.scenario import Scenario
 from sim.trace import preset
 

@@ -11,7 +11,7 @@ from gpu_backend.attention import SeqChunk
 from gpu_backend.executor import ModelRunner
 from gpu_backend.model_loader import load_model
 from gpu_backend.paged_cache import PagedKVCache
-from sim.kv.paged import PagedAllocator
+from sim.core.kv.paged import PagedAllocator
 
 ARCHS = {"tiny-llama": 1, "qwen2-tiny": 2, "mistral-tiny": 3}  # catalog name -> weight seed
 PROMPT_LENS = (5, 17, 33)

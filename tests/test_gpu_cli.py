@@ -51,8 +51,8 @@ def test_bad_input_is_one_line(argv, needle, capsys):
 
 
 def test_profile_writes_a_profile_sim_run_can_use(tmp_path):
-    from sim.cost_model import CostModel, load_profile
     from sim.scenario import Scenario
+    from sim.timing.cost_model import CostModel, load_profile
 
     path = tmp_path / "prof.json"
     assert main(["profile", "--device", "cpu", "--model", "tiny-llama", "--grid", "small", "--repeats", "2",

@@ -11,7 +11,7 @@ import pytest
 
 from gpu_backend.executor import MEMORY_COLUMNS, RunConfig, run
 from gpu_backend.model_loader import load_model
-from sim import engine, metrics
+from sim.run import engine, metrics
 from sim.scenario import Scenario
 from sim.trace import all_at_once, load_trace
 

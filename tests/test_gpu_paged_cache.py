@@ -10,8 +10,8 @@ from gpu_backend.executor import ModelRunner
 from gpu_backend.model_loader import load_model
 from gpu_backend.paged_cache import PagedKVCache, blocks_for_budget, cuda_kv_budget_bytes
 from models.spec import load_spec
-from sim.kv.contiguous import ContiguousAllocator
-from sim.kv.paged import PagedAllocator
+from sim.core.kv.contiguous import ContiguousAllocator
+from sim.core.kv.paged import PagedAllocator
 from tests.test_gpu_attention import expected_tokens, paged_generate, prompts, reference_model
 
 

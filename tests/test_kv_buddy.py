@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sim.kv import ContiguousAllocator
-from sim.kv.buddy import BuddyPlacement, next_pow2
+from sim.core.kv import ContiguousAllocator
+from sim.core.kv.buddy import BuddyPlacement, next_pow2
 
 
 def test_next_pow2():

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.kv import AllocationError, ContiguousAllocator, make_allocator, reserve_tokens, reserve_tokens_array
+from sim.core.kv import (
+    AllocationError,
+    ContiguousAllocator,
+    make_allocator,
+    reserve_tokens,
+    reserve_tokens_array,
+)
 from sim.scenario import Scenario
 
 BS, BPT = 4, 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.kv.dtypes import KV_DTYPES, fixed_scale_bytes, get_kv_dtype, kv_bytes_per_token, list_kv_dtypes
+from models.kv_dtypes import KV_DTYPES, fixed_scale_bytes, get_kv_dtype, kv_bytes_per_token, list_kv_dtypes
 
 
 def test_registry_lists_all_six():

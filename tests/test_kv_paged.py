@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.kv import AllocationError, PagedAllocator, make_allocator
+from sim.core.kv import AllocationError, PagedAllocator, make_allocator
 from sim.scenario import Scenario
 
 BS, BPT = 4, 3  # tiny blocks and an odd byte count, so arithmetic slips show

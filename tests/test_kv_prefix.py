@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sim.kv import PagedAllocator
-from sim.kv.prefix_cache import PrefixCache
+from sim.core.kv import PagedAllocator
+from sim.core.kv.prefix_cache import PrefixCache
 
 BS = 4
 

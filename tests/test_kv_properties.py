@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.kv import BREAKDOWN_FIELDS, AllocationError, ContiguousAllocator, PagedAllocator
+from sim.core.kv import BREAKDOWN_FIELDS, AllocationError, ContiguousAllocator, PagedAllocator
 
 BS = 4
 KINDS = ["paged", "paged-prefix", "first-fit", "best-fit", "buddy"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.metrics import COUNTERS, GAUGES, STEP_COLUMNS, StepRecorder, requests_frame, summarize
-from sim.request import RequestTable
+from sim.core.request import RequestTable
+from sim.run.metrics import COUNTERS, GAUGES, STEP_COLUMNS, StepRecorder, requests_frame, summarize
 
 
 def gauges(value: float) -> np.ndarray:

@@ -6,8 +6,8 @@ import re
 
 import plotly.offline
 
-from sim.report import headline_metrics, html_report, write_html_report
-from sim.snapshot import Snapshot
+from sim.out.report import headline_metrics, html_report, write_html_report
+from sim.out.snapshot import Snapshot
 from tests.test_charts import make_result
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.kv.contiguous import ContiguousAllocator
-from sim.kv.paged import PagedAllocator
-from sim.request import FINISHED, RequestTable
-from sim.scheduler import Scheduler, SchedulerConfig
-from sim.static_batch import StaticBatchScheduler
+from sim.core.kv.contiguous import ContiguousAllocator
+from sim.core.kv.paged import PagedAllocator
+from sim.core.request import FINISHED, RequestTable
+from sim.core.scheduler import Scheduler, SchedulerConfig
+from sim.core.static_batch import StaticBatchScheduler
 
 
 def drive(sched, table, *, dt=1.0, max_steps=100_000, check=None):

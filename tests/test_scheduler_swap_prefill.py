@@ -7,9 +7,9 @@ finish one token early and report a wrong TTFT). Such victims are recomputed ins
 
 import numpy as np
 
-from sim.capacity import scenario_kv_bytes_per_token
-from sim.engine import Simulation, build
-from sim.request import SWAPPED
+from sim.core.request import SWAPPED
+from sim.plan.capacity import scenario_kv_bytes_per_token
+from sim.run.engine import Simulation, build
 from sim.scenario import Scenario
 from sim.trace import synthetic
 

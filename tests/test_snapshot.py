@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.snapshot import (
+from sim.out.snapshot import (
     MAX_STEP_ROWS,
     SCHEMA_VERSION,
     Snapshot,
@@ -82,7 +82,7 @@ def test_not_json_and_oversize_rejected(monkeypatch):
         Snapshot.from_json(b"\x80\x04pickle", "x.json")
     with pytest.raises(SnapshotError, match="not a kvsim snapshot"):
         Snapshot.from_json("[1, 2]")
-    monkeypatch.setattr("sim.snapshot.MAX_SNAPSHOT_BYTES", 100)
+    monkeypatch.setattr("sim.out.snapshot.MAX_SNAPSHOT_BYTES", 100)
     with pytest.raises(SnapshotError, match="over the 100-byte"):
         Snapshot.from_json("{" + " " * 200 + "}")
     assert SCHEMA_VERSION == 1

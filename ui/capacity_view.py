@@ -1,4 +1,4 @@
-"""Tables for the capacity page, assembled from sim.capacity calls (no formula of its own)."""
+"""Tables for the capacity page, assembled from sim.plan.capacity calls (no formula of its own)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 
 from models.gpus import GpuError, get_gpu
 from models.spec import SpecError, load_spec
-from sim.capacity import GiB, capacity_table, gpus_required, memory_budget
+from sim.plan.capacity import GiB, capacity_table, gpus_required, memory_budget
 
 SEED_CONTEXTS = (2048, 8192, 32768, 131072)
 CURVE_CONTEXTS = tuple(2**k for k in range(9, 18))  # 512 .. 131072

@@ -10,9 +10,9 @@ import re
 
 import streamlit as st
 
-from sim import charts
-from sim.report import headline_metrics, html_report, kv_pool_line, weights_bytes
-from sim.snapshot import Snapshot, SnapshotError, SnapshotStore, snapshot_link
+from sim.out import charts
+from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
+from sim.out.snapshot import Snapshot, SnapshotError, SnapshotStore, snapshot_link
 
 
 def show_metrics(snap: Snapshot) -> None:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import streamlit as st
 
+from sim.out.snapshot import Snapshot
 from sim.scenario import Scenario
-from sim.snapshot import Snapshot
 from sim.trace import Trace
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def _run(trace_digest: str, scenario_json: str, label: str, _trace: Trace) -> Snapshot:
-    from sim.engine import simulate  # imported late: the engine is the heavy part
+    from sim.run.engine import simulate  # imported late: the engine is the heavy part
 
     scenario = Scenario.from_json(scenario_json)
     bar = st.progress(0.0, text=label)

@@ -12,8 +12,8 @@ DEFAULT_CONTEXTS = "2048,8192,32768,131072"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from sim.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
-    from sim.kv.dtypes import list_kv_dtypes
+    from models.kv_dtypes import list_kv_dtypes
+    from sim.plan.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
     from sim.scenario import WEIGHT_DTYPES
 
     p = subparsers.add_parser(
@@ -53,7 +53,7 @@ def parse_contexts(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from models.gpus import get_gpu
     from models.spec import load_spec
-    from sim.capacity import capacity_table, gpus_required
+    from sim.plan.capacity import capacity_table, gpus_required
 
     for name in ("tp", "max_batched_tokens", "max_num_seqs"):
         if getattr(args, name) < 1:

@@ -12,7 +12,7 @@ SHOWN_CONTEXTS = (2048, 8192, 32768, 131072)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from sim.kv.dtypes import list_kv_dtypes
+    from models.kv_dtypes import list_kv_dtypes
 
     p = subparsers.add_parser(
         "kv",

@@ -45,7 +45,7 @@ def progress_bar(enabled: bool) -> tuple[Any, Any]:
 
 
 def simulate_with_progress(trace: Any, scenario: Any, show: bool) -> Any:
-    from sim.engine import simulate
+    from sim.run.engine import simulate
 
     callback, bar = progress_bar(show)
     try:
@@ -73,7 +73,7 @@ def write_outputs(result: Any, out: str) -> Path:
 
 
 def write_html(result: Any, path: str) -> None:
-    from sim.report import write_html_report
+    from sim.out.report import write_html_report
 
     try:
         write_html_report(result, path)

@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 
 from models.gpus import GPUSpec, get_gpu
+from models.safe_json import read_json_file
 from models.spec import ModelSpec
-from sim.safe_json import read_json_file
 from sim.scenario import ScenarioError
 
 PROFILE_SCHEMA = "kvsim.cost_profile"
@@ -71,7 +71,7 @@ class CostModel:
     @classmethod
     def from_scenario(cls, spec: ModelSpec | None, gpu: GPUSpec | None, scenario: Any, **overrides: Any) -> CostModel:
         """Roofline for the scenario's model, GPU, TP and dtypes; a profile when scenario.profile is set."""
-        from sim.capacity import kv_bytes_per_token_per_gpu, scenario_spec
+        from sim.plan.capacity import kv_bytes_per_token_per_gpu, scenario_spec
 
         spec = spec or scenario_spec(scenario)
         if scenario.kv_heads and spec.num_kv_heads != scenario.kv_heads:

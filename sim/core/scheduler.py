@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.kv.base import KVAllocator
-from sim.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
+from sim.core.kv.base import KVAllocator
+from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
 _all, _min, _sum, _count = np.logical_and.reduce, np.minimum.reduce, np.add.reduce, np.count_nonzero  # cheap on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation

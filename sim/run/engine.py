@@ -30,20 +30,20 @@ import numpy as np
 import simpy
 
 from models.gpus import get_gpu
-from sim import metrics
-from sim.capacity import (
+from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
+from sim.core.kv.registry import blocks_for_budget, make_allocator
+from sim.core.kv.reserve import reserve_tokens_array
+from sim.core.request import REJECTED, RequestTable
+from sim.core.scheduler import Scheduler, SchedulerConfig
+from sim.core.static_batch import StaticBatchScheduler
+from sim.plan.capacity import (
     scenario_kv_budget_bytes,
     scenario_kv_bytes_per_token,
     scenario_memory_budget,
     scenario_spec,
 )
-from sim.cost_model import CostModel
-from sim.kv.base import BREAKDOWN_FIELDS, KVAllocator
-from sim.kv.registry import blocks_for_budget, make_allocator
-from sim.kv.reserve import reserve_tokens_array
-from sim.request import REJECTED, RequestTable
-from sim.scheduler import Scheduler, SchedulerConfig
-from sim.static_batch import StaticBatchScheduler
+from sim.run import metrics
+from sim.timing.cost_model import CostModel
 
 GiB = 1 << 30
 DEFAULT_MAX_MODEL_LEN_CAP = 32768

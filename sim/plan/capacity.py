@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
+from models.kv_dtypes import kv_bytes_per_token
 from models.spec import ModelSpec, SpecError, load_spec
-from sim.kv.dtypes import kv_bytes_per_token
 
 GiB = 1 << 30
 DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default

@@ -5,7 +5,7 @@ longest output is done: every step computes a token for every member, finished o
 joins until the whole batch ends. A member's own finish time is the step that produced its last
 real token (that is what its user sees), but its K/V stays held until the batch ends.
 
-Same API as sim.scheduler.Scheduler (schedule / complete_step / decode_run_limit /
+Same API as sim.core.scheduler.Scheduler (schedule / complete_step / decode_run_limit /
 advance_decode), so the engine and the GPU backend drive either one unchanged. No preemption:
 the batch is admitted only if its padded K/V (longest prompt + longest output) fits.
 """
@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sim.kv.base import KVAllocator
-from sim.request import FINISHED, RUNNING, WAITING, RequestTable
-from sim.scheduler import StepPlan
+from sim.core.kv.base import KVAllocator
+from sim.core.request import FINISHED, RUNNING, WAITING, RequestTable
+from sim.core.scheduler import StepPlan
 
 
 class StaticBatchScheduler:

@@ -2,8 +2,8 @@
 
 This is how serving systems stored KV before paging (and the Orca baselines of the vLLM paper):
 a request cannot grow past what it reserved at admission, so the reserve policy
-(sim/kv/reserve.py) trades admitted batch size against preemptions, and the placement
-(first-fit, best-fit or buddy: sim/kv/placement.py, sim/kv/buddy.py) decides how the free space
+(sim/core/kv/reserve.py) trades admitted batch size against preemptions, and the placement
+(first-fit, best-fit or buddy: sim/core/kv/placement.py, sim/core/kv/buddy.py) decides how the free space
 shatters into holes. Runs are whole blocks on the same block-id space as the paged allocator, so
 the GPU backend can measure both on one pool.
 
@@ -26,9 +26,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
-from sim.kv.paged import grown
-from sim.kv.placement import make_placement
+from sim.core.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.core.kv.paged import grown
+from sim.core.kv.placement import make_placement
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # ufunc reduce: cheapest on small batches
 

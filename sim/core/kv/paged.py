@@ -8,7 +8,7 @@ Books:
 - per-request counts (tokens, blocks, final length) in numpy arrays indexed by the dense int
   request id, so the engine's skip-ahead can grow a whole batch with array arithmetic
   (`blocks_to_grow` / `grow_many`) and loops only over requests that cross a block boundary;
-- optional prefix caching (sim/kv/prefix_cache.py): full blocks get chained keys, a hit shares
+- optional prefix caching (sim/core/kv/prefix_cache.py): full blocks get chained keys, a hit shares
   the cached block (refcount + 1), freed keyed blocks stay cached and are evicted LRU-first only
   when clean free blocks run out.
 
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.kv.base import AllocationError, KVAllocator, KVBreakdown
-from sim.kv.prefix_cache import PrefixCache
+from sim.core.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.core.kv.prefix_cache import PrefixCache
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
 

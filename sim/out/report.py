@@ -11,7 +11,7 @@ from typing import Any
 
 import plotly.offline
 
-from sim import charts
+from sim.out import charts
 
 GIB = float(1 << 30)
 

@@ -1,6 +1,6 @@
 """Allocators by name, built from a Scenario: one place the simulator and the GPU backend agree on.
 
-Adding an allocator = one file implementing sim.kv.base.KVAllocator + one line in ALLOCATORS.
+Adding an allocator = one file implementing sim.core.kv.base.KVAllocator + one line in ALLOCATORS.
 A factory takes (scenario, num_blocks, bytes_per_token, prefix_block_size) and reads only the
 Scenario fields it needs (block_size, prefix_caching, placement).
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sim.kv.base import KVAllocator
-from sim.kv.contiguous import ContiguousAllocator
-from sim.kv.paged import PagedAllocator
+from sim.core.kv.base import KVAllocator
+from sim.core.kv.contiguous import ContiguousAllocator
+from sim.core.kv.paged import PagedAllocator
 
 if TYPE_CHECKING:
     from sim.scenario import Scenario

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.kv.base import BREAKDOWN_FIELDS
+from sim.core.kv.base import BREAKDOWN_FIELDS
 
 REQUEST_COLUMNS = ("req_id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "input_tokens",
                    "output_tokens", "queue_s", "ttft_s", "tpot_s", "e2e_s", "num_preemptions",
@@ -165,7 +165,7 @@ def gauge_vector(batch_size: int, running: int, waiting: int, parts: dict[str, i
 
 
 def requests_frame(table: Any, trace_output: np.ndarray | None = None) -> pd.DataFrame:
-    """Per-request frame from a sim.request.RequestTable (NaN = never happened)."""
+    """Per-request frame from a sim.core.request.RequestTable (NaN = never happened)."""
     out = table.output
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(out > 1, (table.finish_s - table.first_token_s) / np.maximum(out - 1, 1), np.nan)

@@ -11,7 +11,7 @@ A pool whose block count is not a power of two is cut into its binary digits: 10
 roots of 64 @ 0, 32 @ 64 and 4 @ 96. Each root is aligned to its own size, and buddies never
 merge across roots. A run larger than the biggest root can never be placed.
 
-Same methods as HolePlacement (sim/kv/placement.py).
+Same methods as HolePlacement (sim/core/kv/placement.py).
 """
 
 from __future__ import annotations

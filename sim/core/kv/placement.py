@@ -7,7 +7,7 @@ policies keep the same books, so they differ only in which hole they pick:
 
 Holes are kept in two sorted lists (by start, and by (length, start)) so that "can anything fit"
 is O(1), best-fit is a bisect, and neighbours coalesce on free in O(log n) plus a list shift.
-The buddy placement (sim/kv/buddy.py) offers the same methods, so the contiguous allocator does
+The buddy placement (sim/core/kv/buddy.py) offers the same methods, so the contiguous allocator does
 not care which one it holds.
 """
 
@@ -118,7 +118,7 @@ def make_placement(name: str, num_blocks: int):
     if name == "best-fit":
         return HolePlacement(num_blocks, best_fit=True)
     if name == "buddy":
-        from sim.kv.buddy import BuddyPlacement
+        from sim.core.kv.buddy import BuddyPlacement
 
         return BuddyPlacement(num_blocks)
     raise ValueError(f"unknown placement {name!r}: choose one of {', '.join(PLACEMENTS)}")

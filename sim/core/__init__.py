@@ -1,0 +1,1 @@
+"""The policy core shared by the simulator and the GPU backend: request state, KV allocators, schedulers."""

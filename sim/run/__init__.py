@@ -1,0 +1,1 @@
+"""One run: the SimPy engine over the policy core, and the metrics it records."""

@@ -1,0 +1,1 @@
+"""Step-time sources: how long one scheduled engine step takes."""
