@@ -23,9 +23,12 @@ def make(num_blocks: int = 32, placement: str = "first-fit") -> ContiguousAlloca
 
 def test_reserve_policies():
     assert reserve_tokens("max", 100, 20, 2048) == 2048
-    assert reserve_tokens("pow2", 100, 20, 2048) == 128
-    assert reserve_tokens("pow2", 100, 28, 2048) == 128  # exact power of two stays
-    assert reserve_tokens("pow2", 1500, 100, 2048) == 2048  # capped at the max length
+    # Orca's pow2: the prompt plus the OUTPUT rounded up to a power of two.
+    assert reserve_tokens("pow2", 100, 20, 2048) == 132
+    assert reserve_tokens("pow2", 100, 32, 2048) == 132  # exact power of two stays
+    assert reserve_tokens("pow2", 100, 1, 2048) == 101
+    assert reserve_tokens("pow2", 1500, 300, 2048) == 2012  # 1500 + 512
+    assert reserve_tokens("pow2", 1600, 400, 2048) == 2048  # 1600 + 512 capped at the max length
     assert reserve_tokens("pow2", 2000, 100, 2048) == 2100  # never below the request itself
     assert reserve_tokens("oracle", 100, 20, 2048) == 120
     with pytest.raises(ValueError, match="reserve policy"):

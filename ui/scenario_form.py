@@ -113,7 +113,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         block_size = sb.selectbox("Block size (tokens)", (1, 8, 16, 32, 64, 128, 256), index=2, key="block", bind=BIND)
     else:
         reserve = sb.selectbox("Reserve policy", RESERVE_POLICIES, key="reserve", bind=BIND,
-                               help="max: the whole max_model_len; pow2: next power of two of the true length; oracle: exact")
+                               help="max: the whole max_model_len; pow2: prompt + the output rounded up to a power of two (Orca); oracle: exact")
         placement = sb.selectbox("Placement", PLACEMENTS, key="placement", bind=BIND)
     prefix = sb.checkbox("Prefix caching", DEFAULT.prefix_caching, key="prefix", bind=BIND)
 

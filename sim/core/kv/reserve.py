@@ -3,8 +3,9 @@
 A contiguous KV region cannot grow in place, so a serving system without paging must decide at
 admission how many token slots a request may ever use. The policies bracket reality:
 - `max`:    the model's max length (what a naive server must do: it does not know the output);
-- `pow2`:   the next power of two of prompt + true output (a size-class allocator that was told
-            the output length, like the Orca baselines of the vLLM paper);
+- `pow2`:   the prompt plus the true output length rounded up to a power of two (Orca's
+            "Pow2" baseline in the vLLM paper, Kwon et al. 2023, section 6.1: the system is told
+            the output length only up to the next power of two), capped at the max length;
 - `oracle`: exactly prompt + true output (the best any up-front reservation can do).
 Rounding up to whole blocks is the allocator's job; these functions return tokens. The scheduler
 and the GPU backend both call this one function, so they reserve identically.
@@ -20,15 +21,18 @@ RESERVE_POLICIES = ("max", "pow2", "oracle")
 def reserve_tokens(policy: str, prompt_tokens: int, output_tokens: int, max_model_len: int) -> int:
     """Token slots to reserve for one request under `policy`.
 
-    pow2 never exceeds max_model_len unless prompt + output itself does (then it is prompt +
-    output: a longer request was let through and must still fit its own tokens). `max` returns
-    max_model_len as is: requests longer than that must be clamped or rejected by the caller.
+    pow2 is prompt + next_pow2(output); it never exceeds max_model_len unless prompt + output
+    itself does (then it is prompt + output: a longer request was let through and must still fit
+    its own tokens). `max` returns max_model_len as is: requests longer than that must be clamped
+    or rejected by the caller.
     """
-    total = int(prompt_tokens) + int(output_tokens)
+    prompt, output = int(prompt_tokens), int(output_tokens)
+    total = prompt + output
     if policy == "max":
         return int(max_model_len)
     if policy == "pow2":
-        return min(1 if total <= 1 else 1 << (total - 1).bit_length(), max(int(max_model_len), total))
+        rounded = output if output <= 1 else 1 << (output - 1).bit_length()
+        return min(prompt + rounded, max(int(max_model_len), total))
     if policy == "oracle":
         return total
     raise ValueError(f"unknown reserve policy {policy!r}: choose one of {', '.join(RESERVE_POLICIES)}")
@@ -36,17 +40,20 @@ def reserve_tokens(policy: str, prompt_tokens: int, output_tokens: int, max_mode
 
 def reserve_tokens_array(policy: str, prompt_tokens, output_tokens, max_model_len: int) -> np.ndarray:
     """Vectorised reserve_tokens over whole trace columns (int64), identical element by element."""
-    total = np.asarray(prompt_tokens, dtype=np.int64) + np.asarray(output_tokens, dtype=np.int64)
-    at_least_1 = np.maximum(total, 1)
+    prompt = np.asarray(prompt_tokens, dtype=np.int64)
+    output = np.asarray(output_tokens, dtype=np.int64)
+    total = prompt + output
     if policy == "max":
         return np.full(total.shape, int(max_model_len), dtype=np.int64)
     if policy == "pow2":
+        at_least_1 = np.maximum(output, 1)
         bits = np.ceil(np.log2(at_least_1.astype(np.float64))).astype(np.int64)
         pow2 = np.left_shift(np.int64(1), bits)
         # float log2 can be off by one far above any context length; fix up exactly in ints.
         pow2 = np.where(pow2 // 2 >= at_least_1, pow2 // 2, pow2)
         pow2 = np.where(pow2 < at_least_1, pow2 * 2, pow2)
-        return np.minimum(pow2, np.maximum(int(max_model_len), total))
+        pow2 = np.where(output <= 1, output, pow2)
+        return np.minimum(prompt + pow2, np.maximum(int(max_model_len), total))
     if policy == "oracle":
         return total
     raise ValueError(f"unknown reserve policy {policy!r}: choose one of {', '.join(RESERVE_POLICIES)}")
