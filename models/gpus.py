@@ -97,13 +97,28 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
     _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24_564, 1008, 165.2, 330.3, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA Ada Lovelace whitepaper (RTX 4090: 1,008 GB/s GDDR6X, 165.2 TF bf16 / 330.3 TF fp8 dense with "
          "fp32 accumulate, no NVLink); memory 24,564 MiB as nvidia-smi reports"),
+    _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB", 97_887, 1792, 503.8, 1007.6,
+         "PCIe Gen5 x16", PCIE5_X16, 0,
+         "NVIDIA RTX Blackwell PRO GPU architecture whitepaper (RTX PRO 6000: 96 GB GDDR7, 1,792 GB/s, 503.8 TF "
+         "bf16 / 1,007.6 TF fp8 dense at the 2,617 MHz boost clock, no NVLink); memory 97,887 MiB as nvidia-smi "
+         "reports (aiconfigurator-core systems/rtx_pro_6000_server.yaml)"),
     _gpu("mi300x", "AMD Instinct MI300X 192GB", 196_288, 5300, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
          "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1307 TF bf16 / 2615 TF fp8 dense, Infinity Fabric "
          "7 links x 128 GB/s bidir); memory 196,288 MiB as rocm-smi reports"),
 )}
 
+# nvidia-smi / rocm-smi device names (as a measured run records them) -> catalog names.
+DEVICE_NAMES = {
+    "nvidia h100 80gb hbm3": "h100-sxm", "nvidia h100 pcie": "h100-pcie", "nvidia h100": "h100-sxm",
+    "nvidia h200": "h200", "nvidia a100-sxm4-40gb": "a100-40gb", "nvidia a100-sxm4-80gb": "a100-80gb",
+    "nvidia l40s": "l40s", "nvidia l4": "l4", "nvidia a10g": "a10g", "nvidia geforce rtx 4090": "rtx-4090",
+    "nvidia rtx pro 6000 blackwell server edition": "rtx-pro-6000",
+    "nvidia rtx pro 6000 blackwell workstation edition": "rtx-pro-6000", "amd instinct mi300x": "mi300x",
+}
+
 ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
-           "h200-sxm": "h200", "4090": "rtx-4090", "mi300": "mi300x"}
+           "h200-sxm": "h200", "4090": "rtx-4090",
+           "rtx-pro-6000-server": "rtx-pro-6000", "mi300": "mi300x"}
 
 # Custom-GPU JSON keys: the SI field names, or these human units (key -> (field, factor)).
 _UNIT_KEYS = {
@@ -157,6 +172,15 @@ def load_gpu_file(path: str | Path) -> GPUSpec:
     if isinstance(data, dict) and "name" not in data:
         data = {**data, "name": p.stem}
     return gpu_from_dict(data, source=str(p))
+
+
+def gpu_for_device(device_name: str) -> GPUSpec:
+    """The catalog GPU of a device name as nvidia-smi / torch.cuda.get_device_name reports it."""
+    key = " ".join(str(device_name).lower().split())
+    if key in DEVICE_NAMES:
+        return GPUS[DEVICE_NAMES[key]]
+    raise GpuError(f"device {device_name!r} is not in the GPU catalog: known devices "
+                   f"{', '.join(sorted(DEVICE_NAMES))}")
 
 
 def get_gpu(name: str | GPUSpec) -> GPUSpec:

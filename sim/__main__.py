@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, str] = {
     "trace": "sim.cli.trace",
     "run": "sim.cli.run",
     "compare": "sim.cli.compare",
+    "validate": "sim.cli.validate",
 }
 
 

@@ -72,3 +72,13 @@ def test_custom_gpu_from_file_and_bad_files(tmp_path):
     big.write_text(" " * 70_000 + "{}")
     with pytest.raises(GpuError, match="too large"):
         get_gpu(str(big))
+
+
+def test_device_names_of_measured_runs():
+    from models.gpus import gpu_for_device
+
+    assert gpu_for_device("NVIDIA GeForce RTX 4090").name == "rtx-4090"
+    assert gpu_for_device("NVIDIA  H100 80GB HBM3").name == "h100-sxm"
+    assert gpu_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition").hbm_bandwidth == 1792e9
+    with pytest.raises(GpuError, match="not in the GPU catalog"):
+        gpu_for_device("Mystery GPU")

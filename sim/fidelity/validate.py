@@ -1,0 +1,119 @@
+"""Replay a measured vLLM run through kvsim with the run's own engine config; compare side by side.
+
+The simulated engine copies the run exactly where the run says it: model (its config.json), GPU
+(from the device name), TP, dtypes, the KV pool in blocks as vLLM sized it, block size,
+max_num_seqs, max_num_batched_tokens, max_model_len and prefix caching. Arrivals are the run's
+queued times; input and output lengths are the run's. What differs is then the step-time model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from models.gpus import gpu_for_device
+from models.spec import load_spec
+from sim.fidelity.run_record import MeasuredRun
+from sim.scenario import Scenario
+from sim.trace.model import Trace
+
+GiB = 1 << 30
+STATS = ("mean", "p50", "p90", "p99")
+LATENCY_METRICS = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "E2E"))
+SERIES = (("num_running", "running"), ("num_waiting", "waiting"), ("kv_cache_usage_perc", "KV usage"))
+
+
+@dataclass
+class Validation:
+    """Measured vs simulated for one run: the table, both series and the simulated result."""
+
+    run: MeasuredRun
+    scenario: Scenario
+    result: Any  # sim.run.metrics.SimResult
+    table: pd.DataFrame  # metric, stat, measured, simulated, error (relative, simulated/measured - 1)
+    series: pd.DataFrame  # t_s, measured_<g>, simulated_<g> for the gauges in SERIES
+
+    def error(self, metric: str, stat: str = "mean") -> float:
+        row = self.table[(self.table["metric"] == metric) & (self.table["stat"] == stat)]
+        return float(row["error"].iloc[0])
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the table, the series and the simulated run's cost-model source."""
+        cm = self.result.summary.get("cost_model")
+        return {
+            "run": self.run.source, "scenario": self.scenario.to_dict(), "cost_model": cm,
+            "comparison": self.table.replace({np.nan: None}).to_dict(orient="records"),
+            "series": self.series.replace({np.nan: None}).to_dict(orient="list"),
+        }
+
+
+def run_trace(run: MeasuredRun) -> Trace:
+    r = run.requests
+    return Trace.build(r["arrival_s"], r["input_tokens"], r["output_tokens"], format="vllm-run", source=run.source)
+
+
+def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any) -> Scenario:
+    """The Scenario that copies the run's engine (see the module docstring)."""
+    e = run.engine
+    model = str(run.config_path) if run.config_path is not None else e.model
+    spec = load_spec(model)
+    gpu = gpu_for_device(e.device_name)
+    bpt = spec.kv_bytes_per_token(e.kv_dtype)  # whole deployment; the pool is num_gpu_blocks per rank
+    # Half a block of slack so flooring the budget gives exactly num_gpu_blocks.
+    budget = ((e.num_gpu_blocks + 0.5) * e.block_size * bpt + spec.kv_fixed_bytes(e.kv_dtype)) / GiB
+    values: dict[str, Any] = dict(
+        model=model, gpu=gpu.name, tp=e.tp, weight_dtype=e.weight_dtype, kv_dtype=e.kv_dtype,
+        kv_budget_gib=budget, block_size=e.block_size, prefix_caching=e.prefix_caching,
+        max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens, max_model_len=e.max_model_len,
+        chunked_prefill=True, profile=profile)
+    values.update(overrides)
+    return Scenario(**values)
+
+
+def validate(run: MeasuredRun, profile: str | None = None, progress: Any = None, **overrides: Any) -> Validation:
+    """Simulate the run under its own engine config and compare."""
+    from sim.run.engine import simulate
+
+    scenario = run_scenario(run, profile, **overrides)
+    result = simulate(run_trace(run), scenario, progress=progress)
+    return Validation(run, scenario, result, comparison_table(run, result), series_frame(run, result))
+
+
+def comparison_table(run: MeasuredRun, result: Any) -> pd.DataFrame:
+    """Rows of (metric, stat, measured, simulated, error) for latencies and throughput."""
+    meas, sim = run.requests, result.requests
+    done = sim["finish_s"].notna().to_numpy()
+    rows = []
+    for col, label in LATENCY_METRICS:
+        m, s = _stats(meas[col].to_numpy()), _stats(sim[col].to_numpy()[done])
+        rows += [(label, stat, m[stat], s[stat]) for stat in STATS]
+    rows.append(("throughput (tok/s)", "mean", run.throughput_tok_s, float(result.summary["throughput_tok_s"])))
+    rows.append(("duration (s)", "max", run.duration_s, float(result.summary["duration_s"])))
+    df = pd.DataFrame(rows, columns=["metric", "stat", "measured", "simulated"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df["error"] = df["simulated"] / df["measured"] - 1.0
+    return df
+
+
+def series_frame(run: MeasuredRun, result: Any) -> pd.DataFrame:
+    """The run's gauges and the simulated ones on the run's own time grid (nearest earlier sample)."""
+    ts = run.timeseries
+    steps = result.steps
+    out = {"t_s": ts["t_s"].to_numpy()}
+    grid = steps["t_s"].to_numpy() + steps["duration_s"].to_numpy()
+    idx = np.clip(np.searchsorted(grid, out["t_s"], side="left"), 0, max(len(grid) - 1, 0))
+    for col, _ in SERIES:
+        out[f"measured_{col}"] = ts[col].to_numpy()
+        out[f"simulated_{col}"] = steps[col].to_numpy()[idx] if len(grid) else np.full(len(ts), np.nan)
+    return pd.DataFrame(out)
+
+
+def _stats(values: np.ndarray) -> dict[str, float]:
+    v = values[np.isfinite(values)]
+    if not v.size:
+        return dict.fromkeys(STATS, float("nan"))
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
