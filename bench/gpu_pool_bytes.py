@@ -3,7 +3,7 @@
 Pool bytes: for each model and KV dtype, a PagedKVCache sized from a KV budget is allocated and its
 tensor bytes compared with ModelSpec.kv_bytes_per_token x slots + fixed scale bytes (must be equal).
 Errors: attention output and logits with int8 / fp8 / bf16 KV against fp32 and fp16 pools
-(gpu_backend.quant.attention_output_error / logits_error; tiny-llama, teacher-forced decode).
+(gpu_backend.kv_error.attention_output_error / logits_error; tiny-llama, teacher-forced decode).
 
 Run: .venv/bin/python bench/gpu_pool_bytes.py [--smoke] [--device cuda|cpu] [--json]
 """
@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from gpu_backend import quant  # noqa: E402
+from gpu_backend import kv_error  # noqa: E402
 from gpu_backend.model_loader import load_model  # noqa: E402
 from gpu_backend.paged_cache import PagedKVCache  # noqa: E402
 from models.spec import load_spec  # noqa: E402
@@ -48,8 +48,8 @@ def error_rows(device: str) -> list[dict]:
     rows = []
     for ref in ("fp32", "fp16"):
         for kv in ("bf16", "fp8", "int8"):
-            a = quant.attention_output_error(kv, ref)
-            lg = quant.logits_error(loaded, kv, prompts, 16, ref)
+            a = kv_error.attention_output_error(kv, ref)
+            lg = kv_error.logits_error(loaded, kv, prompts, 16, ref)
             rows.append({"reference": ref, "kv_dtype": kv, "attn_max_abs": a.max_abs, "attn_rel_l2": a.rel_l2,
                          "logits_max_abs": lg.max_abs, "logits_rel_l2": lg.rel_l2})
     return rows

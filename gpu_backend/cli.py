@@ -1,5 +1,6 @@
-"""`python -m gpu_backend run|profile|status`: the simulator's scenario flags, run on a real model.
+"""`python -m gpu_backend run|profile|experiment|status`: the simulator's scenario flags, run on a real model.
 
+`experiment NAME` runs one of gpu_backend.experiments.EXPERIMENTS (the GPU page's list) and prints its rows.
 `run` takes exactly `python -m sim run`'s trace and scenario flags (sim/cli/scenario_args.py) plus
 --device, --dtype, --weights, --offline, --attention, --max-steps, and prints the same summary
 (text or --json) and writes the same frames with --out (plus step_log: measured per-step rows).
@@ -57,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="PATH", help="profile JSON to write")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(_run=cmd_profile)
+    e = sub.add_parser("experiment", help="run one reference experiment (KV vs length, capacity, ...) on this device")
+    e.add_argument("name", help="experiment name, e.g. 'KV vs batch size' (an unknown name lists them)")
+    add_scenario_args(e)
+    _device_args(e)
+    e.add_argument("--json", action="store_true", help="print the rows as JSON")
+    e.set_defaults(_run=cmd_experiment)
     s = sub.add_parser("status", help="is a GPU present (NVML, torch.cuda)?")
     s.set_defaults(_run=cmd_status)
     return parser
@@ -98,6 +105,22 @@ def cmd_profile(args: argparse.Namespace) -> int:
         fit = prof["fit"]
         print(f"wrote {args.out}: {fit['samples']} shapes on {prof['device']}, r2 {fit['r2']:.3f}, "
               f"median error {fit['median_rel_error']:.1%}; use with `python -m sim run --profile {args.out}`")
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from gpu_backend.executor import RunConfig
+    from gpu_backend.experiments import run_experiment
+
+    scenario = scenario_from_args(args)
+    device, dtype = _device_and_dtype(args)
+    cfg = RunConfig(device=device, dtype=dtype, weights=args.weights, offline=True, impl=args.attention,
+                    seed=scenario.seed)
+    df = run_experiment(args.name, scenario, cfg)
+    if args.json:
+        print_json(df.to_dict(orient="records"))
+    else:
+        print(df.to_string(index=False))
     return 0
 
 

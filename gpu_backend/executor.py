@@ -217,8 +217,8 @@ class Executor:
             steps += 1
             self.step_log.append((steps, now, t_end, plan.batch_size, plan.num_prefill_tokens,
                                   plan.num_decode_tokens, len(plan.preempted), used, *self._memory()))
-            if self.on_step is not None:
-                self.on_step(self.step_log[-1])
+            if self.on_step is not None:  # a named row: readers never depend on column order
+                self.on_step(dict(zip(STEP_LOG_COLUMNS, self.step_log[-1], strict=True)))
         end = time.perf_counter() - t0
         sim.close(end)
         return self._result(end)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_backend import quant
+from gpu_backend import kv_error, quant
 from gpu_backend.model_loader import load_model
 
 
@@ -47,7 +47,7 @@ LOGIT_BOUNDS = {"int8": (0.005, 0.004), "fp8": (0.025, 0.026), "bf16": (0.0015, 
 @pytest.mark.parametrize("reference", ["fp32", "fp16"])
 @pytest.mark.parametrize("kv_dtype", list(ATTN_BOUNDS))
 def test_attention_output_error_bounded(kv_dtype, reference):
-    err = quant.attention_output_error(kv_dtype, reference)
+    err = kv_error.attention_output_error(kv_dtype, reference)
     max_abs, rel = ATTN_BOUNDS[kv_dtype]
     assert 0 < err.rel_l2 <= rel and err.max_abs <= max_abs
 
@@ -62,11 +62,11 @@ def tiny():
 def test_logits_error_bounded(tiny, kv_dtype):
     loaded, prompts = tiny
     for reference in ("fp32", "fp16"):
-        err = quant.logits_error(loaded, kv_dtype, prompts, 16, reference)
+        err = kv_error.logits_error(loaded, kv_dtype, prompts, 16, reference)
         max_abs, rel = LOGIT_BOUNDS[kv_dtype]
         assert 0 < err.rel_l2 <= rel and err.max_abs <= max_abs
 
 
 def test_same_dtype_has_zero_error(tiny):
     loaded, prompts = tiny
-    assert quant.logits_error(loaded, "fp16", prompts, 4, "fp16").max_abs == 0.0
+    assert kv_error.logits_error(loaded, "fp16", prompts, 4, "fp16").max_abs == 0.0

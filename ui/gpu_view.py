@@ -1,0 +1,46 @@
+"""View helpers of the GPU run page: the run's scenario, the live step chart, experiment figures.
+
+Plain-word labels live here so the page stays a list of widgets and calls; no computation beyond
+picking and renaming columns.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import plotly.express as px
+
+TINY_MODEL = "tiny-llama"  # the CPU stand-in: same code path, seconds instead of hours
+LIVE_LABELS = {"t_end_s": "Time (s)", "blocks_in_use": "KV blocks in use", "batch_size": "Requests in the batch"}
+PLAIN = {"prompt_tokens": "Prompt tokens", "batch": "Requests at once", "kv_heads": "KV heads",
+         "requests": "Requests", "new_tokens": "New tokens in the step", "kind": "Step kind",
+         "kv_bytes_measured": "KV bytes in use (measured)", "kv_bytes_formula": "KV bytes (formula)",
+         "mean_batch": "Mean batch", "step_s": "Step time (s)"}
+
+
+def scenario_for_device(scenario, device: str, tiny: bool):
+    """The scenario the run serves: on CPU with `tiny`, the tiny test model (its own kv heads)."""
+    return scenario.replace(model=TINY_MODEL, kv_heads=None) if device == "cpu" and tiny else scenario
+
+
+def live_frame(log: list[dict]) -> pd.DataFrame:
+    """The executor's step records (named rows) -> the live chart's columns under plain labels."""
+    df = pd.DataFrame(log, columns=list(LIVE_LABELS))
+    return df.rename(columns=LIVE_LABELS)
+
+
+def progress_text(log: list[dict]) -> str:
+    blocks = log[-1]["blocks_in_use"] if log else 0
+    return f"{len(log)} steps so far, {blocks} KV blocks in use"
+
+
+def experiment_figure(experiment, df: pd.DataFrame):
+    """The experiment's chart, or None when it has a single row (the table says it all)."""
+    if len(df) < 2:
+        return None
+    df = df.rename(columns=PLAIN)
+    x, y = PLAIN.get(experiment.x, experiment.x), [PLAIN.get(c, c) for c in experiment.y]
+    if experiment.color:
+        return px.scatter(df, x=x, y=y[0], color=PLAIN.get(experiment.color, experiment.color),
+                          log_x=experiment.log_x, title=experiment.name)
+    fig = px.line(df, x=x, y=y, markers=True, log_x=experiment.log_x, title=experiment.name)
+    return fig.update_layout(yaxis_title=experiment.y_label, legend_title_text="")
