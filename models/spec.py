@@ -18,19 +18,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from models.kv_dtypes import fixed_scale_bytes, get_kv_dtype
-from models.kv_dtypes import kv_bytes_per_token as _kv_bytes_per_token
+from models.kv_dtypes import get_kv_dtype
+from models.kv_groups import (
+    FullAttention,
+    GroupConfigError,
+    KVGroup,
+    State,
+    groups_from_config,
+    total_bytes_per_token,
+    total_per_sequence_bytes,
+)
+from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config
 from models.safe_json import read_json_file
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one
 
-WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# mxfp4: 4-bit values plus one 8-bit scale per 32 (the OCP microscaling format gpt-oss ships).
+WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8}
 
 FAMILIES = {  # model_type -> family
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "opt": "opt", "falcon": "falcon",
     "refinedweb": "falcon", "refinedwebmodel": "falcon", "gemma": "gemma", "gpt_neox": "gpt-neox",
+    "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen3_next": "qwen3-next", "mixtral": "mixtral",
+    "deepseek_v3": "deepseek", "deepseek_v2": "deepseek", "kimi_k2": "deepseek", "gpt_oss": "gpt-oss",
+    "llama4": "llama4", "llama4_text": "llama4", "gemma3": "gemma3", "gemma3_text": "gemma3",
 }
+QK_NORM_FAMILIES = ("qwen3", "qwen3-next", "gemma3")  # per-head q/k RMSNorm with weights
 
 
 class SpecError(ValueError):
@@ -50,6 +64,9 @@ class _Layout:
     final_norm: bool = True
     learned_positions: int = 0  # rows of a learned position embedding (OPT)
     embed_proj_dim: int = 0  # OPT's word_embed_proj_dim when it differs from hidden (project_in/out)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma-3): 2 x head_dim weights
+    attn_sinks: bool = False  # gpt-oss: one learned sink logit per head
+    attn_output_gate: bool = False  # Qwen3-Next: q_proj also yields a gate (doubles q_proj)
 
 
 @dataclass(frozen=True)
@@ -70,23 +87,32 @@ class ModelSpec:
     tie_word_embeddings: bool
     hf_id: str = ""
     layout: _Layout = field(default_factory=_Layout)
+    kv_groups: tuple[KVGroup, ...] = ()  # empty = every layer full attention
+    moe: MoEShape | None = None
+    mla: MLAShape | None = None
+    linear_layer_params: int = 0  # parameters of one linear-attention (Gated DeltaNet) layer
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # --- parameters and weights --------------------------------------------------------------
     def param_breakdown(self) -> dict[str, int]:
-        """Parameters by part, from the shapes (all layers summed)."""
+        """Parameters by part, from the shapes (all layers summed; MoE: every expert)."""
         h, d, L, lay = self.hidden_size, self.head_dim, self.num_layers, self.layout
-        q_out, kv_out = self.num_attention_heads * d, self.num_kv_heads * d
+        heads = self.num_attention_heads
+        q_out, kv_out = heads * d, self.num_kv_heads * d
         attn = h * (q_out + 2 * kv_out) + q_out * h
         attn += (q_out + 2 * kv_out) * lay.qkv_bias + h * lay.o_bias
-        up = self.intermediate_size * (2 if lay.mlp_gated else 1)
-        mlp = h * up + self.intermediate_size * h + (up + h) * lay.mlp_bias
+        attn += 2 * d * lay.qk_norm + heads * lay.attn_sinks + h * q_out * lay.attn_output_gate
+        linear = self.num_linear_layers
+        if self.mla is not None:
+            attention = L * self.mla.layer_params(h, heads)
+        else:
+            attention = (L - linear) * attn + linear * self.linear_layer_params
         norm = h * (2 if lay.norm_bias else 1)
         embed_dim = lay.embed_proj_dim or h
         parts = {
             "embedding": self.vocab_size * embed_dim + lay.learned_positions * h,
-            "attention": L * attn,
-            "mlp": L * mlp,
+            "attention": attention,
+            "mlp": self._mlp_params(),
             "norms": L * lay.norms_per_layer * norm + (norm if lay.final_norm else 0),
             "lm_head": 0 if self.tie_word_embeddings else self.vocab_size * embed_dim,
         }
@@ -94,30 +120,107 @@ class ModelSpec:
             parts["embedding"] += 2 * embed_dim * h  # project_in and project_out
         return parts
 
+    def _dense_mlp_params(self, intermediate: int) -> int:
+        h, lay = self.hidden_size, self.layout
+        up = intermediate * (2 if lay.mlp_gated else 1)
+        return h * up + intermediate * h + (up + h) * lay.mlp_bias
+
+    def _mlp_params(self) -> int:
+        if self.moe is None:
+            return self.num_layers * self._dense_mlp_params(self.intermediate_size)
+        dense_layers = self.num_layers - self.moe.moe_layers
+        return (self.moe.moe_layers * self.moe.layer_params(self.hidden_size)
+                + dense_layers * self._dense_mlp_params(self.moe.dense_intermediate))
+
+    @property
+    def num_linear_layers(self) -> int:
+        """Layers with a fixed state instead of KV (linear attention)."""
+        return sum(g.num_layers for g in self.kv_groups if isinstance(g, State))
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of all routed experts (0 for a dense model): what an expert dtype applies to."""
+        if self.moe is None:
+            return 0
+        return self.moe.moe_layers * self.moe.num_experts * self.moe.expert_params(self.hidden_size)
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token computes with: all, less the routed experts it is not sent to."""
+        if self.moe is None:
+            return self.num_params
+        idle = self.moe.num_experts - self.moe.experts_per_tok
+        return self.num_params - self.moe.moe_layers * idle * self.moe.expert_params(self.hidden_size)
+
     @property
     def num_params(self) -> int:
         return sum(self.param_breakdown().values())
 
-    def weight_bytes(self, dtype: str = "bf16") -> int:
-        """Bytes of all weights stored in `dtype` (quantisation scales of int4/int8 weights ignored)."""
-        if dtype not in WEIGHT_BYTES:
-            raise SpecError(f"unknown weight dtype {dtype!r}: choose one of {', '.join(WEIGHT_BYTES)}")
-        return math.ceil(self.num_params * WEIGHT_BYTES[dtype])
+    def weight_dtypes(self, dtype: str = "bf16", expert_dtype: str | None = None) -> tuple[str, str]:
+        """(dtype of the non-expert weights, dtype of the routed experts). "native" = what the
+        checkpoint ships (shipped_dtypes); expert_dtype None = the weight dtype (or native's)."""
+        if dtype == "native":
+            dtype, native_experts = self.shipped_dtypes
+            expert_dtype = expert_dtype or native_experts
+        for name in (dtype, expert_dtype or dtype):
+            if name not in WEIGHT_BYTES:
+                raise SpecError(f"unknown weight dtype {name!r}: choose native or one of {', '.join(WEIGHT_BYTES)}")
+        return dtype, expert_dtype or dtype
+
+    def weight_bytes(self, dtype: str = "bf16", expert_dtype: str | None = None) -> int:
+        """Bytes of all weights stored in `dtype`, routed experts in `expert_dtype` when given
+        (quantisation scales of int4/int8 weights ignored; mxfp4's block scales included)."""
+        dtype, expert_dtype = self.weight_dtypes(dtype, expert_dtype)
+        experts = self.expert_params
+        return math.ceil((self.num_params - experts) * WEIGHT_BYTES[dtype] + experts * WEIGHT_BYTES[expert_dtype])
+
+    @property
+    def shipped_dtypes(self) -> tuple[str, str]:
+        """(weight dtype, expert dtype) the checkpoint ships, from its quantization_config:
+        fp8 everywhere (DeepSeek-V3), mxfp4 experts with bf16 elsewhere (gpt-oss), else bf16."""
+        method = str((self.config.get("quantization_config") or {}).get("quant_method", "")).lower()
+        if method == "fp8":
+            return "fp8", "fp8"
+        if method == "mxfp4":
+            return "bf16", "mxfp4"
+        return "bf16", "bf16"
 
     # --- KV cache ----------------------------------------------------------------------------
+    @property
+    def groups(self) -> tuple[KVGroup, ...]:
+        """The KV layer groups (models/kv_groups.py); one full-attention group when none were read."""
+        return self.kv_groups or (FullAttention(self.num_layers, num_kv_heads=self.num_kv_heads, head_dim=self.head_dim),)
+
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> int:
-        """K and V of one token in every layer, per-token scales included (exact)."""
+        """Bytes one token costs while kept in every attention layer (all groups that keep tokens;
+        K and V per kv head, or MLA's latent), per-token scales included (exact)."""
         try:
-            return _kv_bytes_per_token(self.num_layers, self.num_kv_heads, self.head_dim, kv_dtype)
+            return total_bytes_per_token(self.groups, kv_dtype)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+
+    def kv_per_sequence_bytes(self, context: int, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """Peak KV (and state) of one sequence growing to `context` tokens, on each TP rank."""
+        try:
+            return total_per_sequence_bytes(self.groups, context, kv_dtype, tp)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
 
     def kv_fixed_bytes(self, kv_dtype: str = "bf16") -> int:
         """KV bytes that do not grow with tokens (fp8's per-layer scales)."""
         try:
-            return fixed_scale_bytes(self.num_layers, get_kv_dtype(kv_dtype))
+            return sum(g.fixed_bytes(kv_dtype) for g in self.groups)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
+
+    def mha_bytes_per_token(self, kv_dtype: str = "bf16") -> int:
+        """What a token would cost with K and V for every attention head in every layer (the MHA
+        baseline; MLA's heads have qk_nope + qk_rope key dims and v_head_dim value dims)."""
+        if self.mla is None:
+            return self.with_kv_heads(self.num_attention_heads).kv_bytes_per_token(kv_dtype)
+        key_dim = self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
+        row = get_kv_dtype(kv_dtype).bytes_per_element * (key_dim + self.mla.v_head_dim)
+        return math.ceil(self.num_layers * self.num_attention_heads * row)
 
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""
@@ -126,7 +229,11 @@ class ModelSpec:
             divisors = [k for k in range(1, heads + 1) if heads % k == 0]
             raise SpecError(f"{self.name}: kv heads {n!r} must divide the {heads} attention heads "
                             f"(one of {', '.join(map(str, divisors))})")
-        return dataclasses.replace(self, num_kv_heads=n)
+        if self.mla is not None:
+            raise SpecError(f"{self.name}: MLA caches one latent per token, not kv heads; the GQA what-if does not apply")
+        groups = tuple(dataclasses.replace(g, num_kv_heads=n) if isinstance(g, FullAttention) else g
+                       for g in self.kv_groups)
+        return dataclasses.replace(self, num_kv_heads=n, kv_groups=groups)
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -157,7 +264,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     heads = need_int(_pick(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads")
     vocab = need_int(cfg.get("vocab_size"), "vocab_size")
     head_dim = need_int(cfg.get("head_dim") or hidden // heads, "head_dim")
-    tie = bool(cfg.get("tie_word_embeddings", family in ("opt", "falcon", "gemma")))
+    tie = bool(cfg.get("tie_word_embeddings", family in ("opt", "falcon", "gemma", "gemma3")))
     max_pos = need_int(_pick(cfg, "max_position_embeddings", "n_positions", default=2048), "max_position_embeddings")
     sliding = cfg.get("sliding_window")
     if family == "qwen2" and not cfg.get("use_sliding_window", False):
@@ -188,7 +295,9 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         kv_heads = _pick(cfg, "num_key_value_heads", default=heads)
         intermediate = cfg.get("intermediate_size")
         attn_bias = bool(cfg.get("attention_bias", False))
-        layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=bool(cfg.get("mlp_bias", False)))
+        layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=bool(cfg.get("mlp_bias", False)),
+                         norms_per_layer=4 if family == "gemma3" else 2, qk_norm=family in QK_NORM_FAMILIES,
+                         attn_sinks=family == "gpt-oss", attn_output_gate=bool(cfg.get("attn_output_gate", family == "qwen3-next")))
     kv_heads = need_int(kv_heads, "num_key_value_heads")
     intermediate = need_int(intermediate, "intermediate_size")
     if heads % kv_heads:
@@ -197,11 +306,17 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         sliding = need_int(sliding, "sliding_window")
 
     hf_id = str(cfg.get("_name_or_path") or "")
+    try:
+        groups = groups_from_config(cfg, layers, kv_heads, head_dim)
+    except GroupConfigError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    linear = gated_deltanet_params(cfg, hidden) if any(isinstance(g, State) for g in groups) else 0
     return ModelSpec(
         name=name or hf_id or source, family=family, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, intermediate_size=intermediate,
         vocab_size=vocab, max_position_embeddings=max_pos, sliding_window=sliding, tie_word_embeddings=tie,
-        hf_id=hf_id, layout=layout, config=dict(cfg),
+        hf_id=hf_id, layout=layout, kv_groups=groups, moe=moe_from_config(cfg, layers, intermediate),
+        mla=mla_from_config(cfg), linear_layer_params=linear, config=dict(cfg),
     )
 
 

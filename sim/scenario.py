@@ -19,7 +19,7 @@ RESERVE_POLICIES = ("max", "pow2", "oracle")
 PLACEMENTS = ("first-fit", "best-fit", "buddy")
 PREEMPTION_MODES = ("recompute", "swap")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
-WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "mxfp4", "native")  # native: as the checkpoint ships
 
 
 class ScenarioError(ValueError):

@@ -11,7 +11,10 @@ named field of MemoryBudget so the UI and the CLI can show it.
 
 Tensor parallelism splits weights and kv heads over `tp` GPUs. When a model has fewer kv heads
 than `tp`, every GPU still needs one whole kv head: heads are replicated (vLLM does the same), so
-the per-GPU KV per token stops shrinking at one head.
+the per-GPU KV per token stops shrinking at one head. MLA's latent is not split at all: every rank
+holds all of it. A model's KV comes in layer groups (models/kv_groups.py): sliding-window and
+chunked layers keep a bounded number of tokens and linear-attention layers a fixed state, so a
+sequence's KV is the sum over its groups, not context x bytes per token.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
-from models.kv_dtypes import kv_bytes_per_token
+from models.kv_groups import total_bytes_per_token
 from models.spec import ModelSpec, SpecError, load_spec
 
 GiB = 1 << 30
@@ -48,7 +51,9 @@ class MemoryBudget:
     kv_budget_bytes: int  # what is left for KV; negative when the weights do not fit
     tp: int
     kv_heads_per_gpu: int
-    kv_bytes_per_token: int  # per GPU
+    kv_bytes_per_token: int  # per GPU, one token kept in every group
+    kv_dtype: str = "bf16"
+    expert_dtype: str = "bf16"  # routed experts' weight dtype (the weight dtype for dense models)
 
     @property
     def fits(self) -> bool:
@@ -69,9 +74,10 @@ def kv_heads_per_gpu(spec: ModelSpec, tp: int) -> int:
 
 
 def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1) -> int:
-    """KV bytes one token costs on each TP rank (scales included)."""
+    """KV bytes one token costs on each TP rank while kept in every group (scales included)."""
+    kv_heads_per_gpu(spec, tp)  # checks tp against the heads
     try:
-        return kv_bytes_per_token(spec.num_layers, kv_heads_per_gpu(spec, tp), spec.head_dim, kv_dtype)
+        return total_bytes_per_token(spec.groups, kv_dtype, tp)
     except ValueError as exc:
         if isinstance(exc, SpecError):
             raise
@@ -79,8 +85,16 @@ def kv_bytes_per_token_per_gpu(spec: ModelSpec, kv_dtype: str = "bf16", tp: int 
 
 
 def kv_per_sequence_bytes(spec: ModelSpec, context: int, kv_dtype: str = "bf16", tp: int = 1) -> int:
-    """KV of one sequence of `context` tokens on each TP rank (tp=1: the whole sequence)."""
-    return context * kv_bytes_per_token_per_gpu(spec, kv_dtype, tp)
+    """Peak KV of one sequence of `context` tokens on each TP rank (tp=1: the whole sequence):
+    context x bytes per token for full attention, the window for sliding layers, the state for
+    linear-attention layers."""
+    kv_heads_per_gpu(spec, tp)
+    return spec.kv_per_sequence_bytes(context, kv_dtype, tp)
+
+
+def kv_groups_per_sequence(spec: ModelSpec, context: int, kv_dtype: str = "bf16", tp: int = 1) -> dict[str, int]:
+    """Peak bytes of one sequence of `context` tokens per KV group on each TP rank (label -> bytes)."""
+    return {g.label(): g.per_sequence_bytes(context, kv_dtype, tp) for g in spec.groups}
 
 
 def activation_peak_bytes(spec: ModelSpec, tp: int = 1, tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
@@ -107,13 +121,16 @@ def memory_budget(
     spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
     gpu_mem_util: float = DEFAULT_GPU_MEM_UTIL, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD,
+    expert_dtype: str | None = None,
 ) -> MemoryBudget:
-    """The per-GPU memory plan; every term a field."""
+    """The per-GPU memory plan; every term a field. Weights (every expert of an MoE) are split
+    evenly over the tp ranks, whether by tensor or by expert parallelism."""
     if not 0 < gpu_mem_util <= 1:
         raise SpecError(f"gpu_mem_util={gpu_mem_util}: must be in (0, 1]")
     heads = kv_heads_per_gpu(spec, tp)
     usable = math.floor(gpu.hbm_bytes * gpu_mem_util)
-    weights = math.ceil(spec.weight_bytes(weight_dtype) / tp)
+    weight_dtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
+    weights = math.ceil(spec.weight_bytes(weight_dtype, experts) / tp)
     activation = activation_peak_bytes(spec, tp, max_batched_tokens, max_num_seqs, weight_dtype)
     fixed = spec.kv_fixed_bytes(kv_dtype)
     budget = usable - weights - activation - runtime_overhead_bytes - fixed
@@ -121,7 +138,7 @@ def memory_budget(
         total_bytes=gpu.hbm_bytes, gpu_mem_util=gpu_mem_util, usable_bytes=usable, weights_bytes=weights,
         activation_peak_bytes=activation, runtime_overhead_bytes=runtime_overhead_bytes, kv_fixed_bytes=fixed,
         kv_budget_bytes=budget, tp=tp, kv_heads_per_gpu=heads,
-        kv_bytes_per_token=kv_bytes_per_token_per_gpu(spec, kv_dtype, tp),
+        kv_bytes_per_token=kv_bytes_per_token_per_gpu(spec, kv_dtype, tp), kv_dtype=kv_dtype, expert_dtype=experts,
     )
 
 
@@ -132,15 +149,21 @@ def max_sequences(kv_budget_bytes: int, kv_per_seq_bytes: int) -> int:
     return max(0, kv_budget_bytes // kv_per_seq_bytes)
 
 
-def max_concurrent(budget: MemoryBudget, context: int) -> int:
-    """Sequences of `context` tokens that fit at once on one TP group."""
-    return max_sequences(budget.kv_budget_bytes, context * budget.kv_bytes_per_token)
+def max_concurrent(budget: MemoryBudget, context: int, spec: ModelSpec | None = None) -> int:
+    """Sequences of `context` tokens that fit at once on one TP group (pass `spec` for models
+    whose layers do not all keep every token: their per-sequence KV is not context x per token)."""
+    per_seq = (kv_per_sequence_bytes(spec, context, budget.kv_dtype, budget.tp) if spec is not None
+               else context * budget.kv_bytes_per_token)
+    return max_sequences(budget.kv_budget_bytes, per_seq)
 
 
 def bandwidth_floor_s(spec: ModelSpec, gpu: GPUSpec, *, batch: int = 1, context: int = 0, tp: int = 1,
-                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", include_weights: bool = True) -> float:
-    """Memory-bandwidth floor of one decode step: (weights + KV read) per GPU / HBM bandwidth."""
-    weights = math.ceil(spec.weight_bytes(weight_dtype) / tp) if include_weights else 0
+                      weight_dtype: str = "bf16", kv_dtype: str = "bf16", include_weights: bool = True,
+                      expert_dtype: str | None = None) -> float:
+    """Memory-bandwidth floor of one decode step: (weights + KV read) per GPU / HBM bandwidth.
+    All weights are read (a batch of MoE tokens touches most experts; batch 1 reads fewer)."""
+    weight_dtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
+    weights = math.ceil(spec.weight_bytes(weight_dtype, experts) / tp) if include_weights else 0
     kv = batch * kv_per_sequence_bytes(spec, context, kv_dtype, tp)
     return (weights + kv) / gpu.hbm_bandwidth
 
@@ -169,7 +192,7 @@ def gpus_required(spec: ModelSpec, gpu: GPUSpec, users: int, context: int, *, tp
             if tp:
                 raise
             continue  # this tp does not divide the heads
-        per = max_concurrent(budget, context)
+        per = max_concurrent(budget, context, spec)
         if per < 1:
             continue
         replicas = math.ceil(users / per)
@@ -183,11 +206,12 @@ def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], **bud
     """{"assumptions": every budget term, "rows": one per context}: what the CLI and the UI show."""
     budget = memory_budget(spec, gpu, **budget_args)
     tp = budget.tp
-    weight_dtype = budget_args.get("weight_dtype", "bf16")
+    weight_dtype, expert_dtype = spec.weight_dtypes(budget_args.get("weight_dtype", "bf16"), budget_args.get("expert_dtype"))
     kv_dtype = budget_args.get("kv_dtype", "bf16")
     assumptions = {
         "model": spec.name, "gpu": gpu.name, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype,
-        "num_params": spec.num_params, "kv_heads": spec.num_kv_heads,
+        "num_params": spec.num_params, "active_params": spec.active_params, "kv_heads": spec.num_kv_heads,
+        "kv_groups": [g.as_dict(kv_dtype, tp) for g in spec.groups],
         "max_batched_tokens": budget_args.get("max_batched_tokens", DEFAULT_MAX_BATCHED_TOKENS),
         "max_num_seqs": budget_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS),
         **budget.as_dict(), "hbm_bandwidth": gpu.hbm_bandwidth, "gpu_source": gpu.source,
@@ -196,15 +220,15 @@ def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], **bud
     for context in contexts:
         if context < 1:
             raise SpecError(f"context {context}: must be a positive number of tokens")
-        per_seq = context * budget.kv_bytes_per_token
+        per_seq = kv_per_sequence_bytes(spec, context, kv_dtype, tp)
         n = max_sequences(budget.kv_budget_bytes, per_seq)
+        floor = dict(tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, expert_dtype=expert_dtype)
         rows.append({
             "context": context, "kv_per_seq_bytes": per_seq, "kv_per_seq_gib": per_seq / GiB,
+            "kv_per_seq_groups": kv_groups_per_sequence(spec, context, kv_dtype, tp),
             "kv_budget_bytes": budget.kv_budget_bytes, "max_concurrent": n,
-            "decode_floor_ms_batch1": 1e3 * bandwidth_floor_s(spec, gpu, batch=1, context=context, tp=tp,
-                                                              weight_dtype=weight_dtype, kv_dtype=kv_dtype),
-            "decode_floor_ms_full": 1e3 * bandwidth_floor_s(spec, gpu, batch=n, context=context, tp=tp,
-                                                            weight_dtype=weight_dtype, kv_dtype=kv_dtype),
+            "decode_floor_ms_batch1": 1e3 * bandwidth_floor_s(spec, gpu, batch=1, context=context, **floor),
+            "decode_floor_ms_full": 1e3 * bandwidth_floor_s(spec, gpu, batch=n, context=context, **floor),
             "beyond_model_context": context > spec.max_position_embeddings,
         })
     table: dict[str, Any] = {"assumptions": assumptions, "rows": rows, "fits": budget.fits}

@@ -1,0 +1,266 @@
+"""KV layer groups: what each kind of layer keeps per sequence (vLLM's KVCacheSpec idea).
+
+A model's KV layout is a tuple of groups, one per kind of layer, each with its layer count and
+one small class that knows its bytes:
+
+- FullAttention: K and V of every token in every layer (the classic cache).
+- SlidingWindow(window): K and V of the last `window` tokens only (Mistral, Gemma-3 local layers,
+  gpt-oss's alternate 128-token layers). vLLM frees blocks that fall out of the window.
+- ChunkedLocal(chunk): attention within fixed chunks of `chunk` tokens (Llama-4's local layers): a
+  sequence keeps at most one chunk.
+- MLA(latent): one compressed latent of kv_lora_rank + qk_rope_head_dim values per token and layer
+  (DeepSeek-V2/V3/R1, Kimi-K2), not K and V per head. The latent is replicated on every TP rank.
+- State(bytes): a fixed-size recurrent state per sequence and layer, whatever its length (Gated
+  DeltaNet in Qwen3-Next, Mamba): conv state + recurrent state, split over TP ranks by head.
+
+Bytes follow models/kv_dtypes.py: quantisation scales are counted (per token per kv head for int8
+and int4; per layer for fp8, a fixed cost). MLA's latent is one row per layer, so it has one
+per-token scale (int8/int4) and one per-layer scale (fp8), not two. A state is kept in its own
+dtype (the config's mamba_ssm_dtype, else the model's bf16), not the KV dtype: vLLM quantises
+attention KV only.
+
+This module imports only models.kv_dtypes, so models/spec.py can build groups from a config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from models.kv_dtypes import PER_TENSOR, PER_TOKEN_HEAD, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class KVGroup:
+    """One group of layers that keep the same kind of KV. Subclasses set `kind` and the bytes."""
+
+    num_layers: int
+    kind: ClassVar[str] = "full"
+    grows: ClassVar[bool] = True  # keeps per-token KV (False: a fixed state per sequence)
+
+    def bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """Bytes one kept token costs on each TP rank, scales included (0 for a state group)."""
+        return 0
+
+    def fixed_bytes(self, kv_dtype: str = "bf16") -> int:
+        """Per-layer scale bytes that do not grow with tokens (fp8's per-tensor scales)."""
+        return 0
+
+    def tokens_kept(self, context: int) -> int:
+        """Most tokens one sequence keeps in this group at any time while it grows to `context`."""
+        return context
+
+    def state_bytes(self, tp: int = 1) -> int:
+        """Bytes of fixed per-sequence state on each TP rank (state groups only)."""
+        return 0
+
+    def per_sequence_bytes(self, context: int, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """Peak bytes one sequence of `context` tokens holds in this group on each TP rank."""
+        return self.tokens_kept(context) * self.bytes_per_token(kv_dtype, tp) + self.state_bytes(tp)
+
+    def blocks_kept(self, context: int, block_size: int) -> int:
+        """Peak blocks of `block_size` tokens one sequence holds while growing to `context`."""
+        return _ceil_div(self.tokens_kept(context), block_size) if self.grows else 0
+
+    def paged_bytes(self, context: int, block_size: int, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """per_sequence_bytes with each group's block rounding (whole blocks of `block_size` slots)."""
+        slots = self.blocks_kept(context, block_size) * block_size
+        return slots * self.bytes_per_token(kv_dtype, tp) + self.state_bytes(tp)
+
+    def label(self) -> str:
+        return self.kind
+
+    def as_dict(self, kv_dtype: str = "bf16", tp: int = 1) -> dict[str, object]:
+        return {"kind": self.kind, "label": self.label(), "layers": self.num_layers,
+                "bytes_per_token": self.bytes_per_token(kv_dtype, tp), "state_bytes": self.state_bytes(tp)}
+
+
+@dataclass(frozen=True)
+class FullAttention(KVGroup):
+    """K and V per kv head for every token (heads split over TP, replicated when tp > heads)."""
+
+    num_kv_heads: int = 1
+    head_dim: int = 128
+    kind: ClassVar[str] = "full"
+
+    def heads_per_rank(self, tp: int) -> int:
+        return max(1, self.num_kv_heads // tp)
+
+    def bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        return kv_bytes_per_token(self.num_layers, self.heads_per_rank(tp), self.head_dim, kv_dtype)
+
+    def fixed_bytes(self, kv_dtype: str = "bf16") -> int:
+        return 2 * self.num_layers * SCALE_BYTES if get_kv_dtype(kv_dtype).scale_layout == PER_TENSOR else 0
+
+
+@dataclass(frozen=True)
+class SlidingWindow(FullAttention):
+    """Full K/V, but only of the last `window` tokens (vLLM: `sliding_window`)."""
+
+    window: int = 4096
+    kind: ClassVar[str] = "sliding"
+
+    def tokens_kept(self, context: int) -> int:
+        return min(context, self.window)
+
+    def blocks_kept(self, context: int, block_size: int) -> int:
+        """The last `window` positions may straddle one more block than window / block_size."""
+        if context <= self.window:
+            return _ceil_div(context, block_size)
+        return min(_ceil_div(context, block_size), _ceil_div(self.window - 1, block_size) + 1)
+
+    def label(self) -> str:
+        return f"sliding({self.window})"
+
+
+@dataclass(frozen=True)
+class ChunkedLocal(FullAttention):
+    """Full K/V within chunks of `chunk` tokens (vLLM: `attention_chunk_size`): at most one chunk kept."""
+
+    chunk: int = 8192
+    kind: ClassVar[str] = "chunked"
+
+    def tokens_kept(self, context: int) -> int:
+        return min(context, self.chunk)
+
+    def label(self) -> str:
+        return f"chunked({self.chunk})"
+
+
+@dataclass(frozen=True)
+class MLA(KVGroup):
+    """Multi-head latent attention: one latent row of `latent_dim` values per token and layer."""
+
+    latent_dim: int = 576  # kv_lora_rank + qk_rope_head_dim
+    kind: ClassVar[str] = "mla"
+
+    def bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
+        """Replicated on every rank: tp does not divide it."""
+        d = get_kv_dtype(kv_dtype)
+        row = d.bytes_per_element * self.latent_dim
+        row_bytes = _ceil_div(row.numerator, row.denominator)
+        if d.scale_layout == PER_TOKEN_HEAD:
+            row_bytes += SCALE_BYTES
+        return self.num_layers * row_bytes
+
+    def fixed_bytes(self, kv_dtype: str = "bf16") -> int:
+        return self.num_layers * SCALE_BYTES if get_kv_dtype(kv_dtype).scale_layout == PER_TENSOR else 0
+
+    def label(self) -> str:
+        return f"mla({self.latent_dim})"
+
+
+@dataclass(frozen=True)
+class State(KVGroup):
+    """A fixed state per sequence and layer (linear attention / SSM), split over TP ranks by head."""
+
+    bytes_per_layer: int = 0  # whole model width, in the state dtype
+    kind: ClassVar[str] = "state"
+    grows: ClassVar[bool] = False
+
+    def tokens_kept(self, context: int) -> int:
+        return 0
+
+    def state_bytes(self, tp: int = 1) -> int:
+        return self.num_layers * _ceil_div(self.bytes_per_layer, tp)
+
+    def label(self) -> str:
+        return "state"
+
+
+def total_bytes_per_token(groups: tuple[KVGroup, ...], kv_dtype: str = "bf16", tp: int = 1) -> int:
+    """Bytes one token costs on each rank while it is kept in every group that keeps tokens."""
+    return sum(g.bytes_per_token(kv_dtype, tp) for g in groups)
+
+
+def total_per_sequence_bytes(groups: tuple[KVGroup, ...], context: int, kv_dtype: str = "bf16", tp: int = 1) -> int:
+    """Peak KV + state one sequence of `context` tokens holds on each rank."""
+    return sum(g.per_sequence_bytes(context, kv_dtype, tp) for g in groups)
+
+
+def is_all_full(groups: tuple[KVGroup, ...]) -> bool:
+    """True for the classic layout (every layer keeps K and V of every token)."""
+    return all(type(g) is FullAttention for g in groups)
+
+
+# --- reading the groups from a config.json ----------------------------------------------------
+
+LAYER_TYPE_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
+                    "linear_attention": "linear"}
+STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+class GroupConfigError(ValueError):
+    """The config's layer layout is inconsistent; the message is one line (spec.py adds the file)."""
+
+
+def layer_kinds(cfg: dict, num_layers: int) -> list[str]:
+    """Each layer's kind ("full", "sliding", "chunked", "linear"), from the fields vLLM reads:
+    layer_types; full_attention_interval (Qwen3-Next); attention_chunk_size with no_rope_layers
+    (Llama-4: NoPE layers are global); sliding_window with sliding_window_pattern (Gemma-3). A bare
+    sliding_window without a pattern or layer_types is full attention, as in vLLM's Llama/Mistral."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        if len(types) != num_layers:
+            raise GroupConfigError(f"layer_types has {len(types)} entries for {num_layers} layers")
+        unknown = sorted({str(t) for t in types} - set(LAYER_TYPE_NAMES))
+        if unknown:
+            raise GroupConfigError(f"layer_types: unknown kind(s) {', '.join(unknown)}")
+        return [LAYER_TYPE_NAMES[t] for t in types]
+    interval = cfg.get("full_attention_interval")
+    if isinstance(interval, int) and interval > 0 and cfg.get("linear_num_value_heads"):
+        return ["full" if (i + 1) % interval == 0 else "linear" for i in range(num_layers)]
+    if cfg.get("attention_chunk_size"):
+        no_rope = cfg.get("no_rope_layers")
+        if isinstance(no_rope, list) and len(no_rope) == num_layers:
+            return ["chunked" if flag else "full" for flag in no_rope]
+        every = int(cfg.get("no_rope_layer_interval") or 4)
+        return ["full" if (i + 1) % every == 0 else "chunked" for i in range(num_layers)]
+    pattern = cfg.get("sliding_window_pattern")
+    if cfg.get("sliding_window") and isinstance(pattern, int) and pattern > 0:
+        return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)]
+    return ["full"] * num_layers
+
+
+def _positive(cfg: dict, key: str) -> int:
+    value = cfg.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise GroupConfigError(f"{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def linear_state_bytes_per_layer(cfg: dict) -> int:
+    """Gated DeltaNet state of one sequence in one layer: the causal-conv window over q, k and v
+    ((kernel - 1) x conv_dim values, model dtype) plus the recurrent state (v heads x k dim x v dim
+    values, in mamba_ssm_dtype when the config names one, else the model's 16-bit dtype)."""
+    k_heads, v_heads = _positive(cfg, "linear_num_key_heads"), _positive(cfg, "linear_num_value_heads")
+    k_dim, v_dim = _positive(cfg, "linear_key_head_dim"), _positive(cfg, "linear_value_head_dim")
+    kernel = _positive(cfg, "linear_conv_kernel_dim")
+    conv = (kernel - 1) * (2 * k_heads * k_dim + v_heads * v_dim) * 2
+    ssm_bytes = STATE_DTYPE_BYTES.get(str(cfg.get("mamba_ssm_dtype", "bfloat16")), 2)
+    return conv + v_heads * k_dim * v_dim * ssm_bytes
+
+
+def groups_from_config(cfg: dict, num_layers: int, num_kv_heads: int, head_dim: int) -> tuple[KVGroup, ...]:
+    """The KV groups of a decoder, in the order full, sliding, chunked, mla, state (empty ones left out)."""
+    if cfg.get("kv_lora_rank"):
+        latent = _positive(cfg, "kv_lora_rank") + _positive(cfg, "qk_rope_head_dim")
+        return (MLA(num_layers, latent_dim=latent),)
+    kinds = layer_kinds(cfg, num_layers)
+    counts = {kind: kinds.count(kind) for kind in ("full", "sliding", "chunked", "linear")}
+    groups: list[KVGroup] = []
+    if counts["full"]:
+        groups.append(FullAttention(counts["full"], num_kv_heads=num_kv_heads, head_dim=head_dim))
+    if counts["sliding"]:
+        groups.append(SlidingWindow(counts["sliding"], num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                    window=_positive(cfg, "sliding_window")))
+    if counts["chunked"]:
+        groups.append(ChunkedLocal(counts["chunked"], num_kv_heads=num_kv_heads, head_dim=head_dim,
+                                   chunk=_positive(cfg, "attention_chunk_size")))
+    if counts["linear"]:
+        groups.append(State(counts["linear"], bytes_per_layer=linear_state_bytes_per_layer(cfg)))
+    return tuple(groups)

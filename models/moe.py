@@ -1,0 +1,139 @@
+"""Mixture-of-experts and latent/linear attention shapes, read from a config.json.
+
+MoE models hold every expert in memory but compute with `experts_per_tok` of them (plus shared
+experts) per token, so the weight budget uses `total` parameters and the step time `active` ones.
+The fields vLLM and transformers read:
+- routed experts: num_experts / num_local_experts / n_routed_experts; per token:
+  num_experts_per_tok / experts_per_token; width: moe_intermediate_size, else intermediate_size
+  (Mixtral, gpt-oss, Llama-4);
+- shared experts: n_shared_experts x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
+  with a sigmoid gate (Qwen2-MoE/Qwen3-Next), or one of intermediate_size (Llama-4);
+- which layers are MoE: first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
+  decoder_sparse_step and mlp_only_layers (Qwen); dense layers use intermediate_size
+  (intermediate_size_mlp on Llama-4).
+MLA (DeepSeek): q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
+Gated DeltaNet (Qwen3-Next linear layers): linear_* dims.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+def _int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return default
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """Experts of one MoE layer and how many layers are MoE."""
+
+    num_experts: int
+    experts_per_tok: int
+    expert_intermediate: int
+    moe_layers: int
+    dense_intermediate: int  # MLP width of the remaining (dense) layers
+    shared_intermediate: int = 0  # total width of the shared expert(s), 0 = none
+    shared_gate: bool = False  # Qwen's sigmoid gate on the shared expert (hidden x 1)
+    expert_bias: bool = False  # gpt-oss: biases on expert and router projections
+
+    def expert_params(self, hidden: int) -> int:
+        """One routed expert: gate + up + down (SwiGLU), with biases where the model has them."""
+        inter = self.expert_intermediate
+        return 3 * hidden * inter + (2 * inter + hidden if self.expert_bias else 0)
+
+    def shared_params(self, hidden: int) -> int:
+        return 3 * hidden * self.shared_intermediate + (hidden if self.shared_gate else 0)
+
+    def router_params(self, hidden: int) -> int:
+        return hidden * self.num_experts + (self.num_experts if self.expert_bias else 0)
+
+    def layer_params(self, hidden: int) -> int:
+        """All parameters of one MoE layer's MLP (every expert)."""
+        return self.router_params(hidden) + self.num_experts * self.expert_params(hidden) + self.shared_params(hidden)
+
+    def active_layer_params(self, hidden: int) -> int:
+        """Parameters one token runs through in one MoE layer."""
+        return self.router_params(hidden) + self.experts_per_tok * self.expert_params(hidden) + self.shared_params(hidden)
+
+
+def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> MoEShape | None:
+    """The MoE shape, or None for a dense model."""
+    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    if experts <= 1:
+        return None
+    per_tok = _int(cfg, "num_experts_per_tok", "experts_per_token", default=1)
+    width = _int(cfg, "moe_intermediate_size", default=intermediate)
+    dense_width = _int(cfg, "intermediate_size_mlp", default=intermediate)
+    if cfg.get("first_k_dense_replace") is not None:  # DeepSeek
+        moe_layers = num_layers - _int(cfg, "first_k_dense_replace")
+    elif cfg.get("interleave_moe_layer_step"):  # Llama-4: every step-th layer
+        step = _int(cfg, "interleave_moe_layer_step", default=1)
+        moe_layers = sum(1 for i in range(num_layers) if (i + 1) % step == 0)
+    else:  # Qwen-style decoder_sparse_step and mlp_only_layers; Mixtral/gpt-oss: every layer
+        step = _int(cfg, "decoder_sparse_step", default=1) or 1
+        dense = set(cfg.get("mlp_only_layers") or [])
+        moe_layers = sum(1 for i in range(num_layers) if i not in dense and (i + 1) % step == 0)
+    if cfg.get("n_shared_experts"):
+        shared, gate = _int(cfg, "n_shared_experts") * width, False
+    elif cfg.get("shared_expert_intermediate_size"):
+        shared, gate = _int(cfg, "shared_expert_intermediate_size"), True
+    elif str(cfg.get("model_type", "")).startswith("llama4"):
+        shared, gate = intermediate, False  # Llama-4's one shared expert has the expert width
+    else:
+        shared, gate = 0, False
+    return MoEShape(num_experts=experts, experts_per_tok=per_tok, expert_intermediate=width, moe_layers=moe_layers,
+                    dense_intermediate=dense_width, shared_intermediate=shared, shared_gate=gate,
+                    expert_bias=str(cfg.get("model_type", "")) == "gpt_oss")
+
+
+@dataclass(frozen=True)
+class MLAShape:
+    """DeepSeek's multi-head latent attention projections."""
+
+    q_lora_rank: int  # 0 = q projected directly from hidden
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    def layer_params(self, hidden: int, heads: int) -> int:
+        """q (low-rank with its norm, or direct), kv_a (latent + rope key) with its norm, kv_b, o."""
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.q_lora_rank:
+            q = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * heads * qk
+        else:
+            q = hidden * heads * qk
+        kv_a = hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+        kv_b = self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv_a + kv_b + heads * self.v_head_dim * hidden
+
+    def attention_flops_per_token(self, heads: int, context: int) -> int:
+        """Decode attention FLOPs of one token against `context` cached latents in one layer, with
+        the absorbed kv_b (what vLLM's MLA kernels run): scores over kv_lora + rope dims and the
+        weighted sum over kv_lora dims, for every head: 2 x heads x context x (2 x kv_lora + rope)."""
+        return 2 * heads * context * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
+
+
+def mla_from_config(cfg: dict[str, Any]) -> MLAShape | None:
+    if not cfg.get("kv_lora_rank"):
+        return None
+    return MLAShape(q_lora_rank=_int(cfg, "q_lora_rank"), kv_lora_rank=_int(cfg, "kv_lora_rank"),
+                    qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
+                    v_head_dim=_int(cfg, "v_head_dim"))
+
+
+def gated_deltanet_params(cfg: dict[str, Any], hidden: int) -> int:
+    """One Gated DeltaNet layer (Qwen3-Next): in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, the
+    gated norm over a value head, out_proj."""
+    k_heads, v_heads = _int(cfg, "linear_num_key_heads"), _int(cfg, "linear_num_value_heads")
+    key_dim = k_heads * _int(cfg, "linear_key_head_dim")
+    value_dim = v_heads * _int(cfg, "linear_value_head_dim")
+    conv_dim = 2 * key_dim + value_dim
+    return (hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * v_heads + conv_dim * _int(cfg, "linear_conv_kernel_dim")
+            + 2 * v_heads + _int(cfg, "linear_value_head_dim") + value_dim * hidden)

@@ -1,0 +1,131 @@
+"""KV layer groups (models/kv_groups.py) read from real configs, checked against hand-computed bytes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.kv_groups import MLA, ChunkedLocal, FullAttention, SlidingWindow, State, layer_kinds
+from models.spec import SpecError, load_spec, spec_from_config
+from sim.cli.kv import kv_report
+from sim.plan.capacity import kv_per_sequence_bytes, memory_budget, scenario_kv_bytes_per_token
+from sim.scenario import Scenario
+
+GPT_OSS_LAYER = 8 * 64 * 2 * 2  # 8 kv heads x head dim 64 x (K, V) x bf16 = 2,048 B per token per layer
+
+
+def test_deepseek_v3_caches_one_latent_per_layer():
+    spec = load_spec("deepseek-v3")
+    assert spec.groups == (MLA(61, latent_dim=512 + 64),)
+    assert spec.kv_bytes_per_token("bf16") == 61 * 576 * 2 == 70_272
+    assert spec.kv_bytes_per_token("fp8") == 61 * 576 and spec.kv_fixed_bytes("fp8") == 61 * 4  # one scale per layer
+    assert spec.kv_bytes_per_token("int8") == 61 * (576 + 4)  # one per-token scale per latent row
+    report = kv_report("deepseek-v3")
+    assert report["bytes_per_token"] == 70_272
+    assert report["per_sequence_bytes"]["8192"] == 8192 * 70_272
+    assert report["mha_bytes_per_token"] == 61 * 128 * (128 + 64 + 128) * 2
+
+
+def test_mla_latent_is_replicated_not_split_over_tp():
+    spec = load_spec("deepseek-v3")
+    tp8 = memory_budget(spec, _gpu("h200"), tp=8, weight_dtype="native")
+    assert tp8.kv_bytes_per_token == 70_272  # every rank holds the whole latent
+    assert kv_report("deepseek-v3", tp=8)["bytes_per_token"] == 70_272
+    assert scenario_kv_bytes_per_token(Scenario(model="deepseek-v3", gpu="h200", tp=8)) == 8 * 70_272
+    with pytest.raises(SpecError, match="MLA"):
+        spec.with_kv_heads(8)
+
+
+def test_gpt_oss_120b_half_its_layers_keep_a_128_token_window():
+    spec = load_spec("gpt-oss-120b")
+    assert spec.groups == (FullAttention(18, num_kv_heads=8, head_dim=64),
+                           SlidingWindow(18, num_kv_heads=8, head_dim=64, window=128))
+    report = kv_report("gpt-oss-120b")
+    expected = 18 * 8192 * GPT_OSS_LAYER + 18 * 128 * GPT_OSS_LAYER
+    assert report["per_sequence_bytes"]["8192"] == expected == 306_708_480
+    all_full = 36 * 8192 * GPT_OSS_LAYER
+    assert report["per_sequence_bytes_all_full"]["8192"] == all_full
+    assert 0.5 < expected / all_full < 0.51
+    # paged: the 128 sliding positions can straddle 9 blocks of 16
+    assert report["per_sequence_bytes_paged"]["8192"] == expected + 18 * 16 * GPT_OSS_LAYER
+    assert report["per_sequence_groups"]["8192"] == {"full": 18 * 8192 * GPT_OSS_LAYER,
+                                                     "sliding(128)": 18 * 128 * GPT_OSS_LAYER}
+
+
+def test_llama_4_scout_every_fourth_layer_is_global_the_rest_chunked():
+    spec = load_spec("llama-4-scout")
+    layer = 8 * 128 * 2 * 2
+    assert spec.groups == (FullAttention(12, num_kv_heads=8, head_dim=128),
+                           ChunkedLocal(36, num_kv_heads=8, head_dim=128, chunk=8192))
+    assert kv_per_sequence_bytes(spec, 32_768) == 12 * 32_768 * layer + 36 * 8192 * layer
+    assert kv_per_sequence_bytes(spec, 4096) == 48 * 4096 * layer  # below one chunk everything is kept
+    assert kv_per_sequence_bytes(spec, 32_768) < 0.45 * 48 * 32_768 * layer
+
+
+def test_sliding_blocks_kept_counts_the_straddled_block():
+    g = SlidingWindow(1, num_kv_heads=1, head_dim=1, window=128)
+    assert g.blocks_kept(100, 16) == 7
+    assert g.blocks_kept(8192, 16) == 9 and g.blocks_kept(8192, 128) == 2
+    assert ChunkedLocal(1, num_kv_heads=1, head_dim=1, chunk=8192).blocks_kept(20_000, 16) == 512
+
+
+# Qwen3-Next's Gated DeltaNet dims (transformers' Qwen3NextConfig defaults, the 80B-A3B shapes)
+LINEAR = {"linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+          "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "full_attention_interval": 4}
+
+
+def _hybrid_config(**extra) -> dict:
+    return {"model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
+            "num_key_value_heads": 2, "head_dim": 256, "intermediate_size": 5120, "vocab_size": 151936,
+            **LINEAR, **extra}
+
+
+def test_linear_attention_state_does_not_grow_with_context():
+    spec = spec_from_config(_hybrid_config())
+    conv = 3 * (2 * 16 * 128 + 32 * 128) * 2  # (kernel - 1) x conv dim, bf16
+    recurrent = 32 * 128 * 128 * 2  # v heads x k dim x v dim, bf16
+    assert spec.groups == (FullAttention(12, num_kv_heads=2, head_dim=256), State(36, bytes_per_layer=conv + recurrent))
+    state = 36 * (conv + recurrent)
+    per_token = 12 * 2 * 256 * 2 * 2
+    assert spec.kv_bytes_per_token() == per_token
+    for context in (1, 2048, 131_072):
+        assert kv_per_sequence_bytes(spec, context) == context * per_token + state
+    assert kv_report_groups(spec, 2048)["state"] == kv_report_groups(spec, 131_072)["state"] == state
+    f32 = spec_from_config(_hybrid_config(mamba_ssm_dtype="float32"))
+    assert f32.groups[1].bytes_per_layer == conv + 2 * recurrent
+
+
+def kv_report_groups(spec, context) -> dict[str, int]:
+    return {g.label(): g.per_sequence_bytes(context) for g in spec.groups}
+
+
+def test_layer_kinds_from_config_fields():
+    assert layer_kinds({"sliding_window": 1024, "sliding_window_pattern": 6}, 12) == (["sliding"] * 5 + ["full"]) * 2
+    assert layer_kinds({"sliding_window": 4096}, 4) == ["full"] * 4  # bare window: full, as vLLM's Llama/Mistral
+    assert layer_kinds({"attention_chunk_size": 8192, "no_rope_layers": [1, 0]}, 2) == ["chunked", "full"]
+    assert layer_kinds({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8}, 2) == [
+        "sliding", "full"]
+
+
+def test_bad_layer_types_is_one_line_naming_the_file(tmp_path):
+    cfg = _hybrid_config(layer_types=["full_attention"] * 3)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(SpecError, match=r"config.json: layer_types has 3 entries for 48 layers"):
+        load_spec(path)
+    with pytest.raises(SpecError, match="unknown kind"):
+        spec_from_config(_hybrid_config(layer_types=["mystery"] * 48))
+
+
+def test_all_full_models_keep_their_old_figures():
+    spec = load_spec("llama-3-8b")
+    assert spec.groups == (FullAttention(32, num_kv_heads=8, head_dim=128),)
+    assert kv_per_sequence_bytes(spec, 4096) == 4096 * spec.kv_bytes_per_token()
+    assert spec.with_kv_heads(32).groups == (FullAttention(32, num_kv_heads=32, head_dim=128),)
+
+
+def _gpu(name):
+    from models.gpus import get_gpu
+
+    return get_gpu(name)
