@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, str] = {
     "run": "sim.cli.run",
     "compare": "sim.cli.compare",
     "validate": "sim.cli.validate",
+    "search": "sim.cli.search",
 }
 
 

@@ -1,0 +1,75 @@
+"""The largest load level that passes a test, by bracketing then bisection.
+
+`passes(level)` is a probe (one simulated run, same seed every time); the search assumes it is
+monotone (more load never helps) and keeps the invariant lo passes, hi fails. Bracketing doubles
+(or halves) from the start level; bisection works on the geometric mean until hi / lo <= 1 + tol.
+Every level probed is rounded to 4 significant digits, so the answer is a level that was actually
+run and reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from sim.plan.workload import round_level
+
+P = TypeVar("P")
+MAX_DOUBLINGS = 14  # x16384 above the start: past that the objective is called unbounded
+MAX_HALVINGS = 30
+
+
+@dataclass
+class Bracket(Generic[P]):
+    """Outcome: `lo` the largest passing level (None: even the lowest probed failed), `hi` the
+    smallest failing one (None: never failed up to the cap), and every probe made."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_probe: P | None = None
+    hi_probe: P | None = None
+    probes: list[tuple[float, bool]] = field(default_factory=list)
+
+    @property
+    def capped(self) -> bool:
+        return self.lo is not None and self.hi is None
+
+
+def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], start: float,
+                    tol: float = 0.02) -> Bracket[P]:
+    out: Bracket[P] = Bracket()
+
+    def run(level: float) -> bool:
+        result = probe(level)
+        ok = passed(result)
+        out.probes.append((level, ok))
+        if ok:
+            out.lo, out.lo_probe = level, result
+        else:
+            out.hi, out.hi_probe = level, result
+        return ok
+
+    level = round_level(start)
+    if run(level):
+        for _ in range(MAX_DOUBLINGS):
+            level = round_level(level * 2)
+            if not run(level):
+                break
+        else:
+            return out
+    else:
+        for _ in range(MAX_HALVINGS):
+            level = round_level(level / 2)
+            if run(level):
+                break
+        else:
+            return out
+    assert out.lo is not None and out.hi is not None
+    while out.hi / out.lo > 1 + tol:
+        mid = round_level(math.sqrt(out.lo * out.hi))
+        if not out.lo < mid < out.hi:
+            break
+        run(mid)
+    return out

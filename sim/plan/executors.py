@@ -1,0 +1,172 @@
+"""Where a search's configurations run: inline, on a local process pool, or as Ray tasks.
+
+All three run the same function (`search_config`) and hand rows back as they finish. The workload
+(a trace can be millions of rows) travels once per worker, never once per probe or per task:
+the pool's initializer receives it once per process; Ray gets it once into the object store
+(`ray.put`) and each worker process fetches and keeps it the first time a task needs it.
+
+Ray: `ray="auto"` joins a running cluster (RAY_ADDRESS, or one started with `ray start` on this
+machine) and otherwise starts a local instance; any other value is a cluster address
+(`ray://head:10001` or `head:6379`). If Ray is already initialised (tests, notebooks) it is used
+as is. The code travels with the tasks (runtime_env py_modules: sim and models), so cluster
+nodes need only the requirements installed, not a checkout. docs/PLAN.md says what scales.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from sim.plan.workload import Workload
+from sim.scenario import Scenario
+
+
+class Executor(Protocol):
+    def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(index in configs, row) as each configuration finishes, in any order."""
+        ...
+
+    def cancel(self) -> None:
+        """Stop: unfinished configurations are dropped."""
+        ...
+
+    def __enter__(self) -> Executor: ...
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+def make_executor(workload: Workload, options: Any, *, workers: int = 1, ray: str | None = None) -> Executor:
+    if ray:
+        return RayExecutor(workload, options, ray, workers)
+    if workers > 1:
+        return PoolExecutor(workload, options, workers)
+    return InlineExecutor(workload, options)
+
+
+class _Base:
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
+
+
+class InlineExecutor(_Base):
+    """In this process, one configuration after another (the dashboard's default)."""
+
+    def __init__(self, workload: Workload, options: Any) -> None:
+        self.workload, self.options = workload, options
+
+    def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
+        from sim.plan.search import search_config
+
+        for i, scenario in enumerate(configs):
+            yield i, search_config(self.workload, scenario, self.options)
+
+
+# ----- local process pool ---------------------------------------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _pool_init(workload: Workload, options: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _WORKER["workload"], _WORKER["options"] = workload, options
+
+
+def _pool_task(job: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
+    from sim.plan.search import search_config
+
+    index, scenario = job
+    return index, search_config(_WORKER["workload"], scenario, _WORKER["options"])
+
+
+class PoolExecutor(_Base):
+    """A multiprocessing pool; the workload reaches each process once, through the initializer."""
+
+    def __init__(self, workload: Workload, options: Any, workers: int) -> None:
+        self.pool = multiprocessing.get_context().Pool(workers, _pool_init, (workload, options))
+
+    def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
+        yield from self.pool.imap_unordered(_pool_task, list(enumerate(configs)))
+
+    def cancel(self) -> None:
+        self.pool.terminate()
+
+    def close(self) -> None:
+        self.pool.terminate()
+        self.pool.join()
+
+
+# ----- Ray --------------------------------------------------------------------------------------
+_RAY_CACHE: dict[str, Any] = {}
+
+
+def _ray_task(refs: list[Any], index: int, scenario: Scenario) -> tuple[int, dict[str, Any]]:
+    """Runs on a Ray worker. `refs` is wrapped in a list so Ray does not resolve it per task:
+    each worker process fetches the workload and options once and keeps them."""
+    import ray
+
+    from sim.plan.search import search_config
+
+    key = refs[0].hex()
+    if _RAY_CACHE.get("key") != key:
+        _RAY_CACHE.update(key=key, workload=ray.get(refs[0]), options=ray.get(refs[1]))
+    return index, search_config(_RAY_CACHE["workload"], scenario, _RAY_CACHE["options"])
+
+
+def code_modules() -> list[str]:
+    """The project packages a Ray task imports, shipped with runtime_env py_modules."""
+    root = Path(__file__).resolve().parents[2]
+    return [str(root / "sim"), str(root / "models")]
+
+
+def connect_ray(address: str, num_cpus: int | None = None) -> None:
+    """Join the cluster at `address` ("auto": a running one, else start a local instance)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    runtime_env = {"py_modules": code_modules()}
+    if address != "auto":
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False)
+        return
+    try:
+        ray.init(address="auto", runtime_env=runtime_env, log_to_driver=False)
+    except ConnectionError:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+
+
+class RayExecutor(_Base):
+    """One Ray task per configuration; the workload goes into the object store once."""
+
+    def __init__(self, workload: Workload, options: Any, address: str, workers: int) -> None:
+        import ray
+
+        connect_ray(address, num_cpus=workers if workers > 1 else None)
+        self.ray = ray
+        self.refs = [ray.put(workload), ray.put(options)]
+        self.pending: dict[Any, int] = {}
+
+    def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
+        task = self.ray.remote(_ray_task)
+        self.pending = {task.remote(self.refs, i, sc): i for i, sc in enumerate(configs)}
+        while self.pending:
+            done, _ = self.ray.wait(list(self.pending), num_returns=1)
+            self.pending.pop(done[0])
+            yield self.ray.get(done[0])
+
+    def cancel(self) -> None:
+        for ref in self.pending:
+            self.ray.cancel(ref, force=True)
+        self.pending = {}
