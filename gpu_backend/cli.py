@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.cli.common import CliError, print_json, user_errors
+from sim.cli.common import CliError, file_error_line, print_json, user_errors
 from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_from_args, trace_from_args
+from sim.guard import limits
+from sim.guard.cli_parser import OneLineParser, bounded_int
 
 
 def _device_args(p: argparse.ArgumentParser) -> None:
@@ -36,7 +38,7 @@ def _device_and_dtype(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gpu_backend",
+    parser = OneLineParser(prog="python -m gpu_backend",
                                      description="kvsim GPU backend: replay traces through a real paged KV cache")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     r = sub.add_parser("run", help="replay a trace through a real model (same flags and output as `sim run`)")
@@ -44,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scenario_args(r)
     _device_args(r)
     r.add_argument("--offline", action="store_true", help="all requests arrive at t=0 (ignore trace times)")
-    r.add_argument("--max-steps", type=int, help="stop after this many engine steps")
+    r.add_argument("--max-steps", type=bounded_int(1, limits.MAX_GPU_STEPS), help="stop after this many engine steps")
     r.add_argument("--out", metavar="DIR", help="write requests/steps/step_log frames, scenario.json, summary.json")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
     r.set_defaults(_run=cmd_run)
@@ -52,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="catalog name, config.json or directory")
     _device_args(p)
     p.add_argument("--kv-dtype", default=None, help="KV storage dtype (default: the model dtype)")
-    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--block-size", type=bounded_int(1, limits.MAX_BLOCK_SIZE), default=16)
     p.add_argument("--grid", default=None, choices=("default", "small"), help="default on cuda, small on cpu")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=bounded_int(1, 1000), default=5)
     p.add_argument("--out", required=True, metavar="PATH", help="profile JSON to write")
     p.add_argument("--json", action="store_true", help="print the profile as JSON")
     p.set_defaults(_run=cmd_profile)
@@ -146,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args._run(args) or 0)
     except errors() as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # --out in a read-only folder, --weights unreadable, ...
+        print(f"error: {file_error_line(exc)}", file=sys.stderr)
         return 2
     except ValueError as exc:  # budget too small, bad grid, ...: still one line, no traceback
         print(f"error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)

@@ -1,14 +1,61 @@
-"""Reading untrusted JSON files (configs, GPU definitions, calibration profiles) one safe way.
+"""Reading untrusted JSON (configs, GPU definitions, calibration profiles, snapshots) one safe way.
 
-Size-bounded before reading, UTF-8 only, parsed by json (never pickle or eval), and every failure
+Size-bounded before reading, UTF-8 only, nesting depth bounded before parsing (a deeply nested file
+would otherwise end in RecursionError), NaN/Infinity refused (they are not JSON and turn into
+OverflowError or silent garbage downstream), parsed by json (never pickle or eval). Every failure
 is the caller's own error type with a one-line message naming the file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 from pathlib import Path
 from typing import Any
+
+MAX_DEPTH = 64  # configs, profiles and snapshots are a few levels deep
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_REASONS = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", errno.EISDIR: "is a folder, not a file",
+            errno.ENAMETOOLONG: "name too long", errno.ENOTDIR: "a part of the path is not a folder"}
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(data: bytes | str, stop_at: int = MAX_DEPTH) -> int:
+    """Deepest [ / { nesting outside strings (stops counting once past `stop_at`)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    depth = deepest = 0
+    for m in _TOKENS.finditer(raw):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > stop_at:
+                    break
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    return deepest
+
+
+def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse JSON text with bounded depth and no NaN/Infinity; `error("<source>: <problem>")` otherwise."""
+    if json_depth(data, max_depth) > max_depth:
+        raise error(f"{source}: JSON nested deeper than {max_depth} levels")
+    try:
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        return json.loads(text, parse_constant=_no_constants)
+    except UnicodeDecodeError:
+        raise error(f"{source}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:  # NaN / Infinity, or an integer of more than 4300 digits
+        raise error(f"{source}: not valid JSON ({str(exc).splitlines()[0][:80]})") from None
+    except RecursionError:
+        raise error(f"{source}: JSON nested too deeply") from None
 
 
 def read_json_file(path: str | Path, *, max_bytes: int, error: type[Exception], what: str) -> Any:
@@ -18,13 +65,12 @@ def read_json_file(path: str | Path, *, max_bytes: int, error: type[Exception], 
     """
     p = Path(path)
     try:
+        if p.is_dir():
+            raise error(f"{p}: is a folder, not {what}")
         size = p.stat().st_size
         if size > max_bytes:
             raise error(f"{p}: {size} bytes is too large for {what} (limit {max_bytes})")
-        return json.loads(p.read_bytes().decode("utf-8"))
+        data = p.read_bytes()
     except OSError as exc:
-        raise error(f"{p}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise error(f"{p}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise error(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise error(f"{p}: cannot read ({_REASONS.get(exc.errno or 0, exc.strerror or exc)})") from None
+    return loads(data, error=error, source=str(p))

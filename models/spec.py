@@ -30,9 +30,17 @@ from models.kv_groups import (
 )
 from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config
 from models.safe_json import read_json_file
+from models.strict import flag, whole
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one
+# Upper bounds for config.json shapes: far above any real model (Llama-3-405B: 126 layers, 16384
+# hidden, 128256 vocab), far below what would make the planner's arithmetic absurd.
+CONFIG_LIMITS = {
+    "hidden_size": 1 << 20, "num_hidden_layers": 1024, "num_attention_heads": 4096, "num_key_value_heads": 4096,
+    "head_dim": 4096, "vocab_size": 1 << 24, "intermediate_size": 1 << 22, "max_position_embeddings": 1 << 24,
+    "sliding_window": 1 << 24,
+}
 
 # mxfp4: 4-bit values plus one 8-bit scale per 32 (the OCP microscaling format gpt-oss ships).
 WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8}
@@ -256,36 +264,41 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
 
     def need_int(value: Any, key: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise SpecError(f"{source}: {key} must be a positive integer, got {value!r}")
-        return value
+            raise SpecError(f"{source}: {key} must be a positive integer, got {repr(value)[:40]}")
+        return whole(value, f"{source}: {key}", 1, CONFIG_LIMITS[key], SpecError)
+
+    def need_flag(key: str, default: bool) -> bool:
+        value = cfg.get(key)
+        return default if value is None else flag(value, f"{source}: {key}", SpecError)
 
     hidden = need_int(_pick(cfg, "hidden_size", "n_embd", "d_model"), "hidden_size")
     layers = need_int(_pick(cfg, "num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers")
     heads = need_int(_pick(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads")
     vocab = need_int(cfg.get("vocab_size"), "vocab_size")
-    head_dim = need_int(cfg.get("head_dim") or hidden // heads, "head_dim")
-    tie = bool(cfg.get("tie_word_embeddings", family in ("opt", "falcon", "gemma", "gemma3")))
+    head_dim = need_int(hidden // heads if cfg.get("head_dim") is None else cfg["head_dim"], "head_dim")
+    tie = need_flag("tie_word_embeddings", family in ("opt", "falcon", "gemma", "gemma3"))
     max_pos = need_int(_pick(cfg, "max_position_embeddings", "n_positions", default=2048), "max_position_embeddings")
     sliding = cfg.get("sliding_window")
-    if family == "qwen2" and not cfg.get("use_sliding_window", False):
+    if family == "qwen2" and not need_flag("use_sliding_window", False):
         sliding = None  # Qwen2 configs carry a window that is switched off
 
     if family == "falcon":
-        if cfg.get("new_decoder_architecture"):
+        new_arch = need_flag("new_decoder_architecture", False)
+        if new_arch:
             kv_heads = _pick(cfg, "num_kv_heads", "n_head_kv", default=heads)
-        elif cfg.get("multi_query", True):
+        elif need_flag("multi_query", True):
             kv_heads = 1
         else:
             kv_heads = heads
         intermediate = _pick(cfg, "ffn_hidden_size", default=4 * hidden)
-        bias = bool(cfg.get("bias", False))
-        new_arch = bool(cfg.get("new_decoder_architecture"))
-        norms = (cfg.get("num_ln_in_parallel_attn") or 2) if new_arch else (1 if cfg.get("parallel_attn", True) else 2)
+        bias = need_flag("bias", False)
+        norms = whole(cfg.get("num_ln_in_parallel_attn") or 2, f"{source}: num_ln_in_parallel_attn", 1, 8, SpecError) \
+            if new_arch else (1 if need_flag("parallel_attn", True) else 2)
         layout = _Layout(qkv_bias=bias, o_bias=bias, mlp_bias=bias, mlp_gated=False, norm_bias=True, norms_per_layer=norms)
     elif family == "opt":
         kv_heads, intermediate = heads, _pick(cfg, "ffn_dim", default=4 * hidden)
-        proj = cfg.get("word_embed_proj_dim") or hidden
-        final = bool(cfg.get("do_layer_norm_before", True)) and not cfg.get("_remove_final_layer_norm", False)
+        proj = need_int(cfg.get("word_embed_proj_dim") or hidden, "hidden_size")
+        final = need_flag("do_layer_norm_before", True) and not need_flag("_remove_final_layer_norm", False)
         layout = _Layout(qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, norm_bias=True,
                          final_norm=final, learned_positions=max_pos + 2, embed_proj_dim=proj if proj != hidden else 0)
     elif family == "gpt-neox":
@@ -294,10 +307,11 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     else:  # llama, mistral, qwen2, gemma and Llama-like unknowns
         kv_heads = _pick(cfg, "num_key_value_heads", default=heads)
         intermediate = cfg.get("intermediate_size")
-        attn_bias = bool(cfg.get("attention_bias", False))
-        layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=bool(cfg.get("mlp_bias", False)),
+        attn_bias = need_flag("attention_bias", False)
+        layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=need_flag("mlp_bias", False),
                          norms_per_layer=4 if family == "gemma3" else 2, qk_norm=family in QK_NORM_FAMILIES,
-                         attn_sinks=family == "gpt-oss", attn_output_gate=bool(cfg.get("attn_output_gate", family == "qwen3-next")))
+                         attn_sinks=family == "gpt-oss",
+                         attn_output_gate=need_flag("attn_output_gate", family == "qwen3-next"))
     kv_heads = need_int(kv_heads, "num_key_value_heads")
     intermediate = need_int(intermediate, "intermediate_size")
     if heads % kv_heads:

@@ -20,7 +20,9 @@ SUBCOMMANDS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sim", description="kvsim: KV-cache capacity planning")
+    from sim.guard.cli_parser import OneLineParser
+
+    parser = OneLineParser(prog="python -m sim", description="kvsim: KV-cache capacity planning")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in SUBCOMMANDS.values():
         module = importlib.import_module(module_name)
@@ -30,17 +32,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.cli.common import user_errors
+    from sim.cli.common import file_error_line, user_errors
 
     args = build_parser().parse_args(argv)
     try:
         return int(args._run(args) or 0)
     except user_errors() as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into `head` and closed early: not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # a file named on the command line: unreadable, a folder, a full disk, ...
+        print(f"error: {file_error_line(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.strict import flag, number, whole
+from sim.guard import limits
+
 ALLOCATORS = ("paged", "contiguous")
 RESERVE_POLICIES = ("max", "pow2", "oracle")
 PLACEMENTS = ("first-fit", "best-fit", "buddy")
@@ -78,22 +81,30 @@ class Scenario:
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {', '.join(allowed)}")
-        for name in ("tp", "replicas", "block_size", "max_num_seqs", "max_batched_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise bad(name, "must be a positive integer")
-        for name in ("kv_heads", "max_model_len", "static_batch"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise bad(name, "must be a positive integer or empty")
-        if not 0.0 < self.gpu_mem_util <= 1.0:
-            raise bad("gpu_mem_util", "must be in (0, 1]")
-        if self.kv_budget_gib is not None and not self.kv_budget_gib > 0:
-            raise bad("kv_budget_gib", "must be positive")
-        if self.swap_space_gib < 0:
-            raise bad("swap_space_gib", "must be >= 0")
-        if self.block_size > 1024:
-            raise bad("block_size", "must be at most 1024 tokens")
+        counts = {"tp": limits.MAX_TP, "replicas": limits.MAX_REPLICAS, "block_size": limits.MAX_BLOCK_SIZE,
+                  "max_num_seqs": limits.MAX_NUM_SEQS, "max_batched_tokens": limits.MAX_BATCHED_TOKENS}
+        optional = {"kv_heads": limits.MAX_KV_HEADS, "max_model_len": limits.MAX_MODEL_LEN,
+                    "static_batch": limits.MAX_STATIC_BATCH}
+        for name, hi in counts.items():
+            whole(getattr(self, name), f"scenario: {name}", 1, hi, ScenarioError)
+        for name, hi in optional.items():
+            if getattr(self, name) is not None:
+                whole(getattr(self, name), f"scenario: {name}", 1, hi, ScenarioError)
+        whole(self.seed, "scenario: seed", 0, limits.MAX_SEED, ScenarioError)
+        number(self.gpu_mem_util, "scenario: gpu_mem_util", 0.0, 1.0, ScenarioError, lo_open=True)
+        if self.kv_budget_gib is not None:
+            number(self.kv_budget_gib, "scenario: kv_budget_gib", 0.0, limits.MAX_GIB, ScenarioError, lo_open=True)
+        number(self.swap_space_gib, "scenario: swap_space_gib", 0.0, limits.MAX_GIB, ScenarioError)
+        for name in ("prefix_caching", "chunked_prefill"):
+            if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
+                raise bad(name, "must be true or false")
+        for name in ("model", "gpu"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip() or len(getattr(self, name)) > 4096:
+                raise bad(name, "must be a non-empty name or path")
+        if self.profile is not None and (not isinstance(self.profile, str) or len(self.profile) > 4096):
+            raise bad("profile", "must be a path or empty")
+        if not isinstance(self.extra, dict):
+            raise bad("extra", "must be an object")
 
     # Serialisation -------------------------------------------------------------------------
 
@@ -112,6 +123,10 @@ class Scenario:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ScenarioError(f"scenario: unknown field(s): {', '.join(unknown)}")
+        data = dict(data)
+        for name in ("prefix_caching", "chunked_prefill"):  # JSON/URL text "false" means False, not truthy
+            if isinstance(data.get(name), str):
+                data[name] = flag(data[name], f"scenario: {name}", ScenarioError)
         try:
             return cls(**data)
         except TypeError as exc:  # wrong value types that compare badly
@@ -119,11 +134,9 @@ class Scenario:
 
     @classmethod
     def from_json(cls, text: str) -> Scenario:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ScenarioError(f"scenario: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        return cls.from_dict(data)
+        from models.safe_json import loads
+
+        return cls.from_dict(loads(text, error=ScenarioError, source="scenario"))
 
     def digest(self) -> str:
         """Stable short hash of every field that changes results (extra excluded)."""

@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 from sim.cli.common import CliError, print_json
+from sim.guard import limits
+from sim.guard.cli_parser import bounded_float, bounded_int
 
 GIB = 1 << 30
 DEFAULT_CONTEXTS = "2048,8192,32768,131072"
@@ -24,18 +26,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True, help="catalog name, HF id, config.json or its directory")
     p.add_argument("--gpu", required=True, help="catalog GPU (h100-sxm, a100-80gb, ...) or a custom GPU .json")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree (default %(default)s)")
+    p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1, help="tensor-parallel degree (default %(default)s)")
     p.add_argument("--kv-dtype", default="bf16", choices=list_kv_dtypes(), help="KV dtype (default %(default)s)")
     p.add_argument("--weight-dtype", default="bf16", choices=WEIGHT_DTYPES, help="weight dtype (default %(default)s)")
-    p.add_argument("--kv-heads", type=int, help="GQA what-if: use N kv heads")
+    p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
     p.add_argument("--contexts", default=DEFAULT_CONTEXTS, help="comma-separated context lengths (default %(default)s)")
-    p.add_argument("--gpu-mem-util", type=float, default=0.9, help="gpu_memory_utilization (default %(default)s)")
-    p.add_argument("--max-batched-tokens", type=int, default=DEFAULT_MAX_BATCHED_TOKENS,
+    p.add_argument("--gpu-mem-util", type=bounded_float(0, 1, lo_open=True), default=0.9, help="gpu_memory_utilization (default %(default)s)")
+    p.add_argument("--max-batched-tokens", type=bounded_int(1, limits.MAX_BATCHED_TOKENS), default=DEFAULT_MAX_BATCHED_TOKENS,
                    help="tokens in the activation-profiling pass (default %(default)s)")
-    p.add_argument("--max-num-seqs", type=int, default=DEFAULT_MAX_NUM_SEQS, help="max_num_seqs (default %(default)s)")
-    p.add_argument("--overhead-gib", type=float, default=DEFAULT_RUNTIME_OVERHEAD / GIB,
+    p.add_argument("--max-num-seqs", type=bounded_int(1, limits.MAX_NUM_SEQS), default=DEFAULT_MAX_NUM_SEQS, help="max_num_seqs (default %(default)s)")
+    p.add_argument("--overhead-gib", type=bounded_float(0, 1e4), default=DEFAULT_RUNTIME_OVERHEAD / GIB,
                    help="runtime overhead outside PyTorch per GPU in GiB (default %(default)g)")
-    p.add_argument("--users", type=int, help="also report the GPUs needed for this many concurrent sequences")
+    p.add_argument("--users", type=bounded_int(1, 10**9), help="also report the GPUs needed for this many concurrent sequences")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
@@ -45,8 +47,8 @@ def parse_contexts(text: str) -> list[int]:
         values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
     except ValueError:
         raise CliError(f"--contexts {text!r}: expected comma-separated integers like 2048,8192") from None
-    if not values or any(v < 1 for v in values) or len(values) > 64:
-        raise CliError(f"--contexts {text!r}: give 1 to 64 positive token counts")
+    if not values or any(not 1 <= v <= limits.MAX_MODEL_LEN for v in values) or len(values) > 64:
+        raise CliError(f"--contexts {text!r}: give 1 to 64 token counts from 1 to {limits.MAX_MODEL_LEN:,}")
     return values
 
 

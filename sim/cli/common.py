@@ -15,10 +15,19 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that carry a one-line, user-facing message (no traceback wanted)."""
     from models.gpus import GpuError
     from models.spec import SpecError
+    from sim.out.snapshot import SnapshotError
     from sim.scenario import ScenarioError
+    from sim.timing.cost_model import ProfileError
     from sim.trace import TraceError
 
-    return (CliError, ScenarioError, SpecError, GpuError, TraceError)
+    return (CliError, ScenarioError, SpecError, GpuError, TraceError, SnapshotError, ProfileError)
+
+
+def file_error_line(exc: OSError) -> str:
+    """`<file>: <reason>` for an OSError that escaped a subcommand (the file the user named)."""
+    from sim.guard.files import why
+
+    return f"{exc.filename}: {why(exc)}" if exc.filename else why(exc)
 
 
 def print_json(data: Any) -> None:

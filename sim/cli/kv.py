@@ -7,6 +7,8 @@ import argparse
 from typing import Any
 
 from sim.cli.common import CliError, print_json
+from sim.guard import limits
+from sim.guard.cli_parser import bounded_int
 
 GIB = 1 << 30
 SHOWN_CONTEXTS = (2048, 8192, 32768, 131072)
@@ -24,8 +26,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True, help="catalog name, HF id (Qwen/Qwen2.5-7B), config.json or its directory")
     p.add_argument("--kv-dtype", default="bf16", choices=list_kv_dtypes(), help="KV storage dtype (default %(default)s)")
-    p.add_argument("--kv-heads", type=int, help="GQA what-if: use N kv heads (a divisor of the attention heads)")
-    p.add_argument("--tp", type=int, default=1, help="bytes on each of TP ranks (MLA's latent is not split; default %(default)s)")
+    p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS),
+                   help="GQA what-if: use N kv heads (a divisor of the attention heads)")
+    p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1,
+                   help="bytes on each of TP ranks (MLA's latent is not split; default %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 

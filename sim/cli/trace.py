@@ -9,6 +9,8 @@ import argparse
 from typing import Any
 
 from sim.cli.common import CliError, print_json
+from sim.guard import limits
+from sim.guard.cli_parser import bounded_float, bounded_int
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -23,17 +25,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("path", help='trace file, or "synthetic:n=1000,rate=5,..." (see docs/TRACES.md)')
     p.add_argument("--format", choices=sorted(FORMATS), help="skip detection and read as this format")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--max-mb", type=float, default=DEFAULT_MAX_BYTES / 2**20, help="file size limit in MiB (default %(default)g)")
+    p.add_argument("--max-mb", type=bounded_float(0, 64 * 1024, lo_open=True), default=DEFAULT_MAX_BYTES / 2**20, help="file size limit in MiB (default %(default)g)")
     g = p.add_argument_group("BurstGPT options")
     g.add_argument("--model", help="keep only rows whose Model starts with this (case-insensitive)")
     g.add_argument("--log-type", help="keep only rows whose Log Type starts with this, e.g. conversation or api")
     g.add_argument("--keep-failed", action="store_true", help="keep failed requests (0 response tokens) as 1-token outputs")
     t = p.add_argument_group("transforms (applied in this order)")
     t.add_argument("--window", metavar="START:END", help="keep arrivals in [START, END) seconds (END may be empty)")
-    t.add_argument("--subsample", type=float, metavar="FRACTION", help="keep a seeded random fraction of requests")
-    t.add_argument("--speedup", type=float, metavar="K", help="replay K times faster")
-    t.add_argument("--clamp", type=int, metavar="TOKENS", help="make input+output <= TOKENS (input cut first)")
-    t.add_argument("--seed", type=int, default=0, help="seed for --subsample (default 0)")
+    t.add_argument("--subsample", type=bounded_float(0, 1, lo_open=True), metavar="FRACTION", help="keep a seeded random fraction of requests")
+    t.add_argument("--speedup", type=bounded_float(0, 1e6, lo_open=True), metavar="K", help="replay K times faster")
+    t.add_argument("--clamp", type=bounded_int(2, limits.MAX_TOKENS), metavar="TOKENS", help="make input+output <= TOKENS (input cut first)")
+    t.add_argument("--seed", type=bounded_int(0, limits.MAX_SEED), default=0, help="seed for --subsample (default 0)")
     p.add_argument("--out", metavar="CSV", help="also write the (transformed) trace as a generic CSV")
     return p
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,42 +17,60 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.guard import limits
+from sim.guard.files import read_limited
+from sim.guard.limits import MAX_HASH, MIN_HASH
+from sim.trace.jsonl import parse_jsonl
 from sim.trace.model import Trace, TraceError, TraceFormat
 
 DEFAULT_MAX_BYTES = 200 * 1024 * 1024  # 200 MiB: several million rows; raise max_bytes for bigger files
-MAX_TOKENS = 1_000_000_000  # per request; anything larger is corrupt data, not a prompt
+MAX_TOKENS = limits.MAX_TOKENS  # per request; anything larger is corrupt data, not a prompt
+MAX_TIME = 1e15  # |arrival| in the file's unit: epoch milliseconds reach 1.8e12; more is corrupt
 _MAGIC = {b"\x1f\x8b": "gzip-compressed", b"PK\x03\x04": "a zip archive", b"PAR1": "Parquet"}
 
 
-def load_trace(path: str | Path, fmt: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES, **options: Any) -> Trace:
+def load_trace(path: str | Path, fmt: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+               max_rows: int | None = None, **options: Any) -> Trace:
     """Load a trace file; `fmt` is a key of FORMATS or None to detect it from the header/JSON keys."""
     p = Path(path)
-    if not p.is_file():
-        raise TraceError(f"{p}: no such file" if not p.exists() else f"{p}: not a file")
-    size = p.stat().st_size
-    _check_size(p.name, size, max_bytes)
-    with p.open("rb") as fh:
-        data = fh.read(max_bytes + 1)
-    return load_trace_bytes(data, p.name, fmt, max_bytes=max_bytes, **options)
+    try:
+        size = p.stat().st_size if p.is_file() else None
+    except OSError:  # unreadable paths get their one line from read_limited
+        size = None
+    if size is not None:
+        _check_size(p.name, size, max_bytes)
+    data = read_limited(p, max_bytes, TraceError, what="trace file")
+    return load_trace_bytes(data, p.name, fmt, max_bytes=max_bytes, max_rows=max_rows, **options)
 
 
 def load_trace_bytes(
-    data: bytes, name: str, fmt: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES, **options: Any
+    data: bytes, name: str, fmt: str | None = None, *, max_bytes: int = DEFAULT_MAX_BYTES,
+    max_rows: int | None = None, **options: Any
 ) -> Trace:
-    """Load a trace from bytes (an upload); `name` is used in messages and as the Trace source."""
+    """Load a trace from bytes (an upload); `name` is used in messages and as the Trace source.
+    `max_rows` keeps only the first rows (uploads): the Trace's warnings say when it cut."""
     from sim.trace.registry import FORMATS
 
     _check_size(name, len(data), max_bytes)
-    text = _decode(data, name)
-    start = re.match(r"\s*", text).end()  # no lstrip(): that would copy a large text
-    kind = "jsonl" if text[start : start + 1] in ("{", "[") else "csv"
-    raw, row_label = _parse_jsonl(text, name) if kind == "jsonl" else _parse_csv(text, name)
+    _check_binary(data, name)
     if fmt is not None and fmt not in FORMATS:
         raise TraceError(f"{name}: unknown format {fmt!r}; known formats: {', '.join(FORMATS)}")
-    spec = FORMATS[fmt] if fmt else _detect(raw, kind, name, FORMATS)
-    if kind not in spec.kinds:
-        raise TraceError(f"{name}: format {spec.name} is {'/'.join(spec.kinds)}, but the file looks like {kind}")
-    return _normalise(raw, spec, name, row_label, {k: v for k, v in options.items() if v is not None})
+    head = data[:4096]
+    start = len(head) - len(head.lstrip())
+    kind = "jsonl" if data[start : start + 1] in (b"{", b"[") else "csv"
+
+    def choose(raw: pd.DataFrame) -> TraceFormat:
+        spec = FORMATS[fmt] if fmt else _detect(raw, kind, name, FORMATS)
+        if kind not in spec.kinds:
+            raise TraceError(f"{name}: format {spec.name} is {'/'.join(spec.kinds)}, but the file looks like {kind}")
+        return spec
+
+    if kind == "jsonl":
+        raw, row_label, spec, warnings = parse_jsonl(data, name, choose, max_rows)
+    else:
+        raw, row_label, warnings = _parse_csv(_decode(data, name), name, max_rows)
+        spec = choose(raw)
+    return _normalise(raw, spec, name, row_label, {k: v for k, v in options.items() if v is not None}, warnings)
 
 
 # ----- bytes -> text ------------------------------------------------------------------------------
@@ -64,7 +81,7 @@ def _check_size(name: str, size: int, max_bytes: int) -> None:
         )
 
 
-def _decode(data: bytes, name: str) -> str:
+def _check_binary(data: bytes, name: str) -> None:
     for magic, what in _MAGIC.items():
         if data.startswith(magic):
             raise TraceError(f"{name}: binary data ({what}), expected CSV or JSONL text; decompress/convert it first")
@@ -72,6 +89,11 @@ def _decode(data: bytes, name: str) -> str:
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
         raise TraceError(f"{name}: line {line}: binary data (NUL byte at offset {nul}), expected UTF-8 CSV or JSONL text")
+    if not data.strip():
+        raise TraceError(f"{name}: empty file")
+
+
+def _decode(data: bytes, name: str) -> str:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -85,17 +107,22 @@ def _decode(data: bytes, name: str) -> str:
 
 
 # ----- text -> raw frame (index = row number for messages) -----------------------------------------
-def _parse_csv(text: str, name: str) -> tuple[pd.DataFrame, str]:
+def _parse_csv(text: str, name: str, max_rows: int | None = None) -> tuple[pd.DataFrame, str, list[str]]:
     # Token and numeric-time columns are parsed as numbers by the C parser (fast); a column holding
     # anything else comes back as text and _integers/_seconds name the bad cell. All other columns
     # stay text (session ids keep leading zeros).
+    if "\n" not in text[:1 << 20] and "\r" in text:  # old Mac line endings: CR only
+        text = text.replace("\r", "\n")
     start = re.match(r"\s*", text).end()
     end = text.find("\n", start)
-    header = next(csv.reader([text[start : end if end >= 0 else len(text)]], skipinitialspace=True), [])
+    header = next(csv.reader([text[start : end if end >= 0 else len(text)].rstrip("\r")], skipinitialspace=True), [])
+    _check_header(header, name)
     numeric = _numeric_column_names()
     dtype = {col: str for col in header if col.strip().lower() not in numeric}
+    nrows = None if max_rows is None else max_rows + 1
     try:
-        df = pd.read_csv(io.StringIO(text), dtype=dtype, keep_default_na=False, skipinitialspace=True)
+        df = pd.read_csv(io.StringIO(text), dtype=dtype, keep_default_na=False, skipinitialspace=True, nrows=nrows,
+                         true_values=[], false_values=[])
     except pd.errors.EmptyDataError:
         raise TraceError(f"{name}: empty file") from None
     except (pd.errors.ParserError, csv.Error, ValueError) as exc:
@@ -108,9 +135,23 @@ def _parse_csv(text: str, name: str) -> tuple[pd.DataFrame, str]:
         raise TraceError(f"{name}: malformed CSV: {first}") from None
     if len(df) == 0:
         raise TraceError(f"{name}: no data rows (header only)")
+    warnings = []
+    if max_rows is not None and len(df) > max_rows:
+        df = df.iloc[:max_rows]
+        warnings.append(f"{name}: rows capped: kept the first {max_rows:,} requests, the rest of the file was not read")
     df.columns = [str(c).strip() for c in df.columns]
     df.index = np.arange(1, len(df) + 1)
-    return df, "data row"
+    return df, "data row", warnings
+
+
+def _check_header(header: list[str], name: str) -> None:
+    """Two columns of one name would be silently renamed ("x.1") and one of them ignored."""
+    seen: set[str] = set()
+    for col in header:
+        key = col.strip().lower()
+        if key in seen:
+            raise TraceError(f"{name}: header (line 1): column {col.strip()!r} appears twice")
+        seen.add(key)
 
 
 def _numeric_column_names() -> set[str]:
@@ -118,37 +159,6 @@ def _numeric_column_names() -> set[str]:
 
     names = {c.lower() for f in FORMATS.values() for c in (f.input, f.output)}
     return names | {f.arrival.lower() for f in FORMATS.values() if f.time_unit != "datetime"}
-
-
-def _parse_jsonl(text: str, name: str) -> tuple[pd.DataFrame, str]:
-    if text.startswith("[", re.match(r"\s*", text).end()):  # a JSON array of objects is accepted too
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{name}: line {exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno})") from None
-        if not isinstance(items, list):
-            raise TraceError(f"{name}: line 1: expected a JSON array of objects")
-        numbers = list(range(1, len(items) + 1))
-        label = "item"
-    else:
-        items, numbers, label = [], [], "line"
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                items.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise TraceError(f"{name}: line {number}: malformed JSON ({exc.msg}, column {exc.colno})") from None
-            numbers.append(number)
-    for item, number in zip(items, numbers, strict=True):
-        if not isinstance(item, dict):
-            raise TraceError(f"{name}: {label} {number}: expected a JSON object, got {type(item).__name__}")
-    if not items:
-        raise TraceError(f"{name}: empty file")
-    df = pd.DataFrame.from_records(items)
-    df.columns = [str(c).strip() for c in df.columns]
-    df.index = np.asarray(numbers)
-    return df, label
 
 
 # ----- raw frame -> Trace ---------------------------------------------------------------------------
@@ -180,7 +190,8 @@ def _missing_column(spec: TraceFormat, raw: pd.DataFrame, name: str, kind: str) 
         )
 
 
-def _normalise(raw: pd.DataFrame, spec: TraceFormat, name: str, label: str, options: dict[str, Any]) -> Trace:
+def _normalise(raw: pd.DataFrame, spec: TraceFormat, name: str, label: str, options: dict[str, Any],
+               warnings: list[str]) -> Trace:
     kind = "csv" if label == "data row" else "jsonl"
     _missing_column(spec, raw, name, kind)
     # None/False ask for nothing, so a caller may pass the same option set for every format
@@ -194,7 +205,6 @@ def _normalise(raw: pd.DataFrame, spec: TraceFormat, name: str, label: str, opti
     raw = raw.rename(columns={have[c.lower()]: c for c in wanted if c.lower() in have})
     for col in (spec.input, spec.output):
         raw[col] = _integers(raw[col], col, name, label)
-    warnings: list[str] = []
     if spec.prepare is not None:
         raw, extra = spec.prepare(raw, opts, name)
         warnings.extend(extra)
@@ -234,7 +244,18 @@ def _is_empty(series: pd.Series) -> np.ndarray:
     return (series.isna() | (series.astype(str).str.strip() == "")).to_numpy()
 
 
+def _no_booleans(series: pd.Series, col: str, name: str, label: str, what: str) -> None:
+    """JSON true/false are not numbers (pandas would read them as 1 and 0)."""
+    if series.dtype == bool or series.dtype == object:
+        mask = series.map(lambda v: isinstance(v, bool)).to_numpy(dtype=bool) if series.dtype == object \
+            else np.ones(len(series), dtype=bool)
+        if mask.any():
+            row, value = _first_bad(mask, series)
+            raise TraceError(f"{name}: {label} {row}: {what} in {col!r} is {str(value).lower()}, not a number")
+
+
 def _integers(series: pd.Series, col: str, name: str, label: str) -> pd.Series:
+    _no_booleans(series, col, name, label, "token count")
     values = pd.to_numeric(series, errors="coerce")
     nan = values.isna().to_numpy()
     if nan.any():
@@ -267,12 +288,17 @@ def _seconds(series: pd.Series, spec: TraceFormat, name: str, label: str) -> np.
             what = "empty timestamp" if _is_empty(series.loc[[row]])[0] else f"unparseable timestamp {str(value)[:40]!r}"
             raise TraceError(f"{name}: {label} {row}: {what} in {col!r}")
         return (stamps - stamps.min()).dt.total_seconds().to_numpy(dtype=np.float64)
+    _no_booleans(series, col, name, label, "arrival time")
     numbers = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(numbers)
     if bad.any():
         row, value = _first_bad(bad, series)
         what = "empty or missing" if _is_empty(series.loc[[row]])[0] else f"non-numeric {str(value)[:40]!r}"
         raise TraceError(f"{name}: {label} {row}: {what} arrival time in {col!r}")
+    huge = np.abs(numbers) > MAX_TIME
+    if huge.any():
+        row, value = _first_bad(huge, series)
+        raise TraceError(f"{name}: {label} {row}: arrival time {str(value)[:40]!r} in {col!r} is implausibly large")
     scale = {"s": 1.0, "ms": 1e-3}[spec.time_unit]
     return (numbers - numbers.min()) * scale
 
@@ -282,8 +308,9 @@ def _hash_lists(
 ) -> list[list[int]]:
     lists = series.tolist()
     for row, value in zip(series.index, lists, strict=True):
-        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise TraceError(f"{name}: {label} {row}: {spec.prefix_hashes!r} must be a list of integers")
+        if not isinstance(value, list) or not all(type(v) is int and MIN_HASH <= v <= MAX_HASH for v in value):
+            raise TraceError(
+                f"{name}: {label} {row}: {spec.prefix_hashes!r} must be a list of integers of at most 64 bits")
     block = spec.prefix_block_size or 1
     lengths = np.fromiter((len(v) for v in lists), dtype=np.int64, count=len(lists))
     mismatched = int((lengths != -(-inputs // block)).sum())

@@ -16,9 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from sim.guard import limits
 from sim.trace.model import Trace, TraceError
 
-MAX_REQUESTS = 50_000_000
+MAX_REQUESTS = limits.MAX_SYNTHETIC_REQUESTS
+MAX_RATE = 1e9  # requests/s; and at least MIN_RATE, so arrival times stay finite and meaningful
+MIN_RATE = 1e-6
 LENGTH_KINDS = {
     "fixed": ("value",),
     "uniform": ("lo", "hi"),
@@ -204,6 +207,8 @@ def _number(key: str, value: str, convert: type) -> Any:
         number = float(value)
     except ValueError:
         raise TraceError(f"synthetic spec: {key}={value!r} is not a number") from None
+    if not math.isfinite(number) or abs(number) > 1e18:
+        raise TraceError(f"synthetic spec: {key}={value!r} is not a usable number")
     if convert is int:
         if not number.is_integer():
             raise TraceError(f"synthetic spec: {key}={value!r} must be a whole number")
@@ -215,7 +220,7 @@ def _length(text: str) -> LengthDist:
     kind, *rest = text.strip().split(":")
     kind = kind.strip().lower()
     if kind.replace(".", "", 1).isdigit():  # "input=512" is shorthand for fixed:value=512
-        return LengthDist("fixed", (("value", float(kind)),))
+        return LengthDist("fixed", (("value", _number("value", kind, float)),))
     if kind not in LENGTH_KINDS:
         raise TraceError(f"synthetic spec: unknown length distribution {kind!r} (known: {', '.join(LENGTH_KINDS)})")
     params = []
@@ -233,21 +238,27 @@ def _length(text: str) -> LengthDist:
 def _validate(spec: SyntheticSpec) -> None:
     if not 1 <= spec.n <= MAX_REQUESTS:
         raise TraceError(f"synthetic spec: n={spec.n} must be between 1 and {MAX_REQUESTS}")
-    if not (spec.rate > 0 and math.isfinite(spec.rate)):
-        raise TraceError(f"synthetic spec: rate={spec.rate} must be > 0 requests/s")
+    if not MIN_RATE <= spec.rate <= MAX_RATE:  # NaN fails too
+        raise TraceError(f"synthetic spec: rate={spec.rate} must be between {MIN_RATE:g} and {MAX_RATE:g} requests/s")
     if spec.arrival not in ARRIVALS:
         raise TraceError(f"synthetic spec: arrival={spec.arrival!r} (known: {', '.join(ARRIVALS)})")
-    if not (spec.cv > 0 and math.isfinite(spec.cv)):
-        raise TraceError(f"synthetic spec: cv={spec.cv} must be > 0")
-    if spec.max_len is not None and spec.max_len < 1:
-        raise TraceError(f"synthetic spec: max_len={spec.max_len} must be >= 1")
+    if not 1e-3 <= spec.cv <= 1e3:
+        raise TraceError(f"synthetic spec: cv={spec.cv} must be between 0.001 and 1000")
+    if spec.max_len is not None and not 1 <= spec.max_len <= limits.MAX_TOKENS:
+        raise TraceError(f"synthetic spec: max_len={spec.max_len} must be between 1 and {limits.MAX_TOKENS:,}")
+    if not 0 <= spec.seed <= limits.MAX_SEED:
+        raise TraceError(f"synthetic spec: seed={spec.seed} must be between 0 and {limits.MAX_SEED:,}")
     for name, dist in (("input", spec.input), ("output", spec.output)):
         p = dict(dist.params)
+        too_big = [k for k, v in p.items() if k not in ("sigma", "mu", "a") and not v <= limits.MAX_TOKENS]
+        if too_big or not p.get("sigma", 1.0) <= 10 or not abs(p.get("mu", 0.0)) <= 30:
+            raise TraceError(f"synthetic spec: {name}={dist.text()}: lengths must stay below {limits.MAX_TOKENS:,} tokens "
+                             "(sigma <= 10, |mu| <= 30)")
         ok = {
             "fixed": lambda p: p.get("value", 0) >= 1,
             "uniform": lambda p: 1 <= p.get("lo", 0) <= p.get("hi", 0),
             "lognormal": lambda p: p.get("mean", 0) > 0 and p.get("sigma", 1.0) > 0,
-            "zipf": lambda p: p.get("a", 1.2) > 0 and 1 <= p.get("lo", 1) <= p.get("hi", 4096) <= 10_000_000,
+            "zipf": lambda p: 0 < p.get("a", 1.2) <= 100 and 1 <= p.get("lo", 1) <= p.get("hi", 4096) <= 10_000_000,
             "resample": lambda p: True,
         }[dist.kind](p)
         if not ok:
@@ -283,7 +294,8 @@ def _lengths(rng: np.random.Generator, spec: SyntheticSpec, source: Trace | None
             values = (src_in if src == "in" else src_out)[idx]
         else:
             values = dist.sample(rng, spec.n)
-        columns.append(np.clip(np.rint(values), 1, spec.max_len or np.inf).astype(np.int64))
+        # a long-tailed draw never passes MAX_TOKENS (the loaders' bound) nor overflows int64
+        columns.append(np.clip(np.rint(values), 1, min(spec.max_len or limits.MAX_TOKENS, limits.MAX_TOKENS)).astype(np.int64))
     return columns[0], columns[1]
 
 

@@ -1,0 +1,34 @@
+"""Bounds for every size and count that comes from outside: one table, so a limit is changed once.
+
+Each bound is far above any real deployment and far below what would exhaust memory or time
+(a count of 10**9 replicas is a typo, not a cluster). Messages quote these numbers.
+"""
+
+from __future__ import annotations
+
+from models.safe_json import MAX_DEPTH as MAX_JSON_DEPTH  # noqa: F401 - untrusted JSON: configs, snapshots, profiles
+from models.spec import CONFIG_LIMITS  # noqa: F401 - model config.json bounds live with the parser (models/ imports no sim/)
+
+# Deployment and scheduler counts (Scenario, CLI flags, URL parameters).
+MAX_TP = 64
+MAX_REPLICAS = 1024
+MAX_BLOCK_SIZE = 1024
+MAX_NUM_SEQS = 65_536
+MAX_BATCHED_TOKENS = 1 << 24
+MAX_MODEL_LEN = 1 << 24
+MAX_KV_HEADS = 4096
+MAX_STATIC_BATCH = 65_536
+MAX_GIB = 1_000_000.0  # a KV budget or swap space of a petabyte is a typo
+MAX_SEED = 2**32 - 1  # numpy seeds are non-negative; 32 bits keep them portable
+
+# Traces.
+MAX_TOKENS = 1_000_000_000  # per request; larger is corrupt data, not a prompt
+MAX_HASH = 2**64 - 1  # prefix hash ids are unsigned 64-bit; negatives down to -2**63 are accepted too
+MIN_HASH = -(2**63)
+MAX_SYNTHETIC_REQUESTS = 50_000_000  # the CLI's cap (a 50M-row trace is about 1.2 GB in memory)
+MAX_DASHBOARD_REQUESTS = 2_000_000  # what a page (or a crafted URL) may generate on the server
+MAX_UPLOAD_ROWS = 2_000_000  # rows kept from an uploaded trace; the rest are dropped, and it says so
+
+# GPU runs from the dashboard.
+MAX_PAGE_GPU_REQUESTS = 2_000
+MAX_GPU_STEPS = 10_000_000

@@ -1,0 +1,35 @@
+"""Text that came from outside, made safe to show: one line, no server paths, no Markdown/HTML."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+_HERE = str(Path(__file__).resolve().parents[2])  # the checkout
+
+
+def one_line(exc: BaseException | str, limit: int = 300) -> str:
+    """The first line of an error message (or the exception type when it has none), shortened."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else (type(exc).__name__ if isinstance(exc, BaseException) else "error")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def without_paths(text: str) -> str:
+    """Replace absolute server paths by their last part (messages shown to dashboard visitors)."""
+    for root in sorted({_HERE, os.path.expanduser("~"), "/tmp"}, key=len, reverse=True):
+        if root and root != "/":
+            text = text.replace(root + os.sep, "")
+    return re.sub(r"(?<![\w.])/(?:[\w.+-]+/)+([\w.+-]+)", r"\1", text)
+
+
+def public_error(exc: BaseException | str) -> str:
+    """One line, no server paths: what a page may show to anyone who can open it."""
+    return without_paths(one_line(exc))
+
+
+def plain(text: str) -> str:
+    """User text (snapshot names, ids from links) escaped so Markdown renders it literally."""
+    return _MARKDOWN.sub(r"\\\1", str(text).replace("\n", " ").replace("\r", " "))
