@@ -25,6 +25,8 @@ GB = 10**9
 TFLOPS = 10**12
 PCIE4_X16 = 32 * GB  # per direction
 PCIE5_X16 = 64 * GB
+PCIE6_X16 = 128 * GB
+AIC = "aiconfigurator-core 0.12.0 systems/"  # NVIDIA's own per-GPU system files, shipped in the venv
 MAX_GPU_JSON_BYTES = 64 * 1024
 
 
@@ -63,7 +65,8 @@ class GPUSpec:
         return asdict(self)
 
 
-def _gpu(name, label, mib, bw_gbs, bf16_tf, fp8_tf, host, host_bw, nvlink_gbs, source) -> GPUSpec:
+def _gpu(name: str, label: str, mib: int, bw_gbs: float, bf16_tf: float, fp8_tf: float, host: str, host_bw: float,
+         nvlink_gbs: float, source: str) -> GPUSpec:
     return GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
                    fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
                    source=source, host_link=host, label=label)
@@ -105,6 +108,30 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
     _gpu("mi300x", "AMD Instinct MI300X 192GB", 196_288, 5300, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
          "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1307 TF bf16 / 2615 TF fp8 dense, Infinity Fabric "
          "7 links x 128 GB/s bidir); memory 196,288 MiB as rocm-smi reports"),
+    _gpu("b200", "NVIDIA B200 SXM 180GB", 180 * 1024, 7700, 2250.0, 4500.0, "PCIe Gen6 x16", PCIE6_X16, 900,
+         f"NVIDIA Blackwell datasheet via {AIC}b200_sxm.yaml (7.7 TB/s, 2,250 TF bf16 / 4,500 TF fp8 dense, "
+         "NVLink 5 900 GB/s per direction, PCIe Gen6); memory 180 GiB as that file states"),
+    _gpu("b300", "NVIDIA B300 SXM 288GB", 275_040, 7750, 2250.0, 4500.0, "PCIe Gen6 x16", PCIE6_X16, 900,
+         f"NVIDIA Blackwell Ultra datasheet via {AIC}b300_sxm.yaml (62 TB/s per 8 GPUs = 7.75 TB/s, 4.5 PF bf16 / "
+         "9 PF fp8 sparse = 2,250 / 4,500 TF dense, NVLink 5 1.8 TB/s bidir); memory 275,040 MiB as nvidia-smi reports"),
+    _gpu("gb200", "NVIDIA GB200 (one Blackwell GPU of a superchip)", 189_471, 8000, 2500.0, 5000.0,
+         "NVLink-C2C to Grace", 450 * GB, 900,
+         f"NVIDIA Blackwell datasheet via {AIC}gb200.yaml (per GPU: 8 TB/s, 2,500 TF bf16 / 5,000 TF fp8 dense, "
+         "NVLink 5 900 GB/s per direction; host link NVLink-C2C 900 GB/s bidir); memory 189,471 MiB as nvidia-smi reports"),
+    _gpu("h20", "NVIDIA H20 96GB", 96 * 1024, 4000, 148.0, 296.0, "PCIe Gen5 x16", PCIE5_X16, 450,
+         "NVIDIA H20 specifications as published (96 GB HBM3, 4.0 TB/s, 148 TF fp16/bf16 dense, 296 TF fp8/int8 "
+         "dense, NVLink 900 GB/s bidir); memory taken as 96 GiB of HBM (no nvidia-smi figure at hand)"),
+    _gpu("rtx-5090", "NVIDIA GeForce RTX 5090 32GB", 32 * 1024, 1792, 209.6, 419.2, "PCIe Gen5 x16", PCIE5_X16, 0,
+         "NVIDIA RTX 5090 specifications (32 GB GDDR7, 1,792 GB/s; 838.4 TF fp16 / 1,676.8 TF fp8 tensor sparse with "
+         "fp16 accumulate, so 419.2 / 838.4 dense, halved again for fp32 accumulate as on the RTX 4090 entry; no "
+         "NVLink); memory taken as 32 GiB (no nvidia-smi figure at hand)"),
+    _gpu("mi325x", "AMD Instinct MI325X 256GB", 256 * 1024, 6000, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
+         "AMD Instinct MI325X specifications (256 GB HBM3E, 6 TB/s, 1,307.4 TF bf16 / 2,614.9 TF fp8 dense: the "
+         "MI300X's CDNA 3 compute; Infinity Fabric 7 links x 128 GB/s bidir); memory taken as 256 GiB (no rocm-smi "
+         "figure at hand; the MI300X reports 320 MiB under its 192 GiB)"),
+    _gpu("mi355x", "AMD Instinct MI355X 288GB", 288 * 1024, 8000, 2516.6, 5033.2, "PCIe Gen5 x16", PCIE5_X16, 537.6,
+         "AMD Instinct MI355X specifications (288 GB HBM3E, 8 TB/s, 2.5 PF bf16 / 5.0 PF fp8 dense, CDNA 4; Infinity "
+         "Fabric 7 links x 153.6 GB/s bidir); memory taken as 288 GiB (no rocm-smi figure at hand)"),
 )}
 
 # nvidia-smi / rocm-smi device names (as a measured run records them) -> catalog names.
@@ -118,7 +145,8 @@ DEVICE_NAMES = {
 
 ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
            "h200-sxm": "h200", "4090": "rtx-4090",
-           "rtx-pro-6000-server": "rtx-pro-6000", "mi300": "mi300x"}
+           "rtx-pro-6000-server": "rtx-pro-6000", "mi300": "mi300x", "b200-sxm": "b200", "b300-sxm": "b300",
+           "5090": "rtx-5090", "mi325": "mi325x", "mi355": "mi355x"}
 
 # Custom-GPU JSON keys: the SI field names, or these human units (key -> (field, factor)).
 _UNIT_KEYS = {

@@ -37,8 +37,8 @@ def test_no_fp8_on_ampere_and_fallback_to_bf16():
 def test_names_are_case_insensitive_and_aliased():
     assert get_gpu("H100") is GPUS["h100-sxm"]
     assert get_gpu("RTX 4090") is GPUS["rtx-4090"]
-    with pytest.raises(GpuError, match="unknown GPU 'b300'"):
-        get_gpu("b300")
+    with pytest.raises(GpuError, match="unknown GPU 'b900'"):
+        get_gpu("b900")
 
 
 def test_custom_gpu_from_dict_in_human_units():
@@ -82,3 +82,29 @@ def test_device_names_of_measured_runs():
     assert gpu_for_device("NVIDIA RTX PRO 6000 Blackwell Server Edition").hbm_bandwidth == 1792e9
     with pytest.raises(GpuError, match="not in the GPU catalog"):
         gpu_for_device("Mystery GPU")
+
+
+# Hand-checked against each entry's source line: (MiB, TB/s, dense bf16 TF, dense fp8 TF, NVLink GB/s per direction)
+NEW_GPUS = {
+    "b200": (184_320, 7.7, 2250, 4500, 900), "b300": (275_040, 7.75, 2250, 4500, 900),
+    "gb200": (189_471, 8.0, 2500, 5000, 900), "h20": (98_304, 4.0, 148, 296, 450),
+    "rtx-5090": (32_768, 1.792, 209.6, 419.2, 0), "mi325x": (262_144, 6.0, 1307.4, 2614.9, 448),
+    "mi355x": (294_912, 8.0, 2516.6, 5033.2, 537.6),
+}
+
+
+@pytest.mark.parametrize(("name", "figures"), NEW_GPUS.items())
+def test_blackwell_hopper_h20_and_mi3xx_figures(name, figures):
+    mib, tbs, bf16, fp8, nvlink = figures
+    g = get_gpu(name)
+    assert (g.hbm_bytes, g.hbm_bandwidth, g.bf16_flops, g.fp8_flops, g.nvlink_bandwidth) == (
+        mib * 2**20, pytest.approx(tbs * 1e12), pytest.approx(bf16 * 1e12), pytest.approx(fp8 * 1e12),
+        pytest.approx(nvlink * 1e9))
+    assert g.peak_flops("fp8") == pytest.approx(2 * g.peak_flops("bf16"), rel=0.01)
+    assert g.source and g.label
+
+
+def test_gb200_is_per_gpu_with_a_grace_link():
+    g = get_gpu("gb200")
+    assert g.host_link == "NVLink-C2C to Grace" and g.host_link_bandwidth == 450e9
+    assert get_gpu("B200-SXM") is GPUS["b200"] and get_gpu("5090") is GPUS["rtx-5090"]
