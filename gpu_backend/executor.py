@@ -228,7 +228,7 @@ class Executor:
         s = self.scenario
         result = self.sim.result(
             self.trace.digest(), wall, routing="single", kv_budget_terms=None, sim_events=len(log),
-            cost_model="measured", kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
+            cost_model={"source": "measured", "detail": "this GPU's own steps (gpu_backend)"}, kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
             device=str(self.loaded.device), model_dtype=self.cfg.dtype, kv_dtype=s.kv_dtype,
             attention=self.runner.impl or default_impl(self.loaded.device), offline=self.cfg.offline,
             kv_budget_gib=s.kv_budget_gib,

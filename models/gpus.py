@@ -14,7 +14,7 @@ Custom GPUs come from a small JSON object (gpu_from_dict / a .json path given to
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,10 @@ class GPUSpec:
     source: str
     host_link: str = ""
     label: str = ""
+    # Measured fractions of the peaks above (0 = not measured: the cost model's general default).
+    gemm_efficiency: float = 0.0  # large bf16 GEMMs (M >= 1024) / bf16_flops
+    memory_efficiency: float = 0.0  # weight streaming (GEMV, M <= 8) / hbm_bandwidth
+    efficiency_source: str = ""
 
     @property
     def hbm_gib(self) -> float:
@@ -71,6 +75,19 @@ def _gpu(name: str, label: str, mib: int, bw_gbs: float, bf16_tf: float, fp8_tf:
                    fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
                    source=source, host_link=host, label=label)
 
+
+# Measured GEMM / streaming efficiencies: medians over bf16 GEMMs with N, K >= 4096 in
+# aiconfigurator-core 0.12.0's vLLM tables (NVIDIA, Apache-2.0), and for the RTX 4090 the vLLM 0.19
+# per-layer kernel profile of casys-kaist/LLMServingSim (MIT; gate_up_proj at 2,048 tokens, 166 TF/s,
+# and the decode projections streaming 0.91-0.95 of 1,008 GB/s). docs/CALIBRATION.md has the table.
+AICONFIGURATOR = "aiconfigurator-core 0.12.0 measured GEMM tables (vLLM backend)"
+MEASURED_EFFICIENCY = {
+    "h100-sxm": (0.81, 0.84, AICONFIGURATOR), "h200": (0.79, 0.77, AICONFIGURATOR),
+    "a100-80gb": (0.89, 0.70, AICONFIGURATOR), "l40s": (0.64, 0.81, AICONFIGURATOR),
+    "rtx-pro-6000": (0.78, 0.81, AICONFIGURATOR),
+    "rtx-4090": (1.0, 0.93, "LLMServingSim RTX 4090 kernel profile (vLLM 0.19.0); the card runs above its "
+                 "2,520 MHz datasheet boost clock"),
+}
 
 GPUS: dict[str, GPUSpec] = {g.name: g for g in (
     _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 81_559, 3350, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
@@ -143,6 +160,10 @@ DEVICE_NAMES = {
     "nvidia rtx pro 6000 blackwell workstation edition": "rtx-pro-6000", "amd instinct mi300x": "mi300x",
 }
 
+GPUS = {name: (replace(g, gemm_efficiency=MEASURED_EFFICIENCY[name][0], memory_efficiency=MEASURED_EFFICIENCY[name][1],
+                       efficiency_source=MEASURED_EFFICIENCY[name][2]) if name in MEASURED_EFFICIENCY else g)
+        for name, g in GPUS.items()}
+
 ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
            "h200-sxm": "h200", "4090": "rtx-4090",
            "rtx-pro-6000-server": "rtx-pro-6000", "mi300": "mi300x", "b200-sxm": "b200", "b300-sxm": "b300",
@@ -173,7 +194,7 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
     values: dict[str, Any] = {}
     for key, value in d.items():
         target, factor = _UNIT_KEYS.get(key, (key, 1))
-        if target in ("name", "source", "host_link", "label"):
+        if target in ("name", "source", "host_link", "label", "efficiency_source"):
             if not isinstance(value, str) or len(value) > 200:
                 raise GpuError(f"{source}: {key} must be a string of at most 200 characters")
             values[target] = value
@@ -190,6 +211,9 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
         fp8_flops=float(values.get("fp8_flops", 0.0)), host_link_bandwidth=float(values.get("host_link_bandwidth", PCIE4_X16)),
         nvlink_bandwidth=float(values.get("nvlink_bandwidth", 0.0)), source=values.get("source") or source,
         host_link=values.get("host_link", ""), label=values.get("label", ""),
+        gemm_efficiency=min(float(values.get("gemm_efficiency", 0.0)), 1.0),
+        memory_efficiency=min(float(values.get("memory_efficiency", 0.0)), 1.0),
+        efficiency_source=values.get("efficiency_source", ""),
     )
 
 

@@ -60,6 +60,7 @@ class Scenario:
     static_batch: int | None = None  # static-batching baseline with this batch size
     # Cost model and randomness.
     profile: str | None = None  # path to a calibration profile JSON
+    api_overhead_s: float = 0.0  # client-side HTTP + tokenisation before the engine sees a request (TTFT)
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -95,6 +96,7 @@ class Scenario:
         if self.kv_budget_gib is not None:
             number(self.kv_budget_gib, "scenario: kv_budget_gib", 0.0, limits.MAX_GIB, ScenarioError, lo_open=True)
         number(self.swap_space_gib, "scenario: swap_space_gib", 0.0, limits.MAX_GIB, ScenarioError)
+        number(self.api_overhead_s, "scenario: api_overhead_s", 0.0, 60.0, ScenarioError)
         for name in ("prefix_caching", "chunked_prefill"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")

@@ -110,3 +110,22 @@ def test_shared_run_replays_fully():
     v = validate(load_run_dir(SHARED_RUN))
     assert v.result.summary["completed"] == 300 and v.result.summary["num_blocks"] == 2588
     assert np.isfinite(v.table["error"]).all()
+
+
+def test_shared_run_defaults_within_ten_percent():
+    """Done-when of issue 10: roofline v2 defaults, no profile, mean TTFT / TPOT / E2E within 10%."""
+    if not SHARED_RUN.is_dir():
+        pytest.skip("../shared/fidelity not present")
+    v = validate(load_run_dir(SHARED_RUN))
+    assert v.result.summary["cost_model"]["source"] == "roofline"
+    for metric in ("TTFT", "TPOT", "E2E"):
+        assert abs(v.error(metric)) <= 0.10, (metric, v.error(metric))
+
+
+def test_api_overhead_adds_to_ttft():
+    run = load_run_dir(FIXTURE)
+    base = validate(run)
+    more = validate(run, api_overhead_s=0.009)
+    first = base.result.requests["ttft_s"].iloc[0], more.result.requests["ttft_s"].iloc[0]
+    assert first[1] - first[0] == pytest.approx(0.009, rel=1e-6)  # the first request meets an idle engine
+    assert more.result.summary["cost_model"]["api_overhead_s"] == 0.009

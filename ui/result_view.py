@@ -24,6 +24,16 @@ def show_metrics(snap: Snapshot) -> None:
     pool = kv_pool_line(snap.summary)
     if pool:
         st.caption(pool)
+    st.caption(step_time_line(snap.summary))
+
+
+def step_time_line(summary: dict) -> str:
+    """Which step-time source timed this run (summary `cost_model`, docs/CALIBRATION.md)."""
+    cm = summary.get("cost_model")
+    if isinstance(cm, dict):
+        detail = f" ({cm['detail']})" if cm.get("detail") else ""
+        return f"Step times: {cm.get('source', 'unknown')}{detail}" + "".join(f"; {w}" for w in cm.get("warnings", []))
+    return f"Step times: {cm or 'unknown'}"  # snapshots written before the source was an object
 
 
 def show_charts(snap: Snapshot, key: str = "res") -> None:

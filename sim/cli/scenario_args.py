@@ -22,7 +22,7 @@ from sim.scenario import (
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "max_num_seqs", "max_batched_tokens",
-          "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile", "seed")
+          "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile", "api_overhead_s", "seed")
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -57,6 +57,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
     g.add_argument("--static-batch", type=int, metavar="B", help="static-batching baseline with batch size B")
     g.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
+    g.add_argument("--api-overhead-s", type=float, default=d.api_overhead_s,
+                   help="client-side HTTP + tokenisation time added before the engine sees a request "
+                   "(0: latencies as the engine's own timestamps count them)")
     g.add_argument("--seed", type=int, default=d.seed)
 
 

@@ -43,7 +43,7 @@ def format_validation(v: Any) -> str:
         return f"{x * 1e3:.1f} ms" if metric == "TPOT" else f"{x:.2f}" + (" s" if metric in ("TTFT", "E2E") else "")
 
     lines = [f"run {v.run.source}: {len(v.run.requests)} requests on {v.run.engine.device_name}; "
-             f"step times from {v.result.summary.get('cost_model')}",
+             f"step times from {v.result.summary['cost_model']['source']}",
              f"{'metric':<20}{'stat':<6}{'measured':>14}{'simulated':>14}{'error':>9}"]
     for row in v.table.itertuples():
         err = "-" if not math.isfinite(row.error) else f"{row.error:+.1%}"

@@ -91,6 +91,16 @@ class StepPlan:
     def is_pure_decode(self) -> bool:
         return not self.prefill_ids and not self.swap_in_bytes and not self.swap_out_bytes
 
+    def step_shape(self) -> tuple[int, int, int, int, int, int]:
+        """(decode_seqs, decode_kv, prefill_tokens, prefill_kv, prefill_pairs, prefill_seqs) for
+        CostModel.step_time (sim/timing/cost_model.py defines them)."""
+        kd = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
+        kp = pairs = 0
+        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
+            kp += s
+            pairs += q * s + q * (q + 1) // 2
+        return int(self.decode_ids.size), kd, self.num_prefill_tokens, kp, pairs, len(self.prefill_ids)
+
     def cost_args(self) -> tuple[int, int, int]:
         """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""
         kv = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv

@@ -143,6 +143,9 @@ def build(trace: Any, scenario: Any) -> Setup:
         chunked_prefill=scenario.chunked_prefill, preemption=scenario.preemption,
         swap_space_bytes=int(scenario.swap_space_gib * GiB), contiguous=contiguous)
     ids = np.flatnonzero(~reject)
+    cost = CostModel.from_scenario(spec, gpu, scenario)
+    # The engine sees a request api_overhead_s after the client sent it; latencies count from the send.
+    seen = table.arrival_s + cost.api_overhead_s if cost.api_overhead_s else table.arrival_s
     replicas = []
     for i in range(scenario.replicas):
         alloc = probe if i == 0 else make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
@@ -151,8 +154,8 @@ def build(trace: Any, scenario: Any) -> Setup:
         else:
             sched = Scheduler(table, alloc, cfg, hashes)
         mine = ids[i :: scenario.replicas]
-        replicas.append(Replica(i, alloc, sched, mine.tolist(), table.arrival_s[mine].tolist()))
-    return Setup(table, replicas, CostModel.from_scenario(spec, gpu, scenario), gpu.host_link_bandwidth, max_len,
+        replicas.append(Replica(i, alloc, sched, mine.tolist(), seen[mine].tolist()))
+    return Setup(table, replicas, cost, gpu.host_link_bandwidth, max_len,
                  num_blocks, bpt, terms, int(reject.sum()), int(over.sum()), scenario)
 
 
@@ -234,7 +237,7 @@ class Simulation:
             kv_capacity_bytes=sum(rep.alloc.capacity_bytes for rep in reps), num_blocks=s.num_blocks,
             block_size=s.scenario.block_size, bytes_per_token=s.bytes_per_token, replicas=len(reps),
             routing="round-robin", max_model_len=s.max_model_len, kv_budget_terms=s.budget_terms,
-            num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.source,
+            num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
         )
         info.update(overrides)
         summary = metrics.summarize(
@@ -274,8 +277,7 @@ class Simulation:
                 self.record_idle(rep, t_next)
                 rep.t = max(rep.t, t_next)
                 continue
-            new, kv, pairs = plan.cost_args()
-            dt = cost.step_time(new, kv, pairs) if new else 0.0
+            dt = cost.plan_time(plan) if plan.num_new_tokens else 0.0
             if plan.swap_in_bytes or plan.swap_out_bytes:
                 dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.s.host_link_bw
             t_end = rep.t + dt
@@ -325,7 +327,7 @@ class Simulation:
         ends: list[float] = []
         for j in range(min(k, SHORT_RUN)):
             kv = ctx + j * b
-            t += step(b, kv, kv)
+            t += step(b, kv)
             ends.append(t)
             if t >= horizon:
                 return ends
@@ -333,7 +335,7 @@ class Simulation:
         if k <= 0:
             return ends
         ctx += len(ends) * b
-        first = step(b, ctx, ctx)  # step times only grow along a run: bounds the steps that fit
+        first = step(b, ctx)  # step times only grow along a run: bounds the steps that fit
         if first > 0:
             k = min(k, int((horizon - t) / first) + 2)
         dts = self.s.cost.decode_step_times(k, b, ctx)
