@@ -23,7 +23,7 @@ def _device_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default=None, choices=("fp32", "fp16", "bf16"),
                    help="model compute dtype (default: bf16 on cuda, fp32 on cpu)")
     g.add_argument("--weights", metavar="DIR", help="load real weights from this local directory (default: random)")
-    g.add_argument("--attention", choices=("sdpa", "flex"), help="attention path (default: flex on cuda, sdpa on cpu)")
+    g.add_argument("--attention", choices=("sdpa", "flex"), help="attention path (default: sdpa, the grouped path with bounded memory; flex is opt-in)")
 
 
 def _device_and_dtype(args: argparse.Namespace) -> tuple[str, str]:

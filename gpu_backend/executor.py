@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
 from gpu_backend import telemetry
-from gpu_backend.attention import SeqChunk, build_batch, default_impl
+from gpu_backend.attention import _FlexState, default_impl, step_context
+from gpu_backend.batch import SeqChunk, build_batch
+from gpu_backend.memory import CudaMemory, DeviceMemory, measure_kv_budget
 from gpu_backend.model_loader import LoadedModel, load_model
-from gpu_backend.paged_cache import PagedKVCache, measure_cuda_kv_budget
+from gpu_backend.paged_cache import PagedKVCache
 from sim.trace import all_at_once
 
 
@@ -28,25 +31,31 @@ class ModelRunner:
     """Packs a step's chunks into one sequence, runs the model, samples greedily."""
 
     def __init__(self, loaded: LoadedModel, cache: PagedKVCache, impl: str | None = None) -> None:
-        self.model, self.cache, self.impl = loaded.model, cache, impl
-        self.device = loaded.device
+        self.model, self.cache, self.impl = loaded.model, cache, impl or default_impl(loaded.device)
+        self.device, self.heads = loaded.device, loaded.spec.num_attention_heads
+        self.paths_used: Counter[str] = Counter()  # steps per attention path that really ran
 
     @torch.inference_mode()
     def logits(self, chunks: list[SeqChunk], tokens: list[list[int]]) -> torch.Tensor:
         """Last-position logits [len(chunks), vocab] (fp32); tokens[i] are chunk i's new token ids."""
-        batch = build_batch(self.cache, chunks, self.impl)
+        batch = build_batch(self.cache, chunks, self.impl, self.heads)
         ids: list[int] = []
-        pos: list[int] = []
         for c, tk in zip(chunks, tokens, strict=True):
             if len(tk) != c.num_new:
                 raise ValueError(f"chunk of {c.num_new} tokens given {len(tk)} token ids")
             ids += tk
-            pos += range(c.start, c.context_len)
         dev = self.device
         last = torch.tensor(batch.query_start_loc[1:], device=dev) - 1
-        out = self.model(input_ids=torch.tensor([ids], device=dev), position_ids=torch.tensor([pos], device=dev),
-                         use_cache=False, kvsim_batch=batch, logits_to_keep=last)
+        with step_context(batch):
+            out = self.model(input_ids=torch.tensor([ids], device=dev), position_ids=batch.token_pos.unsqueeze(0),
+                             use_cache=False, logits_to_keep=last)
+        self.paths_used.update(batch.used)
         return out.logits[0].float()
+
+    @property
+    def attention_label(self) -> str:
+        """The path that ran most steps (what the numbers measure), not the one asked for."""
+        return self.paths_used.most_common(1)[0][0] if self.paths_used else self.impl
 
     def greedy(self, chunks: list[SeqChunk], tokens: list[list[int]]) -> list[int]:
         return self.logits(chunks, tokens).argmax(-1).tolist()
@@ -73,9 +82,10 @@ class RunConfig:
     dtype: str = "fp32"  # model compute dtype
     weights: str | None = None
     offline: bool = False  # all requests arrive at t=0 instead of at their trace times
-    impl: str | None = None  # attention path: "sdpa" | "flex" | None (auto: flex on CUDA)
+    impl: str | None = None  # attention path: "sdpa" | "flex" | None (auto: sdpa)
     seed: int = 0
     max_steps: int | None = None
+    warmup: bool = True  # one prefill and one decode step before the clock starts (kernels, allocator pools)
 
 
 def prompt_tokens(r: int, n: int, vocab: int, seed: int) -> list[int]:
@@ -84,23 +94,47 @@ def prompt_tokens(r: int, n: int, vocab: int, seed: int) -> list[int]:
     return rng.integers(3, max(vocab, 4), size=n).tolist()
 
 
-def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel):
-    """The scenario with an explicit KV budget: given, 64 MiB on CPU, or measured on CUDA."""
+def warmup_chunks(tokens: int, max_len: int, max_seqs: int, block_size: int) -> list[SeqChunk]:
+    """The largest step the scheduler may form as prefill chunks no longer than the model's positions
+    (OPT's learned positions stop at 2,048), on consecutive blocks."""
+    n = max(1, min(max_seqs, -(-tokens // max_len)))
+    per = [tokens // n + (i < tokens % n) for i in range(n)]
+    blocks = [-(-p // block_size) for p in per]
+    firsts = np.concatenate([[0], np.cumsum(blocks)[:-1]]).tolist()
+    return [SeqChunk(list(range(f, f + b)), 0, p) for f, b, p in zip(firsts, blocks, per, strict=True) if p > 0]
+
+
+def _largest_step(scenario, loaded: LoadedModel) -> list[SeqChunk]:
+    max_len = min(loaded.spec.max_position_embeddings or scenario.max_batched_tokens,
+                  scenario.max_model_len or scenario.max_batched_tokens)
+    return warmup_chunks(scenario.max_batched_tokens, max_len, scenario.max_num_seqs, scenario.block_size)
+
+
+def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel, memory: DeviceMemory | None = None):
+    """The scenario with an explicit KV budget: given; measured after a warm-up at the largest batch
+    (on CUDA, or wherever a memory reader is passed); 64 MiB on CPU otherwise."""
     if scenario.kv_budget_gib is not None:
-        return scenario
-    if loaded.device.type != "cuda":
-        return scenario.replace(kv_budget_gib=CPU_DEFAULT_KV_BUDGET_GIB)
-    # CUDA (untested on hardware here): vLLM's method, a forward at the largest token batch.
-    spec, n = loaded.spec, scenario.max_batched_tokens
-    tmp = PagedKVCache(spec.num_layers, -(-n // scenario.block_size) + 1, scenario.block_size,
-                       spec.num_kv_heads, spec.head_dim, scenario.kv_dtype, loaded.dtype, loaded.device)
-    runner = ModelRunner(loaded, tmp, cfg.impl)
-    table = list(range(tmp.usable_blocks))
-    budget = measure_cuda_kv_budget(lambda: runner.logits([SeqChunk(table, 0, n)], [[3] * n]),
-                                    scenario.gpu_mem_util, loaded.device)
-    if budget <= 0:
-        raise ExecutorError(f"no GPU memory left for KV after the profiling pass ({budget / GiB:.2f} GiB)")
-    return scenario.replace(kv_budget_gib=budget / GiB)
+        return scenario, None
+    if memory is None and loaded.device.type == "cuda":
+        memory = CudaMemory(loaded.device)
+    if memory is None:
+        return scenario.replace(kv_budget_gib=CPU_DEFAULT_KV_BUDGET_GIB), None
+    spec, chunks = loaded.spec, _largest_step(scenario, loaded)
+    feed = [[3] * c.num_new for c in chunks]
+
+    def warmup_forward() -> int:
+        """The largest step through a scratch pool (freed on return); returns the scratch pool's bytes."""
+        blocks = sum(len(c.block_table) for c in chunks)
+        tmp = PagedKVCache(spec.num_layers, blocks + 1, scenario.block_size, spec.num_kv_heads, spec.head_dim,
+                           scenario.kv_dtype, loaded.dtype, loaded.device)
+        ModelRunner(loaded, tmp, cfg.impl).logits(chunks, feed)
+        return tmp.pool_bytes
+
+    reading = measure_kv_budget(warmup_forward, scenario.gpu_mem_util, memory)
+    if reading.kv_budget <= 0:
+        raise ExecutorError(f"no device memory left for KV after the profiling pass ({reading.kv_budget / GiB:.2f} "
+                            f"GiB: {reading.non_kv / GiB:.2f} GiB not KV of {reading.total / GiB:.2f} GiB)")
+    return scenario.replace(kv_budget_gib=reading.kv_budget / GiB), reading
 
 
 class Executor:
@@ -108,7 +142,7 @@ class Executor:
     them) with a wall clock and a real model. `run()` returns a SimResult."""
 
     def __init__(self, trace, scenario, cfg: RunConfig | None = None, loaded: LoadedModel | None = None,
-                 progress=None, on_step=None) -> None:
+                 progress=None, on_step=None, memory: DeviceMemory | None = None) -> None:
         from sim.run import engine
 
         self.cfg = cfg = cfg or RunConfig()
@@ -116,7 +150,7 @@ class Executor:
             raise ExecutorError("the GPU backend runs one GPU: set tp=1 and replicas=1")
         self.loaded = loaded or load_model(scenario.model, dtype=cfg.dtype, device=cfg.device, weights=cfg.weights,
                                            kv_heads=scenario.kv_heads, seed=cfg.seed)
-        self.scenario = _kv_budget_scenario(scenario, cfg, self.loaded)
+        self.scenario, self.budget = _kv_budget_scenario(scenario, cfg, self.loaded, memory)
         if cfg.offline:
             trace = all_at_once(trace)
         self.trace, self.progress, self.on_step = trace, progress, on_step
@@ -133,6 +167,25 @@ class Executor:
         self.swap_store: dict[int, list[torch.Tensor]] = {}
         self.last_tables: dict[int, list[int]] = {}
         self.step_log: list[tuple] = []
+        self.warmup_s = 0.0
+
+    def warm_up(self) -> None:
+        """A prefill and a decode step through the real pool before the clock starts, so the first
+        measured steps pay no one-off costs (kernel selection, allocator growth, compilation). The
+        blocks written are unallocated and are overwritten before anyone reads them; the fp8 scales
+        calibrate again on the first real write."""
+        t0 = time.perf_counter()
+        positions = self.loaded.spec.max_position_embeddings or 256
+        n = min(16 * self.scenario.block_size, self.scenario.max_batched_tokens, positions - 1,
+                self.cache.usable_blocks * self.scenario.block_size - 1)  # then one decode token at position n
+        table = list(range(-(-(n + 1) // self.scenario.block_size)))
+        self.runner.greedy([SeqChunk(table, 0, n)], [[3] * n])
+        self.runner.greedy([SeqChunk(table, n, 1)], [[3]])
+        if self.loaded.device.type == "cuda":
+            torch.cuda.synchronize(self.loaded.device)
+        self.cache.fp8_calibrated = [False] * len(self.cache.fp8_calibrated)
+        self.runner.paths_used.clear()
+        self.warmup_s = time.perf_counter() - t0
 
     # --- per-step pieces -----------------------------------------------------------------------
     def _ids(self, r: int, start: int, n: int) -> list[int]:
@@ -191,6 +244,8 @@ class Executor:
     # --- the loop: the simulator's step API on a wall clock ------------------------------------
     def run(self):
         sim, rep, sched = self.sim, self.rep, self.rep.sched
+        if self.cfg.warmup:
+            self.warm_up()
         t0 = time.perf_counter()
         steps = 0
         while self.cfg.max_steps is None or steps < self.cfg.max_steps:
@@ -230,8 +285,10 @@ class Executor:
             self.trace.digest(), wall, routing="single", kv_budget_terms=None, sim_events=len(log),
             cost_model={"source": "measured", "detail": "this GPU's own steps (gpu_backend)"}, kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
             device=str(self.loaded.device), model_dtype=self.cfg.dtype, kv_dtype=s.kv_dtype,
-            attention=self.runner.impl or default_impl(self.loaded.device), offline=self.cfg.offline,
-            kv_budget_gib=s.kv_budget_gib,
+            attention=self.runner.attention_label, attention_requested=self.runner.impl,
+            attention_steps=dict(self.runner.paths_used), attention_fallback=_FlexState.failure,
+            warmup_s=self.warmup_s, offline=self.cfg.offline, kv_budget_gib=s.kv_budget_gib,
+            kv_budget_measured=None if self.budget is None else asdict(self.budget),
             peak_mem_allocated_bytes=_nanmax(log, "mem_allocated_bytes"),
             peak_mem_reserved_bytes=_nanmax(log, "mem_reserved_bytes"),
             peak_nvml_used_bytes=_nanmax(log, "nvml_used_bytes"),

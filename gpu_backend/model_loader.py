@@ -1,7 +1,8 @@
 """Build the transformers model the backend runs: from a catalog name, a config.json or a directory.
 
 Random weights are enough to measure memory and speed (output lengths are forced from the trace);
-real weights load from a local directory (`weights=DIR`, safetensors via from_pretrained). The
+real weights load from a local directory (`weights=DIR`, safetensors via from_pretrained, on the host
+then moved to the device: no accelerate needed). The
 config dict is deep-copied before use because from_config mutates it, and the GQA what-if is a
 change of num_key_value_heads before the model is built (random weights only: real checkpoints
 have fixed K/V projection shapes).
@@ -16,6 +17,7 @@ from typing import Any
 
 import torch
 
+from gpu_backend import families
 from gpu_backend.attention import register
 from models.spec import ModelSpec, SpecError, load_spec
 
@@ -71,18 +73,33 @@ def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", w
     except SpecError as exc:
         raise ModelLoadError(str(exc)) from None
     tdtype, dev = torch_dtype(dtype), torch.device(device)
-    attn = attn_implementation or register()
-    if weights is not None:
-        if kv_heads is not None and kv_heads != load_spec(name_or_path).num_kv_heads:
-            raise ModelLoadError("--kv-heads cannot change a checkpoint's K/V projections; use random weights")
-        if not Path(weights).is_dir():
-            raise ModelLoadError(f"{weights}: weights directory not found")
-        model = AutoModelForCausalLM.from_pretrained(weights, attn_implementation=attn, dtype=tdtype,
-                                                     device_map={"": str(dev)})
-    else:
-        torch.manual_seed(seed)
-        with dev:
-            model = AutoModelForCausalLM.from_config(hf_config(spec.config, kv_heads), attn_implementation=attn,
-                                                     dtype=tdtype)
+    register()
+    try:
+        if weights is not None:
+            model = _from_weights(name_or_path, weights, kv_heads, tdtype, dev, attn_implementation)
+        else:
+            torch.manual_seed(seed)
+            cfg = hf_config(spec.config, kv_heads)
+            with dev:
+                model = AutoModelForCausalLM.from_config(
+                    cfg, attn_implementation=attn_implementation or families.build_attention(cfg), dtype=tdtype)
+        if attn_implementation is None:
+            families.install(model)
+    except families.UnsupportedFamily as exc:
+        raise ModelLoadError(str(exc)) from None
     model.eval()
     return LoadedModel(model=model, spec=spec, dtype=tdtype, device=dev)
+
+
+def _from_weights(name_or_path: str, weights: str, kv_heads: int | None, tdtype: torch.dtype, dev: torch.device,
+                  attn_implementation: str | None):
+    """from_pretrained on the host, then .to(device): a device_map would need accelerate."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if kv_heads is not None and kv_heads != load_spec(name_or_path).num_kv_heads:
+        raise ModelLoadError("--kv-heads cannot change a checkpoint's K/V projections; use random weights")
+    if not Path(weights).is_dir():
+        raise ModelLoadError(f"{weights}: weights directory not found")
+    attn = attn_implementation or families.build_attention(AutoConfig.from_pretrained(weights))
+    model = AutoModelForCausalLM.from_pretrained(weights, attn_implementation=attn, dtype=tdtype)
+    return model.to(dev)

@@ -6,6 +6,10 @@ padded positions and table padding land there), so allocator block id b lives in
 b + 1: the allocator is built with `usable_blocks = num_blocks - 1` and keeps its own ids
 0..usable-1, which keeps a contiguous allocator's runs of consecutive ids contiguous in memory.
 
+fp8 values are stored in uint8 tensors and viewed as float8_e4m3fn only to convert: every indexing
+op (write, gather, block copies, swap) then runs on a 1-byte integer dtype, which every torch build
+supports on every device, instead of relying on float8 index kernels.
+
 Bytes: K and V in the storage dtype, plus scales (int8: fp32 per slot per kv head for K and V;
 fp8: one fp32 per layer for K and V). `pool_bytes` equals
 `kv_bytes_per_token(kv_dtype) * num_blocks * block_size + kv_fixed_bytes(kv_dtype)` exactly
@@ -34,16 +38,20 @@ class PagedKVCache:
         self.num_kv_heads, self.head_dim = num_kv_heads, head_dim
         self.kv_dtype, self.compute_dtype, self.device = kv_dtype, compute_dtype, torch.device(device)
         store = quant.storage_dtype(kv_dtype)
+        self.fp8 = store == torch.float8_e4m3fn
+        self.int8 = store == torch.int8
+        if self.fp8:
+            store = torch.uint8  # the bytes of float8_e4m3fn values (see the module docstring)
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=store, device=self.device)
         self.v = torch.zeros(shape, dtype=store, device=self.device)
         self.k_scale: torch.Tensor | None = None
         self.v_scale: torch.Tensor | None = None
         self.fp8_calibrated: list[bool] = []
-        if store == torch.int8:
+        if self.int8:
             self.k_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
             self.v_scale = torch.zeros(shape[:-1], dtype=torch.float32, device=self.device)
-        elif store == torch.float8_e4m3fn:
+        elif self.fp8:
             self.k_scale = torch.ones(num_layers, dtype=torch.float32, device=self.device)
             self.v_scale = torch.ones(num_layers, dtype=torch.float32, device=self.device)
             self.fp8_calibrated = [False] * num_layers
@@ -56,6 +64,10 @@ class PagedKVCache:
         blocks = blocks_for_budget(spec, kv_dtype, block_size, budget_bytes)
         return cls(spec.num_layers, blocks, block_size, spec.num_kv_heads, spec.head_dim, kv_dtype,
                    compute_dtype, device)
+
+    @property
+    def quantised(self) -> bool:
+        return self.int8 or self.fp8
 
     @property
     def usable_blocks(self) -> int:
@@ -83,19 +95,19 @@ class PagedKVCache:
         """Store key/value [tokens, kv_heads, head_dim] at pool slots `slot_mapping` [tokens]."""
         k_flat = self.k[layer].view(-1, self.num_kv_heads, self.head_dim)
         v_flat = self.v[layer].view(-1, self.num_kv_heads, self.head_dim)
-        if self.k.dtype == torch.int8:
+        if self.int8:
             qk, sk = quant.quantise_int8(key)
             qv, sv = quant.quantise_int8(value)
             k_flat[slot_mapping], v_flat[slot_mapping] = qk, qv
             self.k_scale[layer].view(-1, self.num_kv_heads)[slot_mapping] = sk
             self.v_scale[layer].view(-1, self.num_kv_heads)[slot_mapping] = sv
-        elif self.k.dtype == torch.float8_e4m3fn:
+        elif self.fp8:
             if not self.fp8_calibrated[layer]:
                 self.k_scale[layer] = quant.fp8_scale_for(key)
                 self.v_scale[layer] = quant.fp8_scale_for(value)
                 self.fp8_calibrated[layer] = True
-            k_flat[slot_mapping] = quant.quantise_fp8(key, self.k_scale[layer])
-            v_flat[slot_mapping] = quant.quantise_fp8(value, self.v_scale[layer])
+            k_flat[slot_mapping] = quant.quantise_fp8(key, self.k_scale[layer]).view(torch.uint8)
+            v_flat[slot_mapping] = quant.quantise_fp8(value, self.v_scale[layer]).view(torch.uint8)
         else:
             k_flat[slot_mapping] = key.to(self.k.dtype)
             v_flat[slot_mapping] = value.to(self.v.dtype)
@@ -106,12 +118,12 @@ class PagedKVCache:
         b, m = block_tables.shape
         out_shape = (b, m * self.block_size, self.num_kv_heads, self.head_dim)
         k, v = self.k[layer][block_tables], self.v[layer][block_tables]
-        if self.k.dtype == torch.int8:
+        if self.int8:
             k = quant.dequantise_int8(k, self.k_scale[layer][block_tables], self.compute_dtype)
             v = quant.dequantise_int8(v, self.v_scale[layer][block_tables], self.compute_dtype)
-        elif self.k.dtype == torch.float8_e4m3fn:
-            k = quant.dequantise_fp8(k, self.k_scale[layer], self.compute_dtype)
-            v = quant.dequantise_fp8(v, self.v_scale[layer], self.compute_dtype)
+        elif self.fp8:
+            k = quant.dequantise_fp8(k.view(torch.float8_e4m3fn), self.k_scale[layer], self.compute_dtype)
+            v = quant.dequantise_fp8(v.view(torch.float8_e4m3fn), self.v_scale[layer], self.compute_dtype)
         else:
             k, v = k.to(self.compute_dtype), v.to(self.compute_dtype)
         return k.reshape(out_shape), v.reshape(out_shape)
@@ -120,7 +132,7 @@ class PagedKVCache:
     def _block_tensors(self) -> list[torch.Tensor]:
         """Tensors indexed [layer, block, ...] (values and per-slot scales; per-layer scales stay)."""
         out = [self.k, self.v]
-        if self.k.dtype == torch.int8:
+        if self.int8:
             out += [self.k_scale, self.v_scale]
         return out
 
@@ -148,12 +160,12 @@ class PagedKVCache:
         """Pool slot ids [n] -> K, V [n, kv_heads, head_dim] in compute_dtype (packed, no padding)."""
         flat = (-1, self.num_kv_heads, self.head_dim)
         k, v = self.k[layer].view(flat)[slots], self.v[layer].view(flat)[slots]
-        if self.k.dtype == torch.int8:
+        if self.int8:
             k = quant.dequantise_int8(k, self.k_scale[layer].view(-1, self.num_kv_heads)[slots], self.compute_dtype)
             v = quant.dequantise_int8(v, self.v_scale[layer].view(-1, self.num_kv_heads)[slots], self.compute_dtype)
-        elif self.k.dtype == torch.float8_e4m3fn:
-            k = quant.dequantise_fp8(k, self.k_scale[layer], self.compute_dtype)
-            v = quant.dequantise_fp8(v, self.v_scale[layer], self.compute_dtype)
+        elif self.fp8:
+            k = quant.dequantise_fp8(k.view(torch.float8_e4m3fn), self.k_scale[layer], self.compute_dtype)
+            v = quant.dequantise_fp8(v.view(torch.float8_e4m3fn), self.v_scale[layer], self.compute_dtype)
         return k.to(self.compute_dtype), v.to(self.compute_dtype)
 
 
@@ -167,19 +179,7 @@ def blocks_for_budget(spec: ModelSpec, kv_dtype: str, block_size: int, budget_by
     return int(blocks)
 
 
-def cuda_kv_budget_bytes(total_bytes: int, gpu_memory_utilization: float, peak_bytes: int) -> int:
-    """vLLM's sizing: the share of the GPU we may use, minus the peak of a profiling forward pass
-    at the largest batch (weights + activations). Pure arithmetic so it is testable on CPU."""
-    return int(total_bytes * gpu_memory_utilization) - int(peak_bytes)
-
-
-def measure_cuda_kv_budget(profile_forward, gpu_memory_utilization: float, device: torch.device) -> int:
-    """CUDA only (untested on hardware in this project): run `profile_forward()` (the model at the
-    largest batch the scheduler may form), read the peak allocation, and size the KV budget."""
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats(device)
-    profile_forward()
-    torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device)
-    _free, total = torch.cuda.mem_get_info(device)
-    return cuda_kv_budget_bytes(total, gpu_memory_utilization, peak)
+def cuda_kv_budget_bytes(total_bytes: int, gpu_memory_utilization: float, non_kv_bytes: int) -> int:
+    """vLLM's sizing: the share of the GPU we may use minus everything that is not KV (weights,
+    activations at the largest batch, CUDA context and library workspaces). Pure arithmetic."""
+    return int(total_bytes * gpu_memory_utilization) - int(non_kv_bytes)

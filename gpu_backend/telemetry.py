@@ -3,11 +3,17 @@
 Without a GPU (no NVML library, no driver, no CUDA torch) everything here still works and says so:
 `gpu_status()` returns present=False with a one-line reason, samples carry NaN for what could not
 be read, and nothing raises to the caller. The dashboard polls `Telemetry.latest()` / `.history()`.
+
+Indices are CUDA's (what torch calls cuda:N). NVML numbers the physical GPUs, while
+CUDA_VISIBLE_DEVICES renumbers them for CUDA: with CUDA_VISIBLE_DEVICES=2,3, cuda:0 is NVML's 2.
+`nvml_handle` follows that mapping (ids or GPU-/MIG- UUIDs). It assumes CUDA_DEVICE_ORDER=PCI_BUS_ID
+ordering (NVML's) on multi-GPU machines, as vLLM sets it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import threading
 import time
 from collections import deque
@@ -61,12 +67,31 @@ def _nvml():
         return pynvml if _nvml_ok else None
 
 
+def nvml_device(cuda_index: int, environ=None) -> int | str:
+    """The NVML index (int) or UUID (str) of CUDA device `cuda_index` under CUDA_VISIBLE_DEVICES."""
+    visible = (os.environ if environ is None else environ).get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return cuda_index
+    entries = [e.strip() for e in visible.split(",") if e.strip()]
+    if cuda_index >= len(entries):
+        raise ValueError(f"cuda:{cuda_index} is not visible (CUDA_VISIBLE_DEVICES={visible!r})")
+    entry = entries[cuda_index]
+    return int(entry) if entry.isdigit() else entry
+
+
+def nvml_handle(nv, cuda_index: int, environ=None):
+    dev = nvml_device(cuda_index, environ)
+    if isinstance(dev, int):
+        return nv.nvmlDeviceGetHandleByIndex(dev)
+    return nv.nvmlDeviceGetHandleByUUID(dev)
+
+
 def gpu_status(index: int = 0) -> GpuStatus:
     nv = _nvml()
     if nv is None:
         return GpuStatus(False, "", NAN, "", "no GPU: NVML not available (no NVIDIA driver on this machine)")
     try:
-        h = nv.nvmlDeviceGetHandleByIndex(index)
+        h = nvml_handle(nv, index)
         name = nv.nvmlDeviceGetName(h)
         name = name.decode() if isinstance(name, bytes) else str(name)
         driver = nv.nvmlSystemGetDriverVersion()
@@ -92,7 +117,7 @@ def read_now(index: int = 0, t_s: float = 0.0) -> Sample:
     nv = _nvml()
     if nv is not None:
         try:
-            h = nv.nvmlDeviceGetHandleByIndex(index)
+            h = nvml_handle(nv, index)
             mem = nv.nvmlDeviceGetMemoryInfo(h)
             used, total = float(mem.used), float(mem.total)
             util = float(nv.nvmlDeviceGetUtilizationRates(h).gpu)
