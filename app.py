@@ -16,8 +16,9 @@ HERE = Path(__file__).resolve().parent
 opening_snapshot = "snapshot" in st.query_params
 
 pages = [
-    st.Page("app_pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate",
+    st.Page("app_pages/plan.py", title="Plan", icon=":material/query_stats:", url_path="plan",
             default=not opening_snapshot),
+    st.Page("app_pages/simulate.py", title="Simulate", icon=":material/play_circle:", url_path="simulate"),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("app_pages/trace.py", title="Trace", icon=":material/timeline:", url_path="trace"),
     st.Page("app_pages/capacity.py", title="Capacity planner", icon=":material/calculate:", url_path="capacity"),

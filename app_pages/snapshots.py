@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError, SnapshotStore
+from ui.plan_view import show_plan
 from ui.result_view import share_link, show_result
 
 st.title("Snapshots")
@@ -15,6 +16,10 @@ def show_snapshot(snap: Snapshot, key: str) -> None:
     st.subheader(snap.name or "unnamed snapshot")
     st.caption(f"{sc.model} on {sc.gpu} x tp{sc.tp}, {sc.allocator}, KV {sc.kv_dtype}; trace digest "
                f"{snap.trace_digest}; saved {snap.created_utc or 'n/a'} by kvsim {snap.app_version or '?'}")
+    if snap.plan is not None:
+        st.markdown("**The search this run drills into**")
+        show_plan(snap.plan, key=f"{key}-plan")
+        st.markdown("**The chosen configuration's run**")
     show_result(snap, key=key, sharing=True)
     with st.expander("Scenario and trace"):
         st.json(sc.to_dict(), expanded=False)

@@ -61,6 +61,7 @@ class Snapshot:
     name: str = ""
     app_version: str = APP_VERSION
     created_utc: str = ""
+    plan: dict[str, Any] | None = None  # a search under an SLO this run drills into (docs/PLAN.md)
 
     # ----- building ---------------------------------------------------------------------------
     @classmethod
@@ -83,7 +84,14 @@ class Snapshot:
 
     def named(self, name: str) -> Snapshot:
         return Snapshot(self.scenario, self.trace_digest, self.summary, self.requests, self.steps,
-                        self.trace_summary, self.trace_data, name, self.app_version, self.created_utc)
+                        self.trace_summary, self.trace_data, name, self.app_version, self.created_utc, self.plan)
+
+    def with_plan(self, plan: dict[str, Any]) -> Snapshot:
+        """This run as the drill-down of a search (the search's rows, best and Pareto travel along)."""
+        _check_plan(plan, "plan")
+        return Snapshot(self.scenario, self.trace_digest, self.summary, self.requests, self.steps,
+                        self.trace_summary, self.trace_data, self.name, self.app_version, self.created_utc,
+                        _jsonable(plan))
 
     # ----- serialising ------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -100,7 +108,7 @@ class Snapshot:
             "summary": self.summary,
             "requests": _frame_to_json(self.requests),
             "steps": _frame_to_json(self.steps),
-        }
+        } | ({"plan": self.plan} if self.plan is not None else {})
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), allow_nan=False, separators=(",", ":"))
@@ -148,6 +156,7 @@ class Snapshot:
             name=str(obj.get("name") or "")[:200],
             app_version=str(obj.get("app_version") or "")[:40],
             created_utc=str(obj.get("created_utc") or "")[:40],
+            plan=_check_plan(obj["plan"], source) if obj.get("plan") is not None else None,
         )
         if trace_data is not None:
             rebuilt = snap.trace()
@@ -169,6 +178,37 @@ class Snapshot:
             )
         except (TraceError, ValueError, TypeError) as exc:
             raise SnapshotError(f"snapshot: embedded trace is invalid ({exc})") from None
+
+
+def _check_plan(plan: Any, source: str) -> dict[str, Any]:
+    """A search result (sim.plan.search.SearchResult.to_dict) as found in an untrusted file: the
+    keys the Plan view reads, with the types it reads them as."""
+    def bad(why: str) -> SnapshotError:
+        return SnapshotError(f"{source}: plan: {why}")
+
+    if not isinstance(plan, dict) or not isinstance(plan.get("rows"), list) or not isinstance(plan.get("slo"), str):
+        raise bad("expected an object with rows (list) and slo (text)")
+    if len(plan["rows"]) > 4096:
+        raise bad(f"{len(plan['rows'])} rows (at most 4096)")
+    numbers = ("max_rate_per_s", "tok_s_per_gpu")
+    for i, row in enumerate(plan["rows"]):
+        if not isinstance(row, dict) or not isinstance(row.get("binding"), str) or not isinstance(row.get("scenario"), dict):
+            raise bad(f"row {i}: expected an object with binding and scenario")
+        for key in numbers + ("tok_s_per_user", "cost_per_mtok", "gpus_for_target"):
+            value = row.get(key)
+            if (value is not None or key in numbers) and (isinstance(value, bool) or not isinstance(value, int | float)
+                                                          or not math.isfinite(value)):
+                raise bad(f"row {i}: {key} must be a finite number")
+    for key in ("pareto",):
+        if not isinstance(plan.get(key, []), list) or not all(
+                isinstance(p, dict) and isinstance(p.get("row"), int) and 0 <= p["row"] < len(plan["rows"])
+                for p in plan.get(key, [])):
+            raise bad(f"{key}: expected a list of {{row: index}}")
+    best = plan.get("best")
+    if best is not None and not (isinstance(best, dict) and isinstance(best.get("row"), int)
+                                 and 0 <= best["row"] < len(plan["rows"])):
+        raise bad("best: expected null or {row: index}")
+    return plan
 
 
 # ----- frames ---------------------------------------------------------------------------------

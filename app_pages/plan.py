@@ -1,0 +1,40 @@
+"""Plan page (the landing page): how many users fit under an SLO, at what cost, and what binds."""
+
+import streamlit as st
+
+from models.spec import SpecError
+from sim.scenario import ScenarioError
+from sim.trace import TraceError
+from ui.plan_view import MAX_AUTO_CONFIGS, drill_down, pick_row, run_search, search_form, show_plan
+from ui.result_view import show_result
+from ui.trace_picker import pick_trace
+
+st.title("Plan: how many users fit, at what cost, and why not more")
+st.caption("For each configuration, the largest arrival rate at which a simulated replay of the workload meets "
+           "every SLO (bisection to 2%), its throughput per GPU and per user, its cost, and the limit that "
+           "binds there (docs/PLAN.md).")
+with st.expander("Workload", expanded=False):
+    trace = pick_trace("main")
+form = search_form()
+if trace is None or form is None:
+    st.stop()
+configs, options = form
+if len(configs) > MAX_AUTO_CONFIGS and not st.button(f"Search {len(configs)} configurations", key="plan_go"):
+    st.info(f"{len(configs)} configurations: press the button to search them.")
+    st.stop()
+try:
+    plan = run_search(trace, configs, options)
+except (SpecError, ScenarioError, TraceError, ValueError) as exc:
+    st.error(str(exc).splitlines()[0])
+    st.stop()
+show_plan(plan)
+index = pick_row(plan)
+if index is None:
+    st.stop()
+st.subheader("The chosen configuration at its largest rate")
+try:
+    snap = drill_down(trace, plan, index)
+except (SpecError, ScenarioError, TraceError, ValueError) as exc:
+    st.error(str(exc).splitlines()[0])
+    st.stop()
+show_result(snap, key="plan")

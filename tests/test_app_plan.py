@@ -1,0 +1,85 @@
+"""AppTest: the Plan page answers the default sweep (answer line, Pareto chart, table with what
+binds, drill-down run), follows its URL-bound widgets, and saves a snapshot whose link reopens the
+search and the run on the Snapshots page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from sim.out.snapshot import Snapshot, SnapshotError, SnapshotStore
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAN = str(ROOT / "app_pages" / "plan.py")
+SNAPSHOTS = str(ROOT / "app_pages" / "snapshots.py")
+BINDINGS = {"kv", "compute", "token_budget", "max_num_seqs"}
+
+
+@pytest.fixture(autouse=True)
+def snapshot_db(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(tmp_path / "snaps.sqlite"))
+    return tmp_path / "snaps.sqlite"
+
+
+def page(path: str, **params: str) -> AppTest:
+    at = AppTest.from_file(path, default_timeout=240)
+    at.query_params.update(params)
+    return at.run()
+
+
+@pytest.mark.slow
+def test_default_sweep_is_answered_with_chart_table_and_drill_down():
+    at = page(PLAN)
+    assert not at.exception and not at.error
+    answer = at.success[0].value
+    assert answer.startswith("Best: ") and "What binds:" in answer
+    df = at.dataframe[0].value
+    assert len(df) == 4 and set(df["binds"]) <= BINDINGS and (df["max req/s"] > 0).all()
+    assert len(at.get("plotly_chart")) >= 2  # the Pareto chart and the drill-down's charts
+    pareto = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert pareto["layout"]["xaxis"]["title"]["text"].startswith("tokens/s per user")
+    metrics = {m.label: m.value for m in at.metric}
+    assert any(label.startswith("completed (of") for label in metrics)
+
+
+@pytest.mark.slow
+def test_url_state_and_no_answer_warning():
+    at = page(PLAN, plan_gpus="l40s", plan_kv="fp8", plan_ttft="0.001", plan_tpot="0", trace_first="60")
+    assert not at.exception
+    assert any("No configuration meets ttft_p99=0.001" in w.value for w in at.warning)
+    assert len(at.dataframe[0].value) == 1 and at.dataframe[0].value["SLO met"].tolist() == [False]
+
+
+@pytest.mark.slow
+def test_snapshot_of_the_drill_down_carries_the_search(snapshot_db):
+    at = page(PLAN, plan_gpus="l40s", plan_kv="bf16", trace_first="80")
+    at.text_input(key="plan-save-name").set_value("plan run")
+    next(b for b in at.button if "Save snapshot" in b.label).click().run()
+    saved = SnapshotStore(snapshot_db).list()
+    assert [s.name for s in saved] == ["plan run"]
+    snap = SnapshotStore(snapshot_db).get(saved[0].id)
+    assert snap.plan is not None and snap.plan["rows"][0]["gpu"] == "l40s"
+    opened = page(SNAPSHOTS, snapshot=saved[0].id)
+    assert not opened.exception and not opened.error
+    assert any(s.value.startswith("Best: l40s") for s in opened.success)
+    assert len(opened.dataframe[0].value) == 1
+
+
+def test_snapshot_plan_is_checked():
+    from sim.run.engine import simulate
+    from sim.scenario import Scenario
+    from sim.trace import synthetic
+
+    trace = synthetic(20, 5.0)
+    base = Snapshot.from_result(simulate(trace, Scenario()), trace).to_dict()
+    row = {"binding": "kv", "scenario": {}, "max_rate_per_s": 1.0, "tok_s_per_gpu": 10.0}
+    good = {"slo": "ttft_p99=1", "rows": [row], "best": {"row": 0}, "pareto": [{"row": 0}]}
+    assert Snapshot.from_dict({**base, "plan": good}).plan == good
+    for bad, words in [({"rows": "x", "slo": "a"}, "rows"), ({**good, "best": {"row": 3}}, "best"),
+                       ({**good, "rows": [{**row, "tok_s_per_gpu": "many"}]}, "tok_s_per_gpu"),
+                       ({**good, "pareto": [{"row": -1}]}, "pareto")]:
+        with pytest.raises(SnapshotError, match=words):
+            Snapshot.from_dict({**base, "plan": bad}, "f.json")

@@ -1,0 +1,163 @@
+"""The Plan page's parts: the search form (bound to the URL), the cached sweep with a progress bar,
+the Pareto chart, the table with what binds, and the drill-down into one row's simulated run.
+
+The search itself is sim.plan.search (docs/PLAN.md); this file only turns widgets into its inputs
+and its rows into a view. The workload is the trace picker's trace (shared with Simulate),
+time-scaled by the search.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from models.gpus import list_gpus
+from models.spec import list_catalog
+from sim.out.plan_charts import pareto_figure, row_label, varied_fields
+from sim.out.snapshot import Snapshot
+from sim.plan.grid import expand
+from sim.plan.prices import DEFAULT_PRICES
+from sim.plan.search import ALWAYS_SHOWN, SearchOptions, search
+from sim.plan.slo import SloError, parse_slo
+from sim.plan.workload import Workload
+from sim.scenario import KV_DTYPES, Scenario, ScenarioError
+from sim.trace import Trace
+
+BIND = "query-params"
+DEFAULT_MODEL = "llama-3-8b"
+DEFAULT_GPUS = ("rtx-4090", "l40s")  # a 24 GB card where KV binds, and a 48 GB one where it does not
+DEFAULT_KV_DTYPES = ("bf16", "fp8")
+DEFAULT_SLO = (2.0, 0.1)  # ttft_p99, tpot_p99 seconds
+MAX_AUTO_CONFIGS = 16  # larger sweeps wait for the button
+
+
+def search_form() -> tuple[list[Scenario], SearchOptions] | None:
+    """The grid and the SLO from the widgets; None after a one-line error."""
+    c1, c2, c3 = st.columns(3)
+    catalog = list_catalog()
+    model = c1.selectbox("Model", catalog, index=catalog.index(DEFAULT_MODEL) if DEFAULT_MODEL in catalog else 0,
+                         key="plan_model", bind=BIND)
+    gpus = c2.multiselect("GPUs", list_gpus(), default=[g for g in DEFAULT_GPUS if g in list_gpus()],
+                          key="plan_gpus", bind=BIND)
+    tps = c3.multiselect("Tensor parallel", [1, 2, 4, 8], default=[1], key="plan_tp", bind=BIND)
+    c1, c2, c3 = st.columns(3)
+    kv_dtypes = c1.multiselect("KV dtype", list(KV_DTYPES), default=list(DEFAULT_KV_DTYPES), key="plan_kv", bind=BIND)
+    allocators = c2.multiselect("Allocator", ["paged", "contiguous"], default=["paged"], key="plan_alloc", bind=BIND)
+    target = c3.number_input("Target rate (requests/s, 0 = none)", 0.0, 1e6, 0.0, key="plan_target", bind=BIND)
+    c1, c2, c3, c4 = st.columns(4)
+    ttft = c1.number_input("TTFT p99 (s)", 0.0, 3600.0, DEFAULT_SLO[0], step=0.1, key="plan_ttft", bind=BIND)
+    tpot = c2.number_input("TPOT p99 (s, 0 = none)", 0.0, 60.0, DEFAULT_SLO[1], step=0.01, key="plan_tpot", bind=BIND)
+    e2e = c3.number_input("E2E p99 (s, 0 = none)", 0.0, 36000.0, 0.0, key="plan_e2e", bind=BIND)
+    goodput = c4.number_input("Goodput (0 = none)", 0.0, 1.0, 0.0, step=0.01, key="plan_goodput", bind=BIND)
+    if not (gpus and tps and kv_dtypes and allocators):
+        st.info("Pick at least one GPU, tensor-parallel size, KV dtype and allocator.")
+        return None
+    prices = price_editor(gpus)
+    parts = [f"{name}={value:g}" for name, value in (("ttft_p99", ttft), ("tpot_p99", tpot), ("e2e_p99", e2e),
+                                                     ("goodput", goodput)) if value > 0]
+    try:
+        slo = parse_slo(",".join(parts))
+        configs = expand(Scenario(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes, "allocator": allocators})
+    except (SloError, ScenarioError) as exc:
+        st.error(str(exc).splitlines()[0])
+        return None
+    swept = tuple(k for k, v in (("allocator", allocators),) if len(v) > 1 and k not in ALWAYS_SHOWN)
+    return configs, SearchOptions(slo, target_rate=target or None, prices=prices, shown=ALWAYS_SHOWN + swept)
+
+
+def price_editor(gpus: list[str]) -> dict[str, float]:
+    """USD per GPU-hour per chosen GPU: the defaults (docs/PLAN.md, with sources), editable."""
+    with st.expander("GPU-hour prices (USD, editable)"):
+        out = {}
+        cols = st.columns(max(1, len(gpus)))
+        for col, gpu in zip(cols, gpus, strict=True):
+            known = DEFAULT_PRICES.get(gpu)
+            value = col.number_input(gpu, 0.0, 1000.0, known.usd_per_gpu_hour if known else 0.0, step=0.05,
+                                     key=f"plan_price_{gpu}", help=known.source if known else "no default price")
+            if value > 0:
+                out[gpu] = float(value)
+        st.caption("0 = no price (no cost shown). Defaults are on-demand list prices; sources in docs/PLAN.md.")
+    return out
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def _search(trace_digest: str, configs_json: str, options_json: str, _workload: Workload,
+            _configs: list[Scenario], _options: SearchOptions) -> dict[str, Any]:
+    bar = st.progress(0.0, text=f"Searching {len(_configs)} configurations")
+
+    def progress(done: int, total: int) -> None:
+        bar.progress(done / total, text=f"Searching: {done} of {total} configurations")
+
+    try:
+        return search(_workload, _configs, _options, progress=progress).to_dict()
+    finally:
+        bar.empty()
+
+
+def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) -> dict[str, Any]:
+    """The search's rows, best and Pareto (cached on the trace digest, grid and options)."""
+    key = json.dumps({"slo": options.slo.text(), "target": options.target_rate, "prices": options.prices,
+                      "shown": options.shown, "tol": options.tolerance}, sort_keys=True)
+    return _search(trace.digest(), json.dumps([c.to_dict() for c in configs]), key, Workload(trace=trace),
+                   configs, options)
+
+
+def plan_table(plan: dict[str, Any]) -> pd.DataFrame:
+    rows, varied = plan["rows"], varied_fields(plan["rows"])
+    return pd.DataFrame([{
+        "config": row_label(r, varied), "max req/s": r["max_rate_per_s"], "tok/s per GPU": r["tok_s_per_gpu"],
+        "tok/s per user": r.get("tok_s_per_user"), "GPUs for target": r.get("gpus_for_target"),
+        "$ per M tokens": r.get("cost_per_mtok"), "binds": r["binding"], "SLO met": r.get("slo_met_at_max"),
+        "preemptions": r.get("num_preemptions"), "KV peak": r.get("kv_usage_peak"),
+    } for r in rows])
+
+
+def show_plan(plan: dict[str, Any], key: str = "plan") -> None:
+    """Answer line, Pareto chart and table (live and from a snapshot alike)."""
+    rows, best = plan["rows"], plan.get("best")
+    varied = varied_fields(rows)
+    if best is None:
+        st.warning(f"No configuration meets {plan['slo']} at any rate tried.")
+    else:
+        r = rows[best["row"]]
+        cost = f", ${r['cost_per_mtok']:.3f} per million output tokens" if r.get("cost_per_mtok") else ""
+        target = (f"; {r['gpus_for_target']} GPUs serve {plan['target_rate']:g} req/s"
+                  if r.get("gpus_for_target") else "")
+        st.success(f"Best: {row_label(r, varied)} serves {r['max_rate_per_s']:.3g} requests/s under {plan['slo']} "
+                   f"({r['tok_s_per_gpu']:,.0f} output tok/s per GPU{cost}){target}. What binds: {r['binding']}.")
+    if plan.get("cancelled"):
+        st.warning(f"Stopped: {plan['completed']} of {plan['configs']} configurations finished.")
+    if any(r["max_rate_per_s"] > 0 for r in rows):
+        st.plotly_chart(pareto_figure(rows, plan.get("pareto", [])), key=f"{key}-pareto")
+    st.dataframe(plan_table(plan), hide_index=True, key=f"{key}-table",
+                 column_config={"max req/s": st.column_config.NumberColumn(format="%.3g"),
+                                "tok/s per GPU": st.column_config.NumberColumn(format="%.0f"),
+                                "tok/s per user": st.column_config.NumberColumn(format="%.1f"),
+                                "$ per M tokens": st.column_config.NumberColumn(format="%.3f"),
+                                "KV peak": st.column_config.NumberColumn(format="%.2f")})
+    if any(r.get("capped") for r in rows):
+        st.caption("Some rows met the SLO at every rate tried: the trace is too short to load them.")
+
+
+def pick_row(plan: dict[str, Any]) -> int | None:
+    """The row to drill into (default: the best); None when no row met the SLO."""
+    fit = [i for i, r in enumerate(plan["rows"]) if r["max_rate_per_s"] > 0 and r.get("level")]
+    if not fit:
+        return None
+    varied = varied_fields(plan["rows"])
+    best = plan["best"]["row"] if plan.get("best") else fit[0]
+    return st.selectbox("Drill into", fit, index=fit.index(best) if best in fit else 0, key="plan_row",
+                        format_func=lambda i: f"row {i}: {row_label(plan['rows'][i], varied)}")
+
+
+def drill_down(trace: Trace, plan: dict[str, Any], index: int) -> Snapshot:
+    """The chosen row's run at its largest passing rate (the trace time-scaled by its level)."""
+    from ui.runner import run_scenario
+
+    row = plan["rows"][index]
+    scenario = Scenario.from_dict(row["scenario"])
+    snap = run_scenario(Workload(trace=trace).at(row["level"]), scenario, "Simulating the chosen configuration")
+    return snap.with_plan(plan)
