@@ -104,6 +104,9 @@ def test_bracket_finds_threshold_within_tolerance_and_rounds():
     assert down.lo <= 0.013 < down.hi and down.hi / down.lo <= 1.02
     never = largest_passing(lambda x: x, lambda x: False, start=1.0)
     assert never.lo is None and never.hi is not None
+    floored: list[float] = []
+    never_above = largest_passing(lambda x: floored.append(x) or x, lambda x: False, start=1.0, floor=0.01)
+    assert never_above.lo is None and min(floored) >= 0.01 and len(floored) == 7  # 1, 0.5, ... 0.01563
     always = largest_passing(lambda x: x, lambda x: True, start=1.0)
     assert always.capped and always.lo == 16380.0  # 2**14 to 4 significant digits
 

@@ -38,7 +38,8 @@ class Bracket(Generic[P]):
 
 
 def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], start: float,
-                    tol: float = 0.02) -> Bracket[P]:
+                    tol: float = 0.02, floor: float = 0.0) -> Bracket[P]:
+    """`floor`: the lowest level the workload can take; halving stops above it (lo stays None)."""
     out: Bracket[P] = Bracket()
 
     def run(level: float) -> bool:
@@ -62,6 +63,8 @@ def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], st
     else:
         for _ in range(MAX_HALVINGS):
             level = round_level(level / 2)
+            if level < floor:
+                return out
             if run(level):
                 break
         else:

@@ -80,7 +80,8 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     except SpecError as exc:
         return unfit_row(scenario, options, str(exc))
     found = largest_passing(lambda level: probe(workload, scenario, level, options.slo), lambda p: p.met,
-                            workload.start_level, options.tolerance)
+                            workload.start_level, options.tolerance,
+                            floor=workload.min_level)
     at = found.lo_probe if found.lo_probe is not None else found.hi_probe
     assert at is not None
     gpus = scenario.tp * scenario.replicas

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.trace import SyntheticSpec, Trace, parse_synthetic_spec, resolve_trace, speedup
+from sim.trace.synthetic import MIN_RATE
 
 
 def round_level(x: float) -> float:
@@ -35,6 +36,12 @@ class Workload:
     def start_level(self) -> float:
         """Where the search starts: the spec's rate, or the trace as recorded (x1)."""
         return round_level(self.spec.rate) if self.spec is not None else 1.0
+
+    @property
+    def min_level(self) -> float:
+        """The lowest level a probe may take: a spec's rate has a floor (sim.trace.synthetic.MIN_RATE);
+        a trace slowed by more than 1e6 is no longer a load anyone plans for."""
+        return MIN_RATE if self.spec is not None else 1e-6
 
     def at(self, level: float) -> Trace:
         if self.spec is not None:
