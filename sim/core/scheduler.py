@@ -470,6 +470,10 @@ class Scheduler:
         if batch is None:
             return 0
         k, run = batch.min_remaining, batch.run
+        if self.waiting and b < cfg.max_num_seqs:  # a waiting request may fit once blocks are dropped
+            k = min(k, self.alloc.steps_until_free_rises(run))
+            if k == 0:
+                return 0
         if self.alloc.fits_growth(run, k):  # the allocator holds `computed` tokens of each
             return k
         lo, hi = 0, k  # largest j in [0, k) with growth fitting: binary search

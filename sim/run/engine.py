@@ -31,7 +31,7 @@ import simpy
 
 from models.gpus import get_gpu
 from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
-from sim.core.kv.registry import blocks_for_budget, make_allocator
+from sim.core.kv.registry import blocks_for_budget, make_allocator, make_group_allocator, needs_group_pools
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
@@ -101,7 +101,19 @@ def build(trace: Any, scenario: Any) -> Setup:
         budget -= spec.kv_fixed_bytes(scenario.kv_dtype)  # fp8 scales (the derived budget has them out)
     else:
         terms = scenario_memory_budget(scenario, spec, gpu).as_dict()
-    num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
+    # Paged KV of a model with several KV groups: one manager per group over a shared pool. The
+    # static-batch and contiguous baselines treat every layer as full attention (conservative).
+    grouped = needs_group_pools(spec.groups) and scenario.allocator == "paged" and not scenario.static_batch
+    if grouped:
+        from sim.scenario import ScenarioError
+
+        try:
+            probe = make_group_allocator(scenario, spec.groups, budget)
+        except ValueError as exc:
+            raise ScenarioError(str(exc)) from None
+        num_blocks, bpt = probe.num_blocks, probe.bytes_per_token
+    else:
+        num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
     if num_blocks < 1:
         from sim.scenario import ScenarioError
 
@@ -119,7 +131,8 @@ def build(trace: Any, scenario: Any) -> Setup:
     if contiguous:
         table.reserve[:] = reserve_tokens_array(scenario.reserve, table.prompt, table.output, max_len)
     bs = scenario.block_size
-    probe = make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
+    if not grouped:
+        probe = make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
     if scenario.static_batch:
         final = table.prompt + table.output
         reject |= -(-final // bs) > num_blocks
@@ -127,6 +140,10 @@ def build(trace: Any, scenario: Any) -> Setup:
         for value in np.unique(table.reserve[~reject]).tolist():  # few distinct sizes
             if not probe.can_allocate(0, value):
                 reject |= table.reserve == value
+    elif grouped:
+        final = table.prompt + table.output - 1
+        peak = sum(m.pages * m.max_blocks(final, scenario.max_batched_tokens) for m in probe.managers)
+        reject |= peak > num_blocks
     else:
         reject |= -(-(table.prompt + table.output - 1) // bs) > num_blocks
     table.status[reject] = REJECTED
@@ -148,7 +165,12 @@ def build(trace: Any, scenario: Any) -> Setup:
     seen = table.arrival_s + cost.api_overhead_s if cost.api_overhead_s else table.arrival_s
     replicas = []
     for i in range(scenario.replicas):
-        alloc = probe if i == 0 else make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
+        if i == 0:
+            alloc: KVAllocator = probe
+        elif grouped:
+            alloc = make_group_allocator(scenario, spec.groups, budget)
+        else:
+            alloc = make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
         if scenario.static_batch:
             sched: Any = StaticBatchScheduler(table, alloc, scenario.static_batch, hashes)
         else:

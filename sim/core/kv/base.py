@@ -103,6 +103,12 @@ class KVAllocator(ABC):
         grow_many's common case, which allocators may serve faster."""
         self.grow_many(req_ids, [self.num_tokens(int(r)) + num_new_tokens for r in req_ids])
 
+    def steps_until_free_rises(self, req_ids: Sequence[int]) -> int:
+        """Decode steps these requests can take (one token each) before one of them gives blocks
+        back while still running: the scheduler ends a skip-ahead run there, because a waiting
+        request may fit afterwards. Full-attention allocators never do: a very large number."""
+        return 1 << 62
+
     # --- release and sharing --------------------------------------------------------------------
     @abstractmethod
     def free(self, req_id: int) -> None:

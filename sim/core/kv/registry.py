@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING
 
 from sim.core.kv.base import KVAllocator
 from sim.core.kv.contiguous import ContiguousAllocator
+from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.paged import PagedAllocator
 
 if TYPE_CHECKING:
+    from models.kv_groups import KVGroup
     from sim.scenario import Scenario
 
 AllocatorFactory = Callable[["Scenario", int, int, "int | None"], KVAllocator]
@@ -61,3 +64,23 @@ def blocks_for_budget(kv_budget_bytes: int, block_size: int, bytes_per_token: in
     if bytes_per_token <= 0 or block_size <= 0:
         raise ValueError("blocks_for_budget: block_size and bytes_per_token must be positive")
     return int(kv_budget_bytes) // (block_size * bytes_per_token)
+
+
+def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
+    """True when a model's layers keep different things (several KV groups, or a windowed or
+    state group): its paged KV needs one manager per group. One full or MLA group does not."""
+    return len(groups) > 1 or groups[0].kind not in ("full", "mla")
+
+
+def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int) -> HybridPagedAllocator:
+    """The per-group paged allocator (sim/core/kv/hybrid.py) over a replica's KV budget (bytes,
+    all its TP ranks). Prefix caching and contiguous reservations are not modelled for it."""
+    if scenario.allocator != "paged":
+        raise ValueError(f"scenario: allocator={scenario.allocator!r}: models with several KV groups "
+                         f"({', '.join(g.label() for g in groups)}) are simulated with the paged allocator only")
+    if scenario.prefix_caching:
+        raise ValueError("scenario: prefix caching is not modelled for models with several KV groups; switch it off")
+    bs, dtype, tp = scenario.block_size, scenario.kv_dtype, scenario.tp
+    page = page_bytes_for(groups, bs, dtype, tp)
+    managers = [make_manager(g, bs, dtype, tp, page) for g in groups]
+    return HybridPagedAllocator(managers, int(kv_budget_bytes) // page, bs, page)

@@ -1,0 +1,136 @@
+"""One manager per KV group kind (vLLM's single_type_kv_cache_manager): how many blocks a request
+of n tokens holds in that group, and how many leading blocks it may drop.
+
+All managers count in blocks of the pool's block_size tokens; a block of group g takes
+`pages` pages of the shared pool (sim/core/kv/hybrid.py), so groups with different bytes per token
+share one pool of equal pages, as vLLM's hybrid allocator shares one BlockPool.
+
+- FullAttentionManager: keeps every block (MLA's latent too: a full group with other bytes).
+- SlidingWindowManager(window): before computing tokens after position c - 1, blocks wholly before
+  position c - window + 1 are no longer attended to and are freed (vLLM:
+  num_skipped_tokens = c - sliding_window + 1).
+- ChunkedLocalAttentionManager(chunk): a token attends only within its chunk, so blocks before
+  the current chunk's start (c // chunk x chunk) are freed.
+- StateManager: one fixed slot (pages enough for the state) per running request, whatever its
+  length (vLLM's MambaManager without prefix caching).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State
+
+
+class GroupManager:
+    """Full attention: a request of n tokens holds ceil(n / block_size) blocks, none skipped."""
+
+    kind = "full"
+
+    def __init__(self, label: str, block_size: int, bytes_per_token: int, pages: int, state_bytes: int = 0) -> None:
+        self.label = label
+        self.block_size = block_size
+        self.bytes_per_token = bytes_per_token  # whole deployment (all TP ranks)
+        self.state_bytes = state_bytes
+        self.pages = pages  # pool pages per block of this group
+
+    def blocks_for(self, tokens: Any) -> Any:
+        """Blocks (index one past the last) that cover `tokens` written tokens."""
+        return -(-tokens // self.block_size)
+
+    def skipped_blocks(self, computed: Any) -> Any:
+        """Leading blocks no longer needed once `computed` tokens are in the cache."""
+        return computed * 0
+
+    def first_drop_computed(self, first: Any) -> Any:
+        """Computed tokens at which a step starts dropping block `first` (None: never)."""
+        return None
+
+    def slot_bytes(self) -> int:
+        return self.block_size * self.bytes_per_token
+
+    def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
+        """Most blocks a request of `final_tokens` holds, with prefill chunks of up to `chunk`
+        tokens (dropped blocks are freed at the start of the next step, so a chunk adds to the span)."""
+        return self.blocks_for(final_tokens)
+
+
+class FullAttentionManager(GroupManager):
+    kind = "full"
+
+
+class SlidingWindowManager(GroupManager):
+    kind = "sliding"
+
+    def __init__(self, window: int, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.window = window
+
+    def skipped_blocks(self, computed: Any) -> Any:
+        return np.maximum(computed - self.window + 1, 0) // self.block_size
+
+    def first_drop_computed(self, first: Any) -> Any:
+        return (first + 1) * self.block_size + self.window - 1
+
+    def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
+        return np.minimum(self.blocks_for(final_tokens), -(-(self.window - 1 + chunk) // self.block_size) + 1)
+
+
+class ChunkedLocalAttentionManager(GroupManager):
+    kind = "chunked"
+
+    def __init__(self, chunk: int, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.chunk = chunk
+
+    def skipped_blocks(self, computed: Any) -> Any:
+        return (computed // self.chunk) * self.chunk // self.block_size
+
+    def first_drop_computed(self, first: Any) -> Any:
+        return -(-((first + 1) * self.block_size) // self.chunk) * self.chunk
+
+    def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
+        return np.minimum(self.blocks_for(final_tokens), -(-(self.chunk + chunk) // self.block_size) + 1)
+
+
+class StateManager(GroupManager):
+    kind = "state"
+
+    def blocks_for(self, tokens: Any) -> Any:
+        return tokens * 0 + 1  # one slot from admission on
+
+    def slot_bytes(self) -> int:
+        return self.state_bytes
+
+
+def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int) -> GroupManager:
+    """The manager for one KV group, its bytes for the whole deployment (tp ranks)."""
+    bpt = tp * group.bytes_per_token(kv_dtype, tp)
+    if isinstance(group, State):
+        state = tp * group.state_bytes(tp)
+        return StateManager(group.label(), block_size, 0, -(-state // page_bytes), state_bytes=state)
+    pages = block_size * bpt // page_bytes
+    args = (group.label(), block_size, bpt, pages)
+    if isinstance(group, SlidingWindow):
+        return SlidingWindowManager(group.window, *args)
+    if isinstance(group, ChunkedLocal):
+        return ChunkedLocalAttentionManager(group.chunk, *args)
+    if isinstance(group, FullAttention | MLA):
+        return FullAttentionManager(*args)
+    raise ValueError(f"no allocator manager for KV group kind {group.kind!r}")
+
+
+def page_bytes_for(groups: tuple[KVGroup, ...], block_size: int, kv_dtype: str, tp: int) -> int:
+    """Bytes of one pool page: one block of the group with the fewest bytes per token, or the
+    greatest common divisor of the groups' block bytes, so every group's block is whole pages."""
+    from math import gcd
+
+    sizes = [block_size * tp * g.bytes_per_token(kv_dtype, tp) for g in groups if g.grows]
+    if not sizes:  # only state groups: a page is the smallest state
+        return min(tp * g.state_bytes(tp) for g in groups)
+    out = 0
+    for s in sizes:
+        out = gcd(out, s)
+    return out

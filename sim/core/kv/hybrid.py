@@ -1,0 +1,293 @@
+"""Paged KV for models whose layers keep different things: one pool, one manager per KV group.
+
+vLLM's hybrid KV cache manager gives each attention kind its own block tables over one shared
+block pool. Here the pool is `num_blocks` equal pages of `page_bytes`; a block of group g (its
+block_size tokens in every layer of the group) takes `pages` pages (sim/core/kv/group_managers.py
+picks the page so every group's block is whole pages; a state slot rounds up). Each step a
+request first drops the blocks its sliding-window or chunked groups no longer attend to, then
+takes blocks for its new tokens in every group; a state group holds one slot per request.
+
+The books are counts (no page ids): per request and group, `first` (leading blocks dropped) and
+`end` (blocks taken so far), so the held blocks are end - first. Decode runs grow a whole batch
+with array arithmetic, as the paged allocator does. The GPU backend does not run these models,
+so `block_table` is refused; forks copy eagerly; prefix caching is not modelled here (the
+registry refuses it for hybrid models).
+
+Accounting per group (`group_breakdown`): token_states = written slots in held blocks (a state
+slot counts as written), internal_frag = held slots never written plus the state's page
+rounding; the pool-wide free pages are shared. The groups' parts plus free add up to the pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from sim.core.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.core.kv.group_managers import GroupManager
+from sim.core.kv.paged import grown
+
+Ids = Sequence[int] | np.ndarray  # request ids or token counts, a list or an array
+PEAK_GRID_LIMIT = 1 << 20  # (steps x requests) evaluated exactly when checking a decode run
+
+
+class HybridPagedAllocator(KVAllocator):
+    """One shared pool of pages; per-group block counts per request (see the module docstring)."""
+
+    def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int) -> None:
+        if num_pages < 1 or block_size < 1 or page_bytes < 1 or not managers:
+            raise ValueError(f"hybrid allocator: bad sizes ({num_pages=}, {block_size=}, {page_bytes=})")
+        self.managers = list(managers)
+        self.num_blocks = int(num_pages)  # pages: the interface's unit of the pool
+        self.block_size = int(block_size)
+        self.page_bytes = int(page_bytes)
+        self.bytes_per_token = self.page_bytes // self.block_size
+        self._free_pages = self.num_blocks
+        size = 1024
+        self._ntok = np.zeros(size, dtype=np.int64)
+        self._active = np.zeros(size, dtype=bool)
+        self._first = [np.zeros(size, dtype=np.int64) for _ in self.managers]
+        self._end = [np.zeros(size, dtype=np.int64) for _ in self.managers]
+        self._copy_ops: list[tuple[int, int]] = []
+
+    # --- sizing --------------------------------------------------------------------------------
+    def pages_for(self, num_tokens: int) -> int:
+        """Pages one fresh request of `num_tokens` tokens takes at admission."""
+        return sum(m.pages * int(m.blocks_for(num_tokens)) for m in self.managers)
+
+    def peak_pages(self, final_tokens: int) -> int:
+        """Most pages one request holds at once while decoding up to `final_tokens` alone."""
+        n = np.arange(1, max(1, final_tokens) + 1, dtype=np.int64)
+        held = sum(m.pages * (m.blocks_for(n) - m.skipped_blocks(n - 1)) for m in self.managers)
+        return int(np.max(held))
+
+    # --- admission ---------------------------------------------------------------------------
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
+        return self.pages_for(num_tokens) <= self._free_pages
+
+    def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
+                 prefix_hashes: Sequence[int] | None = None) -> int:
+        if num_tokens < 0:
+            raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
+        self._ensure(req_id)
+        if self._active[req_id]:
+            raise AllocationError(f"request {req_id} is already allocated")
+        need = self.pages_for(num_tokens)
+        if need > self._free_pages:
+            raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            first[req_id], end[req_id] = 0, int(m.blocks_for(num_tokens))
+        self._free_pages -= need
+        self._ntok[req_id] = num_tokens
+        self._active[req_id] = True
+        return 0
+
+    # --- growth --------------------------------------------------------------------------------
+    def _step_need(self, ids: np.ndarray, computed: np.ndarray, new_tokens: np.ndarray) -> tuple[int, list, list]:
+        """(net pages, new firsts, new ends) for requests going from `computed` to `new_tokens`
+        tokens in one step: drop what `computed` no longer needs, then cover `new_tokens`."""
+        net, firsts, ends = 0, [], []
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            f0, e0 = first[ids], end[ids]
+            e1 = np.maximum(e0, m.blocks_for(new_tokens))
+            f1 = np.minimum(np.maximum(f0, m.skipped_blocks(computed)), e1)
+            f1 = np.where(new_tokens > self._ntok[ids], f1, f0)  # a request that does not step drops nothing
+            net += m.pages * int(np.add.reduce(e1 - e0) - np.add.reduce(f1 - f0))
+            firsts.append(f1)
+            ends.append(e1)
+        return net, firsts, ends
+
+    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
+        self._check(req_id)
+        ids = np.array([req_id], dtype=np.intp)
+        n = self._ntok[ids]
+        return self._step_need(ids, n, n + num_new_tokens)[0] <= self._free_pages
+
+    def append(self, req_id: int, num_new_tokens: int) -> bool:
+        self._check(req_id)
+        if num_new_tokens < 0:
+            raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
+        ids = np.array([req_id], dtype=np.intp)
+        n = self._ntok[ids]
+        net, firsts, ends = self._step_need(ids, n, n + num_new_tokens)
+        if net > self._free_pages:
+            return False
+        self._apply(ids, n + num_new_tokens, net, firsts, ends)
+        return True
+
+    def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:
+        """Peak pages needed while every request decodes, one token per step, to its new length
+        (drops happen at the start of each step); exact up to PEAK_GRID_LIMIT (steps x requests),
+        beyond that the drops are ignored (an upper bound: a run that passes never fails midway)."""
+        ids, new = np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
+        if ids.size == 0:
+            return 0
+        self._check_many(ids)
+        n = self._ntok[ids]
+        k = int(np.max(new - n))
+        if k <= 0:
+            return 0
+        if k * ids.size > PEAK_GRID_LIMIT:
+            return max(0, sum(m.pages * int(np.add.reduce(np.maximum(e[ids], m.blocks_for(new)) - e[ids]))
+                              for m, e in zip(self.managers, self._end, strict=True)))
+        after = np.minimum(n[None, :] + np.arange(1, k + 1)[:, None], new[None, :])  # tokens after step j
+        stepped = after > n[None, :]
+        before = np.where(stepped, after - 1, n[None, :])  # computed tokens when step j starts
+        total = np.zeros(k, dtype=np.int64)
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            f0, e0 = first[ids][None, :], end[ids][None, :]
+            taken = np.maximum(e0, m.blocks_for(after)) - e0
+            dropped = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken) - f0, 0)
+            total += m.pages * (taken - dropped).sum(axis=1)
+        return max(0, int(total.max()))
+
+    def steps_until_free_rises(self, req_ids: Ids) -> int:
+        """Steps before a sliding or chunked group first drops a block (a step starting at
+        computed tokens c drops when c reaches the manager's first_drop_computed)."""
+        ids = np.asarray(req_ids, dtype=np.intp)
+        if ids.size == 0:
+            return 1 << 62
+        n = self._ntok[ids]
+        steps = 1 << 62
+        for m, first in zip(self.managers, self._first, strict=True):
+            at = m.first_drop_computed(first[ids])
+            if at is not None:
+                steps = min(steps, int(np.min(np.maximum(at - n, 0))))
+        return steps
+
+    def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
+        ids = np.asarray(req_ids, dtype=np.intp)
+        return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= self._free_pages
+
+    def grow_many(self, req_ids: Ids, new_num_tokens: Ids) -> None:
+        ids, new = np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
+        if ids.size == 0:
+            return
+        self._check_many(ids)
+        if np.any(new < self._ntok[ids]):
+            raise AllocationError("grow_many: a request cannot shrink")
+        if self.blocks_to_grow(ids, new) > self._free_pages:
+            raise AllocationError("grow_many: not enough free pages (check blocks_to_grow first)")
+        # the last step of each request starts from new - 1 computed tokens (or stays put)
+        last = np.where(new > self._ntok[ids], new - 1, self._ntok[ids])
+        net, firsts, ends = self._step_need(ids, last, new)
+        self._apply(ids, new, net, firsts, ends)
+
+    def headroom(self, req_ids: Ids) -> np.ndarray:
+        """Tokens each request can add before any of its groups takes a block."""
+        ids = np.asarray(req_ids, dtype=np.intp)
+        room = np.full(ids.size, np.iinfo(np.int64).max, dtype=np.int64)
+        for m, end in zip(self.managers, self._end, strict=True):
+            if m.kind != "state":
+                room = np.minimum(room, end[ids] * self.block_size - self._ntok[ids])
+        return room
+
+    def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
+        for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
+            first[ids], end[ids] = f1, e1
+        self._ntok[ids] = new
+        self._free_pages -= net
+
+    # --- release and sharing --------------------------------------------------------------------
+    def free(self, req_id: int) -> None:
+        self._check(req_id)
+        self._free_pages += self._held_pages(req_id)
+        for first, end in zip(self._first, self._end, strict=True):
+            first[req_id] = end[req_id] = 0
+        self._ntok[req_id] = 0
+        self._active[req_id] = False
+
+    def can_fork(self, parent_id: int) -> bool:
+        self._check(parent_id)
+        return self._held_pages(parent_id) <= self._free_pages
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """The child gets its own copy of every held block (no sharing across groups here)."""
+        if not self.can_fork(parent_id):
+            raise AllocationError(f"fork: no room to copy request {parent_id}")
+        self._ensure(child_id)
+        if self._active[child_id]:
+            raise AllocationError(f"fork: child {child_id} is already allocated")
+        for first, end in zip(self._first, self._end, strict=True):
+            first[child_id], end[child_id] = first[parent_id], end[parent_id]
+        self._ntok[child_id] = self._ntok[parent_id]
+        self._active[child_id] = True
+        self._free_pages -= self._held_pages(child_id)
+
+    def pop_copy_ops(self) -> list[tuple[int, int]]:
+        ops, self._copy_ops = self._copy_ops, []
+        return ops
+
+    # --- books ------------------------------------------------------------------------------------
+    def block_table(self, req_id: int) -> list[int]:
+        raise AllocationError("the hybrid (per-group) allocator keeps counts, not block tables: "
+                              "the GPU backend does not run models with several KV groups")
+
+    def num_tokens(self, req_id: int) -> int:
+        return int(self._ntok[req_id]) if req_id < len(self._ntok) else 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._free_pages
+
+    def _held_pages(self, req_id: int) -> int:
+        return sum(m.pages * int(end[req_id] - first[req_id])
+                   for m, first, end in zip(self.managers, self._first, self._end, strict=True))
+
+    def group_breakdown(self) -> dict[str, dict[str, int]]:
+        """Per group: bytes written (token_states), held but unwritten or page rounding
+        (internal_frag), and held pages' bytes (held). Free pages are shared: `free` below."""
+        active = np.flatnonzero(self._active)
+        n = self._ntok[active]
+        out: dict[str, dict[str, int]] = {}
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            blocks = int(np.add.reduce(end[active] - first[active]))
+            held = blocks * m.pages * self.page_bytes
+            if m.kind == "state":
+                written = blocks * m.state_bytes
+            else:
+                written = int(np.add.reduce(np.maximum(n - first[active] * self.block_size, 0))) * m.bytes_per_token
+            out[m.label] = {"token_states": written, "internal_frag": held - written, "held": held}
+        return out
+
+    def breakdown(self, waiting_reserve_tokens: Sequence[int] = ()) -> KVBreakdown:
+        groups = self.group_breakdown().values()
+        return KVBreakdown(token_states=sum(g["token_states"] for g in groups), reserved=0,
+                           internal_frag=sum(g["internal_frag"] for g in groups), external_frag=0,
+                           free=self._free_pages * self.page_bytes)
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the books disagree (tests and debugging)."""
+        active = np.flatnonzero(self._active)
+        held = sum(self._held_pages(int(r)) for r in active)
+        if held + self._free_pages != self.num_blocks:
+            raise AssertionError(f"hybrid allocator: {held} held + {self._free_pages} free != {self.num_blocks} pages")
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            n = self._ntok[active]
+            if np.any(first[active] > end[active]) or np.any(end[active] < m.blocks_for(n)):
+                raise AssertionError(f"hybrid allocator: group {m.label} does not cover its tokens")
+
+    # --- internals --------------------------------------------------------------------------------
+    def _ensure(self, req_id: int) -> None:
+        if req_id < 0:
+            raise AllocationError(f"request ids must be >= 0, got {req_id}")
+        if req_id >= len(self._active):
+            size = max(2 * len(self._active), req_id + 1)
+            self._ntok, self._active = grown(self._ntok, size), grown(self._active, size)
+            self._first = [grown(a, size) for a in self._first]
+            self._end = [grown(a, size) for a in self._end]
+
+    def _check(self, req_id: int) -> None:
+        if req_id < 0 or req_id >= len(self._active) or not self._active[req_id]:
+            raise AllocationError(f"request {req_id} is not allocated")
+
+    def _check_many(self, ids: np.ndarray) -> None:
+        if ids.size and (int(ids.max()) >= len(self._active) or not bool(self._active[ids].all())):
+            raise AllocationError("a request is not allocated")
+
+
+def describe(alloc: Any) -> dict[str, Any]:
+    """Group labels and pages per block of a hybrid allocator (for reports)."""
+    return {m.label: {"kind": m.kind, "pages_per_block": m.pages} for m in getattr(alloc, "managers", [])}

@@ -1,0 +1,78 @@
+"""Simulating models with several KV groups: skip-ahead equals stepping, and sliding/chunked/MLA
+models hold more sequences than the same model treated as all-full attention."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from models.spec import CATALOG_DIR
+from sim.core.kv.hybrid import HybridPagedAllocator
+from sim.run.engine import build, simulate
+from sim.scenario import Scenario, ScenarioError
+from sim.trace.loader import load_trace
+from sim.trace.synthetic import synthetic
+from tests.test_engine import same
+
+AZURE_CONV = Path(__file__).resolve().parents[2] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+
+
+def trace(n=300):
+    return synthetic(n, rate=20.0, input="lognormal:mean=1500:sigma=0.8", output="lognormal:mean=300:sigma=0.8", seed=1)
+
+
+def all_full_copy(model: str, tmp_path: Path) -> str:
+    """The catalog config with every layer made full attention (the what-if baseline)."""
+    cfg = json.loads((CATALOG_DIR / f"{model}.json").read_text())
+    full = copy.deepcopy(cfg)
+    text = full.get("text_config", full)
+    if "layer_types" in text:
+        text["layer_types"] = ["full_attention"] * len(text["layer_types"])
+    text.pop("attention_chunk_size", None)
+    if text.pop("kv_lora_rank", None):  # MLA -> K and V per head: (192 + 128) / 2 = 160 values each
+        text["head_dim"] = (text["qk_nope_head_dim"] + text["qk_rope_head_dim"] + text["v_head_dim"]) // 2
+    path = tmp_path / f"{model}-all-full.json"
+    path.write_text(json.dumps(full))
+    return str(path)
+
+
+@pytest.mark.parametrize("model", ["gpt-oss-20b", pytest.param("llama-4-scout", marks=pytest.mark.slow)])
+def test_skip_ahead_equals_stepping_with_kv_groups(model):
+    sc = Scenario(model=model, gpu="h100-sxm", kv_budget_gib=2.0, max_num_seqs=512)
+    fast, slow = simulate(trace(), sc), simulate(trace(), sc, skip_ahead=False)
+    assert isinstance(build(trace(), sc).replicas[0].alloc, HybridPagedAllocator)
+    same(fast, slow)
+    assert fast.summary["completed"] + fast.summary["rejected"] == 300
+
+
+def test_sliding_model_runs_more_sequences_than_all_full(tmp_path):
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=2.0, max_num_seqs=512)
+    hybrid = simulate(trace(), sc)
+    full = simulate(trace(), sc.replace(model=all_full_copy("gpt-oss-20b", tmp_path)))
+    assert hybrid.steps["num_running"].max() > 1.5 * full.steps["num_running"].max()
+    parts = hybrid.steps[["token_states_bytes", "internal_frag_bytes", "free_bytes"]].sum(axis=1)
+    assert (parts - hybrid.steps["capacity_bytes"]).abs().max() < 1e-6 * hybrid.steps["capacity_bytes"].max()
+
+
+def test_prefix_caching_is_refused_for_kv_groups():
+    with pytest.raises(ScenarioError, match="prefix caching is not modelled"):
+        build(trace(10), Scenario(model="gpt-oss-20b", kv_budget_gib=2.0, prefix_caching=True))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not AZURE_CONV.is_file(), reason="needs ../shared/traces")
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("gpt-oss-120b", "h100-sxm", 1), ("deepseek-v3", "h200", 8)])
+def test_azure_conversation_more_concurrent_than_all_full(model, gpu, tp, tmp_path):
+    """The issue's acceptance run: the shared Azure conversation trace at 4x speed."""
+    from sim.trace.transforms import speedup
+
+    azure = speedup(load_trace(AZURE_CONV), 4.0)
+    sc = Scenario(model=model, gpu=gpu, tp=tp, weight_dtype="native", max_num_seqs=1024)
+    if model == "deepseek-v3":  # the same KV pool for both (MHA's own weights would differ)
+        sc = sc.replace(kv_budget_gib=8 * 40.0)
+    grouped = simulate(azure, sc).steps["num_running"].max()
+    baseline = simulate(azure, sc.replace(model=all_full_copy(model, tmp_path))).steps["num_running"].max()
+    assert grouped > 1.3 * baseline
