@@ -7,7 +7,7 @@ from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.result_view import show_result
 from ui.runner import run_scenario
-from ui.scenario_form import scenario_sidebar
+from ui.scenario_form import apply_changes, scenario_sidebar
 from ui.trace_picker import pick_trace
 
 st.title("Simulate")
@@ -23,4 +23,4 @@ try:
 except (SpecError, ScenarioError, TraceError, ValueError) as exc:
     st.error(str(exc).splitlines()[0])
     st.stop()
-show_result(snap, key="sim")
+show_result(snap, key="sim", apply_fix=apply_changes)

@@ -58,6 +58,8 @@ class Scenario:
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
     static_batch: int | None = None  # static-batching baseline with this batch size
+    # Load: the trace replayed `speedup` times faster (arrival times divided by it; 2 = twice the rate).
+    speedup: float = 1.0
     # Cost model and randomness.
     profile: str | None = None  # path to a calibration profile JSON
     api_overhead_s: float = 0.0  # client-side HTTP + tokenisation before the engine sees a request (TTFT)
@@ -66,6 +68,7 @@ class Scenario:
 
     def __post_init__(self) -> None:
         self.validate()
+        object.__setattr__(self, "speedup", float(self.speedup))  # 2 and 2.0: one scenario, one digest
 
     def validate(self) -> None:
         def bad(name: str, why: str) -> ScenarioError:
@@ -95,6 +98,7 @@ class Scenario:
         number(self.gpu_mem_util, "scenario: gpu_mem_util", 0.0, 1.0, ScenarioError, lo_open=True)
         if self.kv_budget_gib is not None:
             number(self.kv_budget_gib, "scenario: kv_budget_gib", 0.0, limits.MAX_GIB, ScenarioError, lo_open=True)
+        number(self.speedup, "scenario: speedup", limits.MIN_SPEEDUP, limits.MAX_SPEEDUP, ScenarioError)
         number(self.swap_space_gib, "scenario: swap_space_gib", 0.0, limits.MAX_GIB, ScenarioError)
         number(self.api_overhead_s, "scenario: api_overhead_s", 0.0, 60.0, ScenarioError)
         for name in ("prefix_caching", "chunked_prefill"):
@@ -144,6 +148,8 @@ class Scenario:
         """Stable short hash of every field that changes results (extra excluded)."""
         data = self.to_dict()
         data.pop("extra", None)
+        if data.get("speedup") == 1.0:  # added later: runs at the recorded rate keep their digests
+            data.pop("speedup")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> Scenario:

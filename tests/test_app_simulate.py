@@ -118,3 +118,26 @@ def test_compare_presets_table_and_words():
     assert list(at.dataframe[0].value["scenario"]) == ["fp16", "fp8", "int8", "int4"]
     at.multiselect(key="variants-2").set_value(["fp16"]).run()
     assert not at.dataframe and any("at least two" in i.value for i in at.info)
+
+
+def test_rejected_requests_warn_with_a_one_click_fix():
+    """chat_small's longest prompt is 3,102 tokens: max_model_len 2,048 rejects 9 of 300 (3%)."""
+    at = page(SIMULATE, max_len="2048", trace_first="0")
+    values = {m.label: m.value for m in at.metric}
+    assert values["completed (of 300)"] == "291" and values["rejected"] == "9 (3.0%)"
+    warning = at.warning[0].value
+    assert "9 because the prompt is at least max_model_len (2,048 tokens)" in warning
+    assert "Raise max_model_len to 4,096" in warning
+    assert any("over the 291 completed requests only" in c.value for c in at.caption)
+    at.button(key="sim-fix").click().run()
+    assert at.query_params["max_len"] == ["4096"] or at.query_params["max_len"] == "4096"
+    values = {m.label: m.value for m in at.metric}
+    assert values["rejected"] == "0" and not at.warning
+
+
+def test_load_dial_overloads_and_the_page_says_so():
+    at = page(SIMULATE, load="20", trace_first="0")
+    assert scenario_digest(at) == Scenario(speedup=20.0).digest()
+    assert at.error and at.error[0].value.startswith("Overloaded: this configuration cannot keep up")
+    calm = page(SIMULATE, trace_first="0")
+    assert not calm.error and not calm.warning

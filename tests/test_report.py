@@ -6,7 +6,7 @@ import re
 
 import plotly.offline
 
-from sim.out.report import headline_metrics, html_report, write_html_report
+from sim.out.report import TOKEN_SHARE_LABEL, headline_metrics, html_report, write_html_report
 from sim.out.snapshot import Snapshot
 from tests.test_charts import make_result
 
@@ -36,5 +36,5 @@ def test_headline_metrics_formatting():
     assert rows["completed (of 8)"] == "7"
     assert rows["TTFT p50"] == "400.0 ms" and rows["TTFT p99"] == "800.0 ms"
     assert rows["peak KV usage"] == "40.0%"
-    assert rows["KV holding tokens (mean)"] == "20.0%"
+    assert rows[TOKEN_SHARE_LABEL] == "20.0%" and "KV holding tokens (mean)" not in rows
     assert rows["prefix cache hits"] == "n/a"

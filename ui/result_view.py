@@ -7,12 +7,32 @@ what its author saw (same downsampled frames, same numbers).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import streamlit as st
 
 from sim.out import charts
 from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
+from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
 from sim.out.snapshot import Snapshot, SnapshotError, SnapshotStore, snapshot_link
+
+
+def show_verdicts(snap: Snapshot, apply_fix: Callable[[dict[str, Any]], None] | None = None, key: str = "res") -> None:
+    """Above the numbers: overload as an error, rejected or unfinished requests as a warning with the fix
+    (a button when `apply_fix` can set the scenario's widgets, on live runs)."""
+    summary = snap.summary
+    verdict = load_verdict(summary)
+    if verdict:
+        st.error(verdict, icon=":material/warning:")
+    line, fix = not_served(summary), rejection_fix(summary)
+    if fix is not None:
+        st.warning(f"{line} {fix.text}", icon=":material/block:")
+        if fix.changes and apply_fix is not None:
+            label = ", ".join(f"{k} = {v:,}" if isinstance(v, int) else f"{k} = {v}" for k, v in fix.changes.items())
+            st.button(f"Apply: {label}", key=f"{key}-fix", on_click=apply_fix, args=(fix.changes,), type="primary")
+    elif summary.get("rejected") or summary.get("unfinished"):
+        st.info(line)
 
 
 def show_metrics(snap: Snapshot) -> None:
@@ -21,7 +41,8 @@ def show_metrics(snap: Snapshot) -> None:
         cols = st.columns(4)
         for col, (label, value) in zip(cols, rows[start:start + 4], strict=False):
             col.metric(label, value)
-    pool = kv_pool_line(snap.summary)
+    st.caption(latency_basis(snap.summary))
+    pool = kv_pool_line(snap.summary, snap.scenario.allocator)
     if pool:
         st.caption(pool)
     st.caption(step_time_line(snap.summary))
@@ -80,7 +101,9 @@ def show_sharing(snap: Snapshot, key: str = "res") -> None:
         st.code(share_link(saved), language=None)
 
 
-def show_result(snap: Snapshot, key: str = "res", sharing: bool = True) -> None:
+def show_result(snap: Snapshot, key: str = "res", sharing: bool = True,
+                apply_fix: Callable[[dict[str, Any]], None] | None = None) -> None:
+    show_verdicts(snap, apply_fix, key)
     show_metrics(snap)
     show_charts(snap, key)
     if sharing:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
 from models.gpus import list_gpus
 from models.spec import MAX_CONFIG_BYTES, SpecError, list_catalog, load_spec
+from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
 from sim.scenario import (
     PLACEMENTS,
     PREEMPTION_MODES,
@@ -27,6 +29,14 @@ KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
 ATTENTION = ("native", "MHA", "MQA", "custom")
 UPLOAD_DIR = Path(__file__).resolve().parent.parent / "data" / "uploaded_configs"
 BIND = "query-params"
+FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes
+
+
+def apply_changes(changes: dict[str, Any]) -> None:
+    """Set the widgets behind these Scenario fields (a button's on_click: runs before the next rerun)."""
+    for name, value in changes.items():
+        if name in FIELD_KEYS:
+            st.session_state[FIELD_KEYS[name]] = value
 
 
 def _index(options, value) -> int:
@@ -62,6 +72,11 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     """Draw the scenario form in the sidebar; the Scenario, or None after showing a one-line error."""
     sb = st.sidebar
     sb.header(title)
+    speedup = sb.number_input(
+        f"Load x K (trace rate times K, {MIN_SPEEDUP:g} to {MAX_SPEEDUP:g})", MIN_SPEEDUP, MAX_SPEEDUP, DEFAULT.speedup,
+        step=0.5, format="%g", key="load", bind=BIND,
+        help="Replays the trace K times faster: every arrival time is divided by K (2 = twice the request rate). "
+             "Lengths are untouched. The way to put pressure on a configuration with a light trace.")
     model_src = sb.radio("Model", ("catalog", "upload config.json"), key="model_src", horizontal=True, bind=BIND)
     if model_src == "catalog":
         catalog = list_catalog()
@@ -132,7 +147,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, gpu_mem_util=float(mem_util), allocator=paging,
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
-            chunked_prefill=bool(chunked), preemption=preemption,
+            chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup),
         )
     except ScenarioError as exc:
         sb.error(str(exc).splitlines()[0])

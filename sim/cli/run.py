@@ -86,10 +86,15 @@ def format_summary(s: dict[str, Any]) -> str:
         v = block.get(key)
         return "-" if v is None else f"{v * 1e3:.1f} ms"
 
+    from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+
     kv = s["kv_breakdown_mean"]
-    lines = [
+    fix = rejection_fix(s)
+    lines = [line for line in (load_verdict(s), not_served(s), fix.text if fix else None) if line]
+    lines += [
         f"requests {s['requests']}, completed {s['completed']}, rejected {s.get('rejected', 0)}, "
         f"clamped {s.get('clamped', 0)}, unfinished {s.get('unfinished', 0)}",
+        latency_basis(s),
         f"simulated {s['duration_s']:.1f} s in {s['sim_wall_s']:.2f} s wall "
         f"({s['duration_s'] / max(s['sim_wall_s'], 1e-9):.0f}x real time)",
         f"throughput {s['throughput_tok_s']:.1f} tok/s, {s['req_per_s']:.2f} req/s, "

@@ -22,7 +22,8 @@ from sim.scenario import (
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "max_num_seqs", "max_batched_tokens",
-          "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile", "api_overhead_s", "seed")
+          "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile", "api_overhead_s",
+          "seed", "speedup")
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -61,6 +62,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
                    help="client-side HTTP + tokenisation time added before the engine sees a request "
                    "(0: latencies as the engine's own timestamps count them)")
     g.add_argument("--seed", type=int, default=d.seed)
+    g.add_argument("--speedup", type=float, default=d.speedup, metavar="K",
+                   help="load dial: replay the trace K times faster (arrival times / K; default 1 = as recorded)")
 
 
 def scenario_from_args(args: argparse.Namespace, **overrides: Any) -> Scenario:

@@ -19,6 +19,7 @@ MAX_MODEL_LEN = 1 << 24
 MAX_KV_HEADS = 4096
 MAX_STATIC_BATCH = 65_536
 MAX_GIB = 1_000_000.0  # a KV budget or swap space of a petabyte is a typo
+MIN_SPEEDUP, MAX_SPEEDUP = 0.01, 1000.0  # the load dial (Scenario.speedup): 100x slower to 1000x faster
 MAX_SEED = 2**32 - 1  # numpy seeds are non-negative; 32 bits keep them portable
 
 # Traces.

@@ -12,6 +12,7 @@ from typing import Any
 import plotly.offline
 
 from sim.out import charts
+from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
 
 GIB = float(1 << 30)
 
@@ -30,39 +31,56 @@ def _get(summary: dict[str, Any], key: str, sub: str | None = None) -> Any:
     return value
 
 
+TOKEN_SHARE_LABEL = "KV pool holding token states (avg)"
+
+
 def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
-    """The figures a planner reads first, as short (label, value) pairs; pages and the report share them."""
+    """The figures a planner reads first, as short (label, value) pairs; pages and the report share them.
+    What was not served comes first: latency below is over completed requests only."""
     def num(v: Any, fmt: str) -> str:
         return "n/a" if v is None else format(float(v), fmt)
 
     def pct(v: Any) -> str:
         return "n/a" if v is None else f"{100 * float(v):.1f}%"
 
+    total = summary.get("requests")
+
+    def count_share(key: str) -> str:
+        n = summary.get(key)
+        if n is None:
+            return "n/a"
+        return f"{int(n):,}" + (f" ({100 * int(n) / int(total):.1f}%)" if n and total else "")
+
     return [
-        (f"completed (of {num(summary.get('requests'), ',.0f')})", num(summary.get("completed"), ",.0f")),
+        (f"completed (of {num(total, ',.0f')})", num(summary.get("completed"), ",.0f")),
+        ("rejected", count_share("rejected")),
+        ("unfinished", count_share("unfinished")),
         ("throughput", num(summary.get("throughput_tok_s"), ",.0f") + " tok/s"),
-        ("mean batch size", num(summary.get("mean_batch_size"), ".1f")),
-        ("preemptions", num(summary.get("num_preemptions"), ",.0f")),
         ("TTFT p50", _fmt_s(_get(summary, "ttft_s", "p50"))),
         ("TTFT p99", _fmt_s(_get(summary, "ttft_s", "p99"))),
         ("TPOT p50", _fmt_s(_get(summary, "tpot_s", "p50"))),
         ("TPOT p99", _fmt_s(_get(summary, "tpot_s", "p99"))),
         ("E2E p99", _fmt_s(_get(summary, "e2e_s", "p99"))),
+        ("running requests (avg)", num(summary.get("mean_batch_size"), ".1f")),
+        ("preemptions", num(summary.get("num_preemptions"), ",.0f")),
         ("peak KV usage", pct(_get(summary, "kv_cache_usage_perc", "peak"))),
-        ("KV holding tokens (mean)", _fraction(summary, "token_states")),
+        (TOKEN_SHARE_LABEL, _fraction(summary, "token_states")),
         ("prefix cache hits", pct(summary.get("prefix_cache_hit_rate"))),
     ]
 
 
-def kv_pool_line(summary: dict[str, Any]) -> str | None:
+def kv_pool_line(summary: dict[str, Any], allocator: str = "paged") -> str | None:
     """The KV pool as the run sized it (bytes per token, capacity, blocks): the figures GQA and the KV dtype
-    move. Read from the summary, never recomputed here, so the page shows what the engine used."""
+    move. Read from the summary, never recomputed here, so the page shows what the engine used. A
+    contiguous pool is counted in token slots: it has no blocks."""
     per_token, capacity = summary.get("bytes_per_token"), summary.get("kv_capacity_bytes")
     if not per_token or capacity is None:
         return None  # a snapshot from a backend that does not report them
     line = f"KV pool: {int(per_token):,} bytes per token, {float(capacity) / GIB:,.2f} GiB capacity"
     blocks, block_size = summary.get("num_blocks"), summary.get("block_size")
-    if blocks and block_size:
+    if blocks and block_size and allocator == "contiguous":
+        line += f" ({int(blocks) * int(block_size):,} token slots per replica, reserved contiguously)"
+    elif blocks and block_size:
         line += f" ({int(blocks):,} blocks of {int(block_size)} tokens per replica)"
     return line
 
@@ -89,6 +107,16 @@ def weights_bytes(result: Any) -> float | None:
         return None
 
 
+def _notices(summary: dict[str, Any]) -> str:
+    """Overload and what was not served, above the headline table (the page shows the same)."""
+    unserved = summary.get("rejected") or summary.get("unfinished")
+    lines = [load_verdict(summary), not_served(summary) if unserved else None]
+    fix = rejection_fix(summary)
+    if fix is not None:
+        lines.append(fix.text)
+    return "".join(f'<p class="notice">{html.escape(line)}</p>' for line in lines if line)
+
+
 def _table(rows: list[tuple[str, Any]]) -> str:
     body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
@@ -110,6 +138,7 @@ body {{ font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 1100px
 table {{ border-collapse: collapse; margin: 0.5rem 0 1.5rem; }}
 th, td {{ border-bottom: 1px solid #e5e7eb; padding: 0.25rem 0.75rem; text-align: left; }}
 th {{ font-weight: 600; color: #4b5563; }}
+.notice {{ background: #fef3c7; border-left: 4px solid #f59e0b; padding: 0.4rem 0.75rem; }}
 .cols {{ display: flex; gap: 3rem; flex-wrap: wrap; }}
 </style>
 <script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>
@@ -118,8 +147,9 @@ th {{ font-weight: 600; color: #4b5563; }}
 <p>Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
 <code>{html.escape(result.scenario.digest())}</code>.</p>
 <div class="cols">
-<div><h2>Headline</h2>{_table(headline_metrics(result.summary))}
-<p>{html.escape(kv_pool_line(result.summary) or "")}</p></div>
+<div><h2>Headline</h2>{_notices(result.summary)}{_table(headline_metrics(result.summary))}
+<p>{html.escape(latency_basis(result.summary))}</p>
+<p>{html.escape(kv_pool_line(result.summary, result.scenario.allocator) or "")}</p></div>
 <div><h2>Scenario</h2>{_table(scenario_rows)}</div>
 </div>
 <h2>Charts</h2>

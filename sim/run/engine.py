@@ -42,7 +42,7 @@ from sim.plan.capacity import (
     scenario_memory_budget,
     scenario_spec,
 )
-from sim.run import metrics
+from sim.run import metrics, verdict
 from sim.timing.cost_model import CostModel
 
 GiB = 1 << 30
@@ -83,6 +83,9 @@ class Setup:
     clamped: int
     scenario: Any = None
     extra: dict[str, Any] = field(default_factory=dict)
+    rejected_reasons: dict[str, int] = field(default_factory=dict)  # reason -> count (summary key)
+    longest_prompt: int = 0  # tokens, over the whole trace: what max_model_len must exceed
+    model_context: int = 0  # the model's own context window (max_position_embeddings)
 
 
 def default_max_model_len(scenario: Any, spec: Any) -> int:
@@ -123,8 +126,11 @@ def build(trace: Any, scenario: Any) -> Setup:
         max_len = min(max_len, scenario.max_batched_tokens)
 
     arrival, prompt, output = trace.arrays()
+    if scenario.speedup != 1.0:  # the load dial: arrivals time-scaled, nothing else touched
+        arrival = arrival / scenario.speedup
     table = RequestTable.create(arrival, prompt, output)
-    reject = table.prompt >= max_len
+    over_len = table.prompt >= max_len
+    reject = over_len.copy()
     over = ~reject & (table.prompt + table.output > max_len)
     table.output[over] = max_len - table.prompt[over]
     contiguous = scenario.allocator == "contiguous"
@@ -147,6 +153,7 @@ def build(trace: Any, scenario: Any) -> Setup:
     else:
         reject |= -(-(table.prompt + table.output - 1) // bs) > num_blocks
     table.status[reject] = REJECTED
+    reasons = {"over_max_model_len": int(over_len.sum()), "over_kv_pool": int((reject & ~over_len).sum())}
 
     hashes = None
     if scenario.prefix_caching and getattr(trace, "has_prefix_hashes", False):
@@ -178,7 +185,9 @@ def build(trace: Any, scenario: Any) -> Setup:
         mine = ids[i :: scenario.replicas]
         replicas.append(Replica(i, alloc, sched, mine.tolist(), seen[mine].tolist()))
     return Setup(table, replicas, cost, gpu.host_link_bandwidth, max_len,
-                 num_blocks, bpt, terms, int(reject.sum()), int(over.sum()), scenario)
+                 num_blocks, bpt, terms, int(reject.sum()), int(over.sum()), scenario, rejected_reasons=reasons,
+                 longest_prompt=int(table.prompt.max()) if len(table) else 0,
+                 model_context=int(spec.max_position_embeddings))
 
 
 class Simulation:
@@ -254,20 +263,26 @@ class Simulation:
         s, reps = self.s, self.s.replicas
         requests = metrics.requests_frame(s.table)
         info: dict[str, Any] = dict(
-            rejected=s.rejected, clamped=s.clamped,
+            rejected=s.rejected, rejected_reasons=dict(s.rejected_reasons), clamped=s.clamped,
             unfinished=int(len(requests) - requests["finish_s"].notna().sum() - s.rejected),
             kv_capacity_bytes=sum(rep.alloc.capacity_bytes for rep in reps), num_blocks=s.num_blocks,
             block_size=s.scenario.block_size, bytes_per_token=s.bytes_per_token, replicas=len(reps),
-            routing="round-robin", max_model_len=s.max_model_len, kv_budget_terms=s.budget_terms,
+            routing="round-robin", max_model_len=s.max_model_len, longest_prompt_tokens=s.longest_prompt,
+            model_context_tokens=s.model_context, kv_budget_terms=s.budget_terms,
             num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
         )
+        steps = self.rec.frame()
+        info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED))
+        sc = s.scenario
+        info["binding"] = verdict.binding_of(steps, max_num_seqs=sc.max_num_seqs, max_batched_tokens=sc.max_batched_tokens,
+                                             replicas=len(reps)).binding
         info.update(overrides)
         summary = metrics.summarize(
             requests, self.rec, peak_usage=max(rep.sched.peak_used_blocks for rep in reps) / s.num_blocks,
             num_preemptions=sum(rep.sched.num_preemptions for rep in reps),
             prefix_queries=sum(rep.sched.prefix_queries for rep in reps),
             prefix_hits=sum(rep.sched.prefix_hits for rep in reps), sim_wall_s=wall_s, **info)
-        return metrics.SimResult(requests, self.rec.frame(), summary, s.scenario, trace_digest)
+        return metrics.SimResult(requests, steps, summary, s.scenario, trace_digest)
 
     def _finished(self, n: int) -> None:
         self.n_done += n

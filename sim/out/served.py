@@ -1,0 +1,110 @@
+"""What a run did not serve, and whether it kept up, in plain sentences from its summary dict.
+
+Latency and throughput are computed over completed requests only, so a run that rejects half its
+trace, or whose queue is still growing when arrivals stop, can show fine headline numbers. These
+sentences sit next to those numbers on every page, in the CLI summary and in the HTML report, and
+a Fix names the one scenario change that would serve the rejected requests when there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+REJECT_WARN_SHARE = 0.01  # warn (with a fix) when more than 1% of the trace is rejected
+REASONS = {  # summary key rejected_reasons -> why, in words
+    "over_max_model_len": "the prompt is at least max_model_len",
+    "over_kv_pool": "their K/V cannot fit the empty KV pool",
+}
+BINDING_WORDS = {  # plan's binding(...) names -> words (sim/run/verdict.py)
+    "kv": "KV cache memory",
+    "compute": "GPU compute",
+    "token_budget": "the per-step token budget (max_batched_tokens)",
+    "max_num_seqs": "the sequence limit (max_num_seqs)",
+}
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A suggested change: `text` for people, `changes` (Scenario fields) when one click can apply it."""
+
+    text: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+def _int(summary: Mapping[str, Any], key: str) -> int:
+    try:
+        return int(summary.get(key) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def not_served(summary: Mapping[str, Any]) -> str:
+    """One sentence: completed, rejected (by reason) and unfinished out of the trace."""
+    total, done = _int(summary, "requests"), _int(summary, "completed")
+    rejected, unfinished = _int(summary, "rejected"), _int(summary, "unfinished")
+    if not rejected and not unfinished:
+        return f"All {total:,} requests completed."
+    parts = []
+    if rejected:
+        reasons = summary.get("rejected_reasons") or {}
+        why = [f"{int(n):,} because {REASONS.get(k, k)}" for k, n in reasons.items() if n] if isinstance(reasons, Mapping) else []
+        limit = _int(summary, "max_model_len")
+        if why and limit:
+            why[0] = why[0].replace("max_model_len", f"max_model_len ({limit:,} tokens)")
+        parts.append(f"{rejected:,} rejected ({share(rejected, total)})" + (f": {'; '.join(why)}" if why else ""))
+    if unfinished:
+        parts.append(f"{unfinished:,} unfinished when the run stopped")
+    return f"{done:,} of {total:,} requests completed; " + "; ".join(parts) + "."
+
+
+def share(n: int, total: int) -> str:
+    return f"{100 * n / total:.1f}%" if total else "n/a"
+
+
+def latency_basis(summary: Mapping[str, Any]) -> str:
+    """What the latency percentiles and throughput are computed over."""
+    done, total = _int(summary, "completed"), _int(summary, "requests")
+    if done == total:
+        return f"Latency percentiles and throughput are over all {total:,} requests."
+    return (f"Latency percentiles and throughput are over the {done:,} completed requests only "
+            f"({share(done, total)} of the trace); requests not served are not in them.")
+
+
+def rejection_fix(summary: Mapping[str, Any]) -> Fix | None:
+    """The change that would serve the rejected requests, when more than 1% of the trace is rejected."""
+    total = _int(summary, "requests")
+    reasons = summary.get("rejected_reasons") or {}
+    if not total or not isinstance(reasons, Mapping):
+        return None
+    too_long, too_big = int(reasons.get("over_max_model_len") or 0), int(reasons.get("over_kv_pool") or 0)
+    if too_long > REJECT_WARN_SHARE * total:
+        need = _int(summary, "longest_prompt_tokens") + 1  # vLLM rejects prompt >= max_model_len
+        context = _int(summary, "model_context_tokens")
+        if context and need > context:
+            return Fix(f"Use a model with a longer context: the longest prompt is {need - 1:,} tokens and this "
+                       f"model reads at most {context:,}.")
+        target = min(1 << (need - 1).bit_length(), context) if context else 1 << (need - 1).bit_length()
+        return Fix(f"Raise max_model_len to {target:,} tokens (the longest prompt is {need - 1:,}).",
+                   {"max_model_len": target})
+    if too_big > REJECT_WARN_SHARE * total:
+        return Fix("Give the KV pool more memory (a larger KV budget, higher GPU memory utilisation, more "
+                   "tensor-parallel GPUs or a smaller KV dtype), or lower max_model_len.")
+    return None
+
+
+def load_verdict(summary: Mapping[str, Any]) -> str | None:
+    """A warning sentence when the run could not keep up with its arrivals, else None."""
+    if not summary.get("overloaded"):
+        return None
+    load = summary.get("load") or {}
+    arrive, started = load.get("arrival_rate_rps"), load.get("started_rate_rps")
+    text = "Overloaded: this configuration cannot keep up with the trace; the queue was still growing when arrivals stopped"
+    if isinstance(arrive, (int, float)) and isinstance(started, (int, float)):
+        text += (f" (in the second half of the arrivals {arrive:,.2f} requests/s arrived and {started:,.2f}/s "
+                 f"started; {int(load.get('waiting_at_end') or 0):,} waiting at the last arrival)")
+    binding = summary.get("binding")
+    if binding:
+        text += f". Binding resource: {BINDING_WORDS.get(str(binding), str(binding))}"
+    return text + ". Latencies grow with the trace's length; serve less load (a smaller load x K, --speedup) or add capacity."

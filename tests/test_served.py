@@ -1,0 +1,125 @@
+"""What a run did not serve and whether it kept up: the verdict, the sentences, the load dial."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+from sim.out.report import headline_metrics, html_report
+from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+from sim.run.engine import simulate
+from sim.run.verdict import MIN_QUEUE_GROWTH, OVERLOAD_MARGIN, load, overloaded
+from sim.scenario import Scenario, ScenarioError
+from sim.trace import Trace, load_trace, speedup
+from tests.test_app_simulate import ROOT
+
+CHAT = ROOT / "samples" / "chat_small.csv"
+
+
+# ----- the verdict on hand-made arrays -------------------------------------------------------
+
+def test_keeping_up_is_not_overloaded():
+    arrival = np.arange(200, dtype=float)
+    assert not overloaded(arrival, arrival + 0.5)
+
+
+def test_started_at_half_the_arrival_rate_is_overloaded():
+    arrival = np.arange(200, dtype=float)
+    result = load(arrival, arrival * 2)  # the engine takes requests in at half the rate they come
+    assert result.overloaded and result.arrival_rate_rps == pytest.approx(2 * result.started_rate_rps, rel=0.05)
+    assert result.waiting_at_end == 100  # started by t=199: arrivals 0 to 99
+
+
+@pytest.mark.parametrize("ratio, expected", [(0.85, False), (0.75, True)])
+def test_margin_is_the_share_of_arrivals_left_waiting(ratio, expected):
+    """Started at `ratio` of the arrival rate over the window: overloaded beyond the 20% margin only."""
+    assert OVERLOAD_MARGIN == 0.20
+    arrival = np.linspace(0, 1000, 2001)
+    assert overloaded(arrival, arrival / ratio) is expected
+
+
+def test_short_excess_and_offline_are_not_overloaded():
+    arrival = np.arange(18, dtype=float)  # 9 in the window (8.5, 17]: growth below MIN_QUEUE_GROWTH
+    assert MIN_QUEUE_GROWTH == 10 and not overloaded(arrival, np.full(18, np.nan))
+    offline = load(np.zeros(50), np.arange(50, dtype=float))
+    assert not offline.overloaded and offline.arrival_rate_rps is None
+
+
+def test_rejected_requests_are_not_queued():
+    arrival = np.arange(200, dtype=float)
+    admitted = arrival.copy()
+    admitted[::3] = np.nan  # never started ...
+    assert overloaded(arrival, admitted)
+    assert not overloaded(arrival, admitted, rejected=np.isnan(admitted))  # ... because rejected
+
+
+# ----- on real runs ---------------------------------------------------------------------------
+
+def test_bundled_default_keeps_up_and_a_growing_queue_is_overloaded():
+    trace = load_trace(CHAT)
+    default = simulate(trace, Scenario())
+    assert default.summary["overloaded"] is False and load_verdict(default.summary) is None
+    fast = simulate(trace, Scenario(speedup=20.0))
+    assert fast.summary["overloaded"] is True
+    steps = fast.steps
+    last_arrival = fast.summary["load"]["window_end_s"]
+    queue = steps.loc[steps["t_s"] <= last_arrival, "num_waiting"].to_numpy()
+    assert queue[-1] > queue[len(queue) // 2]  # the queue is still growing as arrivals stop
+    assert "Overloaded" in load_verdict(fast.summary)
+
+
+def test_speedup_scales_arrivals_exactly():
+    trace = load_trace(CHAT)
+    fast = simulate(trace, Scenario(speedup=4.0))
+    assert np.array_equal(fast.requests["arrival_s"].to_numpy(), trace.df["arrival_s"].to_numpy() / 4.0)
+    same = simulate(speedup(trace, 4.0), Scenario())  # the trace transform: identical results
+    for col in ("arrival_s", "admitted_s", "finish_s"):
+        np.testing.assert_array_equal(fast.requests[col], same.requests[col])
+    assert Scenario(speedup=2).digest() == Scenario(speedup=2.0).digest() != Scenario().digest()
+    old = Scenario().to_dict()  # the digest formula from before the dial, over the fields it had
+    del old["extra"], old["speedup"]
+    assert Scenario().digest() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    for bad in (0.0, -1.0, float("nan"), 5000.0):
+        with pytest.raises(ScenarioError, match="speedup"):
+            Scenario(speedup=bad)
+
+
+def long_prompt_trace() -> Trace:
+    prompts = np.array([100, 200, 5000, 150, 9000, 120, 300, 20000, 90, 110])
+    return Trace.build(np.arange(10, dtype=float), prompts, np.full(10, 50), format="generic", source="long.csv")
+
+
+def test_rejections_by_reason_and_their_fix():
+    result = simulate(long_prompt_trace(), Scenario(max_model_len=4096))
+    s = result.summary
+    assert s["rejected"] == 3 and s["rejected_reasons"] == {"over_max_model_len": 3, "over_kv_pool": 0}
+    assert s["longest_prompt_tokens"] == 20000 and s["model_context_tokens"] == 8192
+    assert "3 rejected (30.0%): 3 because the prompt is at least max_model_len (4,096 tokens)" in not_served(s)
+    assert "over the 7 completed requests only" in latency_basis(s)
+    fix = rejection_fix(s)
+    assert fix is not None and fix.changes == {} and "longer context" in fix.text  # 20,000 > llama-3-8b's 8,192
+    rows = dict(headline_metrics(s))
+    assert rows["rejected"] == "3 (30.0%)" and rows["unfinished"] == "0"
+    text = html_report(result)
+    assert "3 rejected (30.0%)" in text and "longer context" in text
+
+    qwen = simulate(long_prompt_trace(), Scenario(model="qwen2.5-7b", max_model_len=4096)).summary
+    fix = rejection_fix(qwen)
+    assert fix is not None and fix.changes == {"max_model_len": 32768} and "Raise max_model_len to 32,768" in fix.text
+
+
+def test_kv_pool_rejections_say_so():
+    s = simulate(long_prompt_trace(), Scenario(max_model_len=32768, model="qwen2.5-7b", kv_budget_gib=0.5)).summary
+    assert s["rejected_reasons"]["over_kv_pool"] >= 1
+    assert "cannot fit the empty KV pool" in not_served(s)
+    assert "KV pool more memory" in rejection_fix(s).text
+
+
+def test_no_fix_below_one_percent():
+    summary = {"requests": 1000, "completed": 995, "rejected": 5, "unfinished": 0,
+               "rejected_reasons": {"over_max_model_len": 5, "over_kv_pool": 0}, "longest_prompt_tokens": 9000,
+               "model_context_tokens": 32768}
+    assert rejection_fix(summary) is None and "5 rejected (0.5%)" in not_served(summary)
