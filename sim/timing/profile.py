@@ -66,12 +66,16 @@ def fit_profile(samples: Iterable[Sequence[float]] | np.ndarray, **meta: Any) ->
     }
 
 
-def nonnegative_lstsq(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """min ||X c - y|| subject to c >= 0 (columns scaled to 1 first: they span 1 .. 1e12).
-
-    Column 0 is the intercept; any other column that never varies is left out (coefficient 0)."""
+def nonnegative_lstsq(X: np.ndarray, y: np.ndarray, relative: bool = True) -> np.ndarray:
+    """min ||(X c - y) / y|| subject to c >= 0: relative errors, since step times span 1 ms to 1 s
+    and a plain least squares would ignore the short steps that pin the intercept (relative=False:
+    absolute errors). Columns are scaled to 1 first (they span 1 .. 1e12). Column 0 is the
+    intercept; any other column that never varies is left out (coefficient 0)."""
     from scipy.optimize import lsq_linear
 
+    if relative:
+        w = 1.0 / np.maximum(y, 1e-12)
+        X, y = X * w[:, None], np.ones_like(y)
     scale = np.maximum(np.abs(X).max(axis=0), 1e-30)
     active = [j for j in range(X.shape[1]) if j == 0 or np.ptp(X[:, j]) > 0]
     coef = np.zeros(X.shape[1])
