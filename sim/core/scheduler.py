@@ -13,7 +13,9 @@ Each step (vLLM v1 order):
    chunked prefill is recomputed) until it fits or the request itself was the victim;
 2. if nothing was preempted: swapped-out requests come back first, then waiting requests in FCFS
    order while `max_num_seqs`, the token budget and the allocator allow. The head blocks the queue
-   (no skipping). Without chunked prefill a prompt is scheduled whole or not at all.
+   (no skipping). Without chunked prefill a prompt is scheduled whole or not at all. With
+   `admit_whole_prompt` (vLLM's scheduler_reserve_full_isl) a request is admitted only when blocks
+   for its whole prompt (+ generated tokens) are free, though only the first chunk is allocated.
 
 Prefix-cache hit tokens (from the allocator) are not computed; the budget is charged for the
 tokens computed only. If a whole prompt is cached, its last token is still computed (a token must
@@ -47,6 +49,10 @@ class SchedulerConfig:
     preemption: str = "recompute"  # or "swap"
     swap_space_bytes: int = 4 << 30
     contiguous: bool = False  # admission needs the whole reservation (table.reserve)
+    # vLLM V1's `scheduler_reserve_full_isl` (default on since 0.2x): a waiting request is admitted
+    # only if blocks for ALL its known tokens (prompt + generated) are free now, even when chunked
+    # prefill gives it a first chunk only. False: the first chunk must fit (older vLLM).
+    admit_whole_prompt: bool = True
 
 
 @dataclass
@@ -332,6 +338,11 @@ class Scheduler:
             return 0
         return n
 
+    def _can_admit(self, r: int, n: int, hashes: Sequence[int] | None) -> bool:
+        """Would the allocator take the head request with a first chunk of n tokens now?"""
+        need = int(self.t.prompt[r] + self.t.generated[r]) if self.cfg.admit_whole_prompt else n
+        return self.alloc.can_allocate(need, int(self.t.reserve[r]), hashes)
+
     def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
         t, alloc = self.t, self.alloc
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
@@ -339,7 +350,7 @@ class Scheduler:
             hashes = self.prefix_hashes(r)
             n = self._admission_chunk(r, budget, hashes)
             reserve = int(t.reserve[r])
-            if n == 0 or not alloc.can_allocate(n, reserve, hashes):
+            if n == 0 or not self._can_admit(r, n, hashes):
                 break
             hit = alloc.allocate(r, n, t.final_tokens(r), reserve, hashes)
             self.waiting.popleft()
@@ -456,7 +467,7 @@ class Scheduler:
         general path. Only valid while no new request arrives."""
         if self.swapped or not self.running:
             return 0
-        t, cfg = self.t, self.cfg
+        cfg = self.cfg
         b = len(self.running)
         if b > cfg.max_batched_tokens:
             return 0
@@ -464,7 +475,7 @@ class Scheduler:
             r = self.waiting[0]
             hashes = self.prefix_hashes(r)
             n = self._admission_chunk(r, cfg.max_batched_tokens - b, hashes)
-            if n and self.alloc.can_allocate(n, int(t.reserve[r]), hashes):
+            if n and self._can_admit(r, n, hashes):
                 return 0  # admission may happen this step: general path
         batch = self.decode_batch()
         if batch is None:
