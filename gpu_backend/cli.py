@@ -1,6 +1,7 @@
 """`python -m gpu_backend run|profile|experiment|status`: the simulator's scenario flags, run on a real model.
 
 `experiment NAME` runs one of gpu_backend.experiments.EXPERIMENTS (the GPU page's list) and prints its rows.
+`conform` and `run --engine vllm` live in gpu_backend/vllm_engine/cli.py (a real vLLM V1 engine).
 `run` takes exactly `python -m sim run`'s trace and scenario flags (sim/cli/scenario_args.py) plus
 --device, --dtype, --weights, --offline, --attention, --max-steps, and prints the same summary
 (text or --json) and writes the same frames with --out (plus step_log: measured per-step rows).
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpu_backend.vllm_engine.cli import add_conform_parser, add_engine_args, cmd_run_vllm
 from sim.cli.common import CliError, file_error_line, print_json, user_errors
 from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_from_args, trace_from_args
 from sim.guard import limits
@@ -49,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-steps", type=bounded_int(1, limits.MAX_GPU_STEPS), help="stop after this many engine steps")
     r.add_argument("--out", metavar="DIR", help="write requests/steps/step_log frames, scenario.json, summary.json")
     r.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_engine_args(r)
     r.set_defaults(_run=cmd_run)
     p = sub.add_parser("profile", help="time prefill/decode shapes and write a calibration profile")
     p.add_argument("--model", required=True, help="catalog name, config.json or directory")
@@ -66,15 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     _device_args(e)
     e.add_argument("--json", action="store_true", help="print the rows as JSON")
     e.set_defaults(_run=cmd_experiment)
+    add_conform_parser(sub)
     s = sub.add_parser("status", help="is a GPU present (NVML, torch.cuda)?")
     s.set_defaults(_run=cmd_status)
     return parser
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.engine == "vllm":
+        return cmd_run_vllm(args)
     from gpu_backend.executor import RunConfig, run
     from sim.cli.run import format_summary, write_outputs
-
     scenario = scenario_from_args(args)
     trace = trace_from_args(args)
     device, dtype = _device_and_dtype(args)
@@ -139,8 +144,9 @@ def errors() -> tuple[type[BaseException], ...]:
     from gpu_backend.executor import ExecutorError
     from gpu_backend.model_loader import ModelLoadError
     from gpu_backend.quant import UnsupportedKVDtype
+    from gpu_backend.vllm_engine.client import VllmError
 
-    return (*user_errors(), ExecutorError, ModelLoadError, UnsupportedKVDtype)
+    return (*user_errors(), ExecutorError, ModelLoadError, UnsupportedKVDtype, VllmError)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,3 +27,20 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"shared traces not found at {SHARED_TRACES}")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def vllm_env() -> Path:
+    """vLLM's own environment (.venv-vllm, built by `make vllm-env` / `make test`). Tests that run
+    real vLLM skip without it, except under KVSIM_REQUIRE_VLLM=1 (`make test` sets it: there they
+    must run)."""
+    import os
+
+    from gpu_backend.vllm_engine.client import VllmError, vllm_python
+
+    try:
+        return vllm_python()
+    except VllmError as exc:
+        if os.environ.get("KVSIM_REQUIRE_VLLM") == "1":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))

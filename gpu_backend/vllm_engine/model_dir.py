@@ -1,0 +1,31 @@
+"""A directory holding a config.json for vLLM (`load_format="dummy"`: random weights, no download).
+
+vLLM loads a model from a directory. kvsim's --model is a catalog name, an HF id, a config.json or a
+directory: the last is used as is, the others are written to a temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from models.spec import ModelSpec, load_spec
+
+_DIRS: dict[str, tempfile.TemporaryDirectory] = {}  # kept alive for the process
+
+
+def model_dir(model: str) -> tuple[Path, ModelSpec]:
+    """(directory with config.json, its ModelSpec) for a kvsim model reference."""
+    spec = load_spec(model)
+    path = Path(model)
+    if path.is_dir() and (path / "config.json").is_file():
+        return path, spec
+    if model not in _DIRS:
+        tmp = tempfile.TemporaryDirectory(prefix="kvsim-vllm-model-")
+        config = dict(spec.config)
+        config.setdefault("bos_token_id", 1)  # vLLM needs these as numbers even without a tokenizer
+        config.setdefault("eos_token_id", 2)
+        (Path(tmp.name) / "config.json").write_text(json.dumps(config))
+        _DIRS[model] = tmp
+    return Path(_DIRS[model].name), spec
