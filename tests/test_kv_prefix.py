@@ -144,3 +144,24 @@ def test_fork_of_cached_request_frees_cleanly():
     a.free(1)
     assert a.num_free_blocks == 32
     a.check_invariants()
+
+
+def test_a_block_computed_twice_is_cached_twice_like_vllm_v1():
+    """Request 0 starts a block, request 1 (same tokens) fills and caches it first; when request 0
+    fills its own copy, vLLM V1 caches that copy too (BlockHashToBlockMap holds both). After the
+    first copy is evicted the second still serves the prefix."""
+    a = make(num_blocks=6)
+    a.allocate(0, 1, 8, 0, prefix_hashes=[1, 2])  # block 0 not full yet: no key
+    assert a.allocate(1, 8, 8, 0, prefix_hashes=[1, 2]) == 0  # its blocks 0 and 1 get keys
+    a.append(0, 7)  # request 0's own blocks fill: keys 1 and 2 again (duplicates)
+    first1, first0 = a.block_table(1), a.block_table(0)
+    a.free(1)
+    a.free(0)
+    assert a.cache.parked_blocks() == [first1[1], first1[0], first0[1], first0[0]]  # all four cached, LRU order
+    a.check_invariants()
+    a.allocate(2, 8, 8, 0)  # 2 fresh blocks, no hashes: the 2 clean blocks go first
+    assert a.cache.num_parked == 4
+    a.allocate(3, 8, 8, 0)  # now request 1's copies (least recently freed) are evicted
+    assert a.cache.parked_blocks() == [first0[1], first0[0]]
+    assert a.prefix_hit_tokens(9, [1, 2]) == 2 * BS  # request 0's copies serve the prefix
+    a.check_invariants()

@@ -430,9 +430,13 @@ class PagedAllocator(KVAllocator):
         return np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
 
     def _match(self, num_tokens: int, prefix_hashes) -> tuple[list[int], list[int]]:
-        if not self.prefix_caching or num_tokens <= 1:
+        """(hit blocks, the request's block keys). A first chunk of one token hits nothing but the
+        request still gets its keys, so the blocks it fills later are cached."""
+        if not self.prefix_caching:
             return [], []
         keys = self.cache.chain_keys(prefix_hashes)
+        if num_tokens <= 1:
+            return [], keys
         return self.cache.match(keys, (num_tokens - 1) // self.block_size), keys
 
     def _take(self, count: int) -> list[int]:

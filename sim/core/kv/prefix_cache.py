@@ -14,7 +14,12 @@ past the prompt's end but inside that hash block may get a key, but it can never
 a request with the same hash ids has the same prompt, and hits are capped below its prompt end.)
 
 Freed blocks that carry a key stay cached (refcount 0) in an LRU; they count as free and are
-evicted, least recently freed first, only when clean free blocks run out.
+evicted, least recently freed first, only when clean free blocks run out (vLLM V1's free queue:
+blocks without a hash go to its front, hashed ones to its back).
+
+Two blocks may hold the same key (a request computed a block while another was computing the same
+one): both are cached, as in vLLM V1's BlockHashToBlockMap, and a lookup returns the one cached
+first; when it is evicted the other serves the key.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ class PrefixCache:
     def __init__(self, block_size: int, prefix_block_size: int | None = None) -> None:
         self.block_size = block_size
         self.prefix_block_size = prefix_block_size or block_size
-        self._key_to_block: dict[int, int] = {}
+        self._key_to_block: dict[int, int] = {}  # the block a lookup returns (cached first)
+        self._dups: dict[int, list[int]] = {}  # further blocks with the same key, in caching order
         self._block_to_key: dict[int, int] = {}
         self._lru: OrderedDict[int, None] = OrderedDict()  # cached free blocks, LRU first
         self._memo_hashes: Sequence[int] | None = None
@@ -76,13 +82,29 @@ class PrefixCache:
         return hits
 
     def register(self, key: int, block: int) -> bool:
-        """Make a just-filled block findable by `key`. The first block with a key keeps it: a
-        duplicate computed concurrently stays uncached (vLLM does the same)."""
-        if key in self._key_to_block or block in self._block_to_key:
+        """Make a just-filled block findable by `key` (a block holds one key for life). A second
+        block with a key already cached is cached too, behind the first."""
+        if block in self._block_to_key:
             return False
-        self._key_to_block[key] = block
+        first = self._key_to_block.setdefault(key, block)
+        if first != block:
+            self._dups.setdefault(key, []).append(block)
         self._block_to_key[block] = key
         return True
+
+    def _forget(self, block: int) -> None:
+        """Drop `block`'s key; a duplicate (if any) takes over the key."""
+        key = self._block_to_key.pop(block)
+        dups = self._dups.get(key)
+        if self._key_to_block[key] == block:
+            if dups:
+                self._key_to_block[key] = dups.pop(0)
+            else:
+                del self._key_to_block[key]
+        else:
+            dups.remove(block)  # type: ignore[union-attr]  (a non-first block is a duplicate)
+        if dups is not None and not dups:
+            del self._dups[key]
 
     def is_cached(self, block: int) -> bool:
         return block in self._block_to_key
@@ -104,7 +126,7 @@ class PrefixCache:
         out: list[int] = []
         for _ in range(count):
             block, _ = self._lru.popitem(last=False)
-            del self._key_to_block[self._block_to_key.pop(block)]
+            self._forget(block)
             out.append(block)
         self.evictions += count
         return out
