@@ -63,8 +63,9 @@ def simulator_steps(trace, sc: Scenario) -> list[tuple]:
 
 CASES = {
     "paged": {"kv_budget_gib": 64 * 4 * BPT / 2**30},
-    "paged-tight-recompute": {"kv_budget_gib": 25 * 4 * BPT / 2**30},
-    "paged-tight-swap": {"kv_budget_gib": 25 * 4 * BPT / 2**30, "preemption": "swap"},
+    # 16 blocks: under vLLM V1 admission (whole prompt must fit) 25 blocks no longer preempt; 16 do (3 preemptions, swap-outs)
+    "paged-tight-recompute": {"kv_budget_gib": 16 * 4 * BPT / 2**30},
+    "paged-tight-swap": {"kv_budget_gib": 16 * 4 * BPT / 2**30, "preemption": "swap"},
     "contiguous-max": {"allocator": "contiguous", "reserve": "max", "max_model_len": 128},
     "contiguous-oracle-chunked": {"allocator": "contiguous", "reserve": "oracle", "max_batched_tokens": 16},
 }
