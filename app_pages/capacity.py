@@ -1,4 +1,4 @@
-"""Capacity planner page: how many concurrent requests fit, and how many GPUs N users need."""
+"""Capacity planner page: how many concurrent sequences fit, and how many GPUs N users need."""
 
 import streamlit as st
 
@@ -6,7 +6,8 @@ from models.gpus import list_gpus
 from models.spec import SpecError, list_catalog
 from sim.out import charts
 from sim.scenario import WEIGHT_DTYPES
-from ui.capacity_view import budget_parts, planner_tables
+from ui.capacity_view import answer, budget_parts, planner_tables
+from ui.glossary import show_glossary
 
 BIND = "query-params"
 KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
@@ -37,11 +38,18 @@ for err in errors:
 if table.empty:
     st.stop()
 
-st.subheader("Max concurrent requests")
-st.dataframe(table, hide_index=True, key="cap-table")
-st.plotly_chart(charts.concurrency_curves(curves), key="cap-curves")
+sentence = answer(need, int(users), int(context))
+if sentence:
+    st.markdown(f"### {sentence}")
+st.caption("A sequence is one request's context in the KV cache; a user holds one sequence at a time, so "
+           "N users need N concurrent sequences at their context.")
+show_glossary(kv_parts=False, terms=True)
+
 st.subheader(f"GPUs for {int(users):,} users at {int(context):,} tokens")
 st.dataframe(need, hide_index=True, key="cap-need")
+st.subheader("Concurrent sequences that fit, by context length")
+st.dataframe(table, hide_index=True, key="cap-table")
+st.plotly_chart(charts.concurrency_curves(curves, int(context)), key="cap-curves")
 
 st.subheader("Memory budget of one GPU")
 first = table.iloc[0]

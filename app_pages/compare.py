@@ -6,8 +6,10 @@ import streamlit as st
 from models.spec import SpecError
 from sim.out import charts
 from sim.out.compare_words import comparison_rows, describe_differences
+from sim.out.served import load_verdict, not_served
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
+from ui.glossary import show_glossary
 from ui.presets import PRESETS, preset_variants
 from ui.runner import run_scenario
 from ui.scenario_form import scenario_sidebar
@@ -41,6 +43,11 @@ if len(snaps) < 2:
     st.stop()
 
 summaries = {k: s.summary for k, s in snaps.items()}
+for label, summary in summaries.items():
+    if summary.get("overloaded"):
+        st.warning(f"{label}: {load_verdict(summary)}", icon=":material/warning:")
+    if summary.get("rejected") or summary.get("unfinished"):
+        st.warning(f"{label}: {not_served(summary)}", icon=":material/block:")
 st.subheader("In words")
 for sentence in describe_differences(summaries):
     st.markdown(f"- {sentence}")
@@ -50,11 +57,15 @@ st.dataframe(pd.DataFrame(comparison_rows(summaries)), hide_index=True, key="cmp
              column_config={"completed": st.column_config.NumberColumn(format="%d"),
                             "preemptions": st.column_config.NumberColumn(format="%d"),
                             "throughput tok/s": st.column_config.NumberColumn(format="%.1f"),
-                            "mean batch": st.column_config.NumberColumn(format="%.2f")})
+                            "rejected": st.column_config.NumberColumn(format="%d"),
+                            "TPOT p99 ms": st.column_config.NumberColumn(format="%.1f"),
+                            "running (avg)": st.column_config.NumberColumn(format="%.2f")})
+st.caption("Latency and throughput are over each run's completed requests.")
 
 steps = {k: s.steps for k, s in snaps.items()}
 requests = {k: s.requests for k, s in snaps.items()}
 st.plotly_chart(charts.breakdown_bars(summaries), key="cmp-breakdown")
+show_glossary()
 st.plotly_chart(charts.overlay_timeline(steps, "kv_cache_usage_perc", "KV cache usage", "%", 100.0), key="cmp-usage")
 st.plotly_chart(charts.overlay_timeline(steps, "num_running", "Running requests", "requests"), key="cmp-running")
 st.plotly_chart(charts.overlay_timeline(steps, "num_waiting", "Queue length", "requests"), key="cmp-queue")

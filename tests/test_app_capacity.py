@@ -6,6 +6,8 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from ui.capacity_view import PER_TOKEN
+
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "capacity.py")
 
 
@@ -19,12 +21,16 @@ def test_seed_table_qwen25_7b_on_h100():
     """seed_facts.md: 504 / 126 / 31 / 7 concurrent requests at 2K / 8K / 32K / 128K, 56 KiB per token."""
     at = page()
     assert not at.exception and not at.error
-    row = at.dataframe[0].value.iloc[0]
-    assert row["KV B/token/GPU"] == 57_344
-    assert [row[f"max @ {c // 1024}K"] for c in (2048, 8192, 32768, 131072)] == [504, 126, 31, 7]
-    assert 54.5 < row["KV budget (GiB)"] < 55.5
-    need = at.dataframe[1].value.iloc[0]
-    assert need["GPUs"] == 1 and need["per replica"] == 126  # 100 users at 8,192 tokens fit on one H100
+    row = at.dataframe[1].value.iloc[0]
+    assert row[PER_TOKEN] == 57_344
+    assert [row[f"sequences at {c // 1024}K"] for c in (2048, 8192, 32768, 131072)] == [504, 126, 31, 7]
+    assert 54.5 < row["KV cache per GPU (GiB)"] < 55.5
+    need = at.dataframe[0].value.iloc[0]
+    assert need["GPUs"] == 1 and need["sequences per replica"] == 126  # 100 users at 8,192 tokens fit on one H100
+    # the answer comes first, in one sentence (the issue's example)
+    assert at.markdown[0].value == ("### qwen2.5-7b on one h100-sxm at 8,192-token context (bf16 KV): "
+                                    "126 concurrent sequences; 1 GPU for 100 users.")
+    assert "KV B/token/GPU" not in row
     assert len(at.get("plotly_chart")) == 2  # curves + budget pie
 
 
@@ -32,13 +38,13 @@ def test_models_gpus_dtypes_from_widgets():
     at = page()
     at.multiselect(key="cap_models").set_value(["llama-2-7b", "llama-3-8b"])
     at.multiselect(key="cap_kv").set_value(["bf16", "int4"]).run()
-    table = at.dataframe[0].value
+    table = at.dataframe[1].value
     assert len(table) == 4
-    per_token = dict(zip(zip(table["model"], table["kv dtype"], strict=True), table["KV B/token/GPU"], strict=True))
+    per_token = dict(zip(zip(table["model"], table["kv dtype"], strict=True), table[PER_TOKEN], strict=True))
     assert per_token[("llama-2-7b", "bf16")] == 524_288 and per_token[("llama-3-8b", "bf16")] == 131_072
     assert per_token[("llama-3-8b", "int4")] == 2 * 32 * 8 * (64 + 4)  # 0.5 B/elem + 4 B scale per head per token
     at.number_input(key="cap_users").set_value(5000).run()
-    assert (at.dataframe[1].value["GPUs"] > 1).all()
+    assert (at.dataframe[0].value["GPUs"] > 1).all()
 
 
 def test_tp_that_does_not_divide_heads_is_a_message():

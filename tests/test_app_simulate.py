@@ -113,7 +113,9 @@ def test_compare_presets_table_and_words():
     table = at.dataframe[0].value
     assert list(table["scenario"]) == ["contiguous max", "contiguous pow2", "contiguous oracle", "paged"]
     words = [m.value for m in at.markdown if m.value.startswith("- ")]
-    assert any(w.startswith("- paged holds") and "contiguous max" in w for w in words), words
+    assert any(w.startswith("- paged runs") and "contiguous max" in w for w in words), words
+    overloaded = [w.value for w in at.warning if "cannot keep up" in w.value]  # 2 GiB: some runs fall behind
+    assert len(overloaded) == sum(table["keeps up"] != "yes")
     at.selectbox(key="preset").set_value("KV dtype: fp16 vs fp8 vs int8 vs int4").run()
     assert list(at.dataframe[0].value["scenario"]) == ["fp16", "fp8", "int8", "int4"]
     at.multiselect(key="variants-2").set_value(["fp16"]).run()
@@ -138,6 +140,6 @@ def test_rejected_requests_warn_with_a_one_click_fix():
 def test_load_dial_overloads_and_the_page_says_so():
     at = page(SIMULATE, load="20", trace_first="0")
     assert scenario_digest(at) == Scenario(speedup=20.0).digest()
-    assert at.error and at.error[0].value.startswith("Overloaded: this configuration cannot keep up")
+    assert at.warning and at.warning[0].value.startswith("Overloaded: this configuration cannot keep up")
     calm = page(SIMULATE, trace_first="0")
     assert not calm.error and not calm.warning

@@ -114,22 +114,63 @@ def test_compare_words_ratios_come_from_summaries():
     a, b = make_result(token_gib=2.0).summary, make_result(token_gib=6.0).summary
     b = dict(b, mean_batch_size=9.2, throughput_tok_s=2469.0)
     words = describe_differences({"contiguous": a, "paged": b})
-    assert words[0] == "paged holds 2.3x more concurrent requests than contiguous at about the same p99 TTFT (800 ms vs 800 ms)."
-    assert "2.00x the token throughput" in words[1]
+    assert words[0] == ("paged runs 2.3x more requests at once than contiguous on average, at about the same "
+                        "p99 TTFT (800 ms vs 800 ms).")
+    assert "2.0x more output tokens per second than" in words[1]
     assert "paged uses 60% of its KV pool for token states, contiguous 20%." in words
     assert token_state_share(a) == pytest.approx(0.2)
     assert describe_differences({"a": a, "b": dict(b, completed=3)})[0] == "b completes 3 of 8 requests, a 7."
     slow = dict(b, ttft_s={"p99": 2.4}, mean_batch_size=2.0)
-    assert "2.0x fewer concurrent requests" in describe_differences({"a": a, "b": slow})[0]
-    assert "(3.0x)" in describe_differences({"a": a, "b": slow})[0]
+    assert "2.0x fewer requests at once" in describe_differences({"a": a, "b": slow})[0]
+    assert "(3.0x higher)" in describe_differences({"a": a, "b": slow})[0]
     assert describe_differences({"only": a}) == []
     # when memory does not bind, the peak share of the pool is the difference that shows
     lean = dict(a, kv_cache_usage_perc={"mean": 0.1, "peak": 0.25})
     fat = dict(a, kv_cache_usage_perc={"mean": 0.5, "peak": 0.97})
     assert describe_differences({"contiguous max": fat, "paged": lean}) == [
-        "paged holds about as many concurrent requests as contiguous max at about the same p99 TTFT (800 ms vs 800 ms).",
+        "paged runs about as many requests at once as contiguous max on average, at about the same p99 TTFT "
+        "(800 ms vs 800 ms).",
         "paged peaks at 25% of its KV pool in use, contiguous max at 97%."]
     rows = comparison_rows({"contiguous max": fat, "paged": lean})
     assert [r["peak KV usage %"] for r in rows] == [97.0, 25.0] and rows[1]["scenario"] == "paged"
     assert rows[0]["token states %"] == pytest.approx(100 * token_state_share(fat), abs=0.05)
     assert not any("peaks at" in w for w in describe_differences({"a": fat, "b": dict(fat)}))
+
+
+def test_compare_words_read_right_both_ways_and_put_unserved_first():
+    """The issue's case: p99 TTFT 6.76 s vs 3,376.73 s was said as "(0.0x)"; equal completed counts
+    beside "holds 2.3x more concurrent requests" read as more capacity."""
+    a = make_result().summary
+    fast = dict(a, ttft_s={"p99": 6.76}, mean_batch_size=4.0)
+    slow = dict(a, ttft_s={"p99": 3376.73}, mean_batch_size=9.2, overloaded=True, rejected=40)
+    words = describe_differences({"fast": fast, "slow": slow})
+    assert words[0] == "slow rejects 40 requests, fast 0 (latency counts completed requests only)."
+    assert words[1].startswith("slow cannot keep up with the arrivals") and words[1].endswith("fast keeps up.")
+    assert "(500x higher)" in words[2] and "0.0x" not in " ".join(words)
+    assert "each stays longer, not more capacity" in words[2]  # same throughput: Little's law, not capacity
+    back = describe_differences({"slow": slow, "fast": fast})
+    assert "(500x lower)" in " ".join(back) and "0.0x" not in " ".join(back)
+    rows = comparison_rows({"fast": fast, "slow": slow})
+    assert [r["keeps up"] for r in rows] == ["yes", "no (overloaded)"] and rows[1]["rejected"] == 40
+
+
+def test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks():
+    """Issue 17's chart complaints, one assertion each."""
+    r = make_result()
+    steps = r.steps.assign(num_waiting=np.linspace(0, 1000, 10))  # a 1,000-request queue ...
+    q = charts.queue_and_batch(steps)
+    by_name = {t.name: t for t in q.data}
+    assert by_name["waiting (queue)"].yaxis != by_name["running"].yaxis  # ... on its own axis: running stays legible
+    assert by_name["running"].line.dash == "solid" and by_name["batch size (latest step)"].line.dash == "dot"
+    cdf = charts.latency_cdfs(r.requests)
+    assert cdf.layout.xaxis2.title.text == "ms" and max(cdf.data[1].x) == pytest.approx(20.0)  # TPOT 0.02 s
+    fast, slow = r.requests, r.requests.assign(ttft_s=r.requests["ttft_s"] * 5000)
+    over = charts.overlay_cdf({"fast": fast, "slow": slow}, "ttft_s")
+    assert over.layout.xaxis.type == "log"  # 0.1 s .. 4,000 s: a linear axis would hide "fast"
+    assert charts.overlay_cdf({"a": fast, "b": fast}, "ttft_s").layout.xaxis.type != "log"
+    lines = charts.overlay_timeline({"A": r.steps, "B": r.steps}, "num_running", "running", "requests")
+    assert lines.data[0].line.dash != lines.data[1].line.dash  # identical lines stay told apart
+    curves = pd.DataFrame({"label": ["x", "x"], "context_tokens": [512, 131072], "max_concurrency": [2000, 7]})
+    cap = charts.concurrency_curves(curves, context_tokens=8192)
+    assert cap.layout.xaxis.dtick == 1 and cap.layout.xaxis.tickformat == "~s"  # 1, 10, 100, 1k
+    assert cap.layout.shapes[0].x0 == 8192 and "8,192" in cap.layout.annotations[0].text

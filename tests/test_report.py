@@ -18,7 +18,7 @@ def test_report_inlines_plotly_once_and_has_all_charts(tmp_path):
     assert text.count(js[:200]) == 1  # the library once, not once per chart
     assert "<script src=" not in text  # nothing fetched: opens offline
     assert len(re.findall(r'<div id="chart-\d" class="plotly-graph-div"', text)) == 5
-    for title in ("GPU memory over time", "Queue length", "Latency CDFs", "Preemptions"):
+    for title in ("GPU memory over time", "Queue and running", "Latency CDFs", "Preemptions"):
         assert title in text
     assert "1,234 tok/s" in text or "1,235 tok/s" in text
     path = write_html_report(result, tmp_path / "r.html")

@@ -12,6 +12,24 @@ from sim.plan.capacity import GiB, capacity_table, gpus_required, memory_budget
 
 SEED_CONTEXTS = (2048, 8192, 32768, 131072)
 CURVE_CONTEXTS = tuple(2**k for k in range(9, 18))  # 512 .. 131072
+PER_TOKEN = "KV bytes per token (one GPU)"
+
+
+def answer(need: pd.DataFrame, users: int, context: int) -> str:
+    """The page's answer in one sentence, from the first GPUs-required row: sequences that fit at the
+    user's context and the GPUs for that many users (the rows come from sim.plan.capacity)."""
+    if need.empty:
+        return ""
+    row = need.iloc[0]
+    tp = int(row["tp"])
+    where = f"one {row['gpu']}" if tp == 1 else f"{tp} x {row['gpu']} (tensor parallel {tp})"
+    per = int(row["sequences per replica"])
+    head = f"{row['model']} on {where} at {context:,}-token context ({row['kv dtype']} KV): "
+    if per < 1:
+        return head + "not even one sequence fits; pick a larger GPU, more tensor parallelism or a shorter context."
+    gpus = int(row["GPUs"])
+    return (head + f"{per:,} concurrent sequence{'s' if per != 1 else ''}; {gpus:,} GPU{'s' if gpus != 1 else ''} "
+            f"for {users:,} user{'s' if users != 1 else ''}.")
 
 
 def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterable[str], *, tp: int, gpu_mem_util: float,
@@ -36,11 +54,12 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
                         curves.append({"label": label, "context_tokens": r["context"], "max_concurrency": r["max_concurrent"]})
                 seed = {r["context"]: r["max_concurrent"] for r in rows if r["context"] in SEED_CONTEXTS}
                 per_tok = rows[0]["kv_per_seq_bytes"] // rows[0]["context"]
-                table.append({"model": m, "gpu": g, "kv dtype": d, "KV B/token/GPU": per_tok,
-                              "KV budget (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
-                              **{f"max @ {c // 1024}K": seed[c] for c in SEED_CONTEXTS}})
-                need.append({"model": m, "gpu": g, "kv dtype": d, "users": users, "context": context, "tp": plan.tp,
-                             "replicas": plan.replicas, "GPUs": plan.gpus, "per replica": plan.per_replica})
+                table.append({"model": m, "gpu": g, "kv dtype": d, PER_TOKEN: per_tok,
+                              "KV cache per GPU (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
+                              **{f"sequences at {c // 1024}K": seed[c] for c in SEED_CONTEXTS}})
+                need.append({"model": m, "gpu": g, "kv dtype": d, "users": users, "context (tokens)": context,
+                             "tp": plan.tp, "replicas": plan.replicas, "GPUs": plan.gpus,
+                             "sequences per replica": plan.per_replica})
     return pd.DataFrame(curves), pd.DataFrame(table), pd.DataFrame(need), errors
 
 

@@ -16,6 +16,7 @@ from sim.out import charts
 from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
 from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
 from sim.out.snapshot import Snapshot, SnapshotError, SnapshotStore, snapshot_link
+from ui.glossary import show_glossary
 
 
 def show_verdicts(snap: Snapshot, apply_fix: Callable[[dict[str, Any]], None] | None = None, key: str = "res") -> None:
@@ -24,7 +25,7 @@ def show_verdicts(snap: Snapshot, apply_fix: Callable[[dict[str, Any]], None] | 
     summary = snap.summary
     verdict = load_verdict(summary)
     if verdict:
-        st.error(verdict, icon=":material/warning:")
+        st.warning(verdict, icon=":material/warning:")
     line, fix = not_served(summary), rejection_fix(summary)
     if fix is not None:
         st.warning(f"{line} {fix.text}", icon=":material/block:")
@@ -59,6 +60,7 @@ def step_time_line(summary: dict) -> str:
 
 def show_charts(snap: Snapshot, key: str = "res") -> None:
     st.plotly_chart(charts.memory_timeline(snap.steps, weights_bytes(snap)), key=f"{key}-mem")
+    show_glossary()
     left, right = st.columns(2)
     left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")
     right.plotly_chart(charts.kv_usage(snap.steps), key=f"{key}-usage")

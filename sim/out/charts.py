@@ -27,7 +27,21 @@ BREAKDOWN = (
 )
 WEIGHTS_COLOUR = "#4b5563"
 LATENCIES = (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("e2e_s", "end-to-end"))
+LATENCY_UNITS = {"tpot_s": ("ms", 1000.0)}  # TPOT in ms like the headline figures; the others in seconds
 PALETTE = ("#2563eb", "#ef4444", "#10b981", "#f59e0b", "#a855f7", "#0891b2")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")  # overlaid lines stay told apart
+DECADES = 100.0  # an axis whose positive values span more than this ratio goes logarithmic
+
+
+def spans_decades(values: Any) -> bool:
+    """True when the positive values span more than DECADES (max / min): a linear axis would hide the small ones."""
+    v = pd.to_numeric(pd.Series(np.asarray(values, dtype=float).ravel()), errors="coerce").to_numpy()
+    v = v[np.isfinite(v) & (v > 0)]
+    return bool(v.size) and float(v.max()) / float(v.min()) > DECADES
+
+
+def _latency_unit(column: str) -> tuple[str, float]:
+    return LATENCY_UNITS.get(column, ("seconds", 1.0))
 
 
 def _layout(fig: go.Figure, title: str, y_title: str = "", x_title: str = "time (s)", height: int = 400) -> go.Figure:
@@ -60,14 +74,24 @@ def memory_timeline(steps: pd.DataFrame, weights_bytes: float | None = None) -> 
 
 
 def queue_and_batch(steps: pd.DataFrame) -> go.Figure:
-    """Waiting requests and the running batch: the queue grows when KV memory runs out."""
-    fig = go.Figure()
-    for col, label, colour in (("num_waiting", "waiting (queue)", "#ef4444"),
-                               ("num_running", "running", "#2563eb"),
-                               ("batch_size", "batch size (mean per step)", "#10b981")):
+    """Waiting requests above, running ones below, each on its own axis: a queue of a thousand must not
+    flatten a batch of twenty. Running is a solid line; the batch of the latest step is dotted on top
+    (it equals running between steps, so a solid line would hide running)."""
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=["waiting (queue)", "running"])
+    panels = (("num_waiting", "waiting (queue)", "#ef4444", 1, "solid", 2),
+              ("num_running", "running", "#2563eb", 2, "solid", 3),
+              ("batch_size", "batch size (latest step)", "#10b981", 2, "dot", 2))
+    for col, label, colour, row, dash, width in panels:
         if col in steps:
-            fig.add_trace(go.Scatter(x=steps["t_s"], y=steps[col], name=label, mode="lines", line=dict(color=colour)))
-    return _layout(fig, "Queue length and batch size", "requests")
+            fig.add_trace(go.Scatter(x=steps["t_s"], y=steps[col], name=label, mode="lines",
+                                     line=dict(color=colour, dash=dash, width=width)), row=row, col=1)
+    fig = _layout(fig, "Queue and running requests", height=460)
+    fig.update_xaxes(title_text="", row=1, col=1)
+    fig.update_yaxes(title_text="requests", row=1, col=1)
+    fig.update_yaxes(title_text="requests", row=2, col=1)
+    fig.update_layout(legend=dict(y=-0.15))
+    return fig
 
 
 def kv_usage(steps: pd.DataFrame) -> go.Figure:
@@ -93,15 +117,20 @@ def _ecdf(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 
 def latency_cdfs(requests: pd.DataFrame) -> go.Figure:
-    """TTFT, TPOT and end-to-end latency CDFs side by side (seconds; unfinished requests left out)."""
+    """TTFT, TPOT and end-to-end latency CDFs side by side over completed requests (TPOT in ms, the others
+    in seconds; an axis whose values span decades is logarithmic)."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in LATENCIES])
     for i, (col, label) in enumerate(LATENCIES, start=1):
+        unit, scale = _latency_unit(col)
         if col in requests:
             x, y = _ecdf(requests[col])
+            x = x * scale
             fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", line=dict(color=PALETTE[i - 1])), row=1, col=i)
-        fig.update_xaxes(title_text="seconds", row=1, col=i)
+            if spans_decades(x):
+                fig.update_xaxes(type="log", row=1, col=i)
+        fig.update_xaxes(title_text=unit + (" (log)" if col in requests and spans_decades(x) else ""), row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
-    fig.update_layout(title="Latency CDFs", height=340, template="plotly_white", showlegend=False,
+    fig.update_layout(title="Latency CDFs (completed requests)", height=340, template="plotly_white", showlegend=False,
                       margin=dict(l=60, r=20, t=70, b=50))
     return fig
 
@@ -110,23 +139,34 @@ def latency_cdfs(requests: pd.DataFrame) -> go.Figure:
 
 def overlay_timeline(named_steps: Mapping[str, pd.DataFrame], column: str, title: str, y_title: str,
                      scale: float = 1.0) -> go.Figure:
-    """One line per scenario for one steps column (e.g. kv_cache_usage_perc, num_waiting)."""
+    """One line per scenario for one steps column (e.g. kv_cache_usage_perc, num_waiting); each scenario
+    has its own colour and dash, so lines lying on top of one another stay visible."""
     fig = go.Figure()
     for i, (name, steps) in enumerate(named_steps.items()):
         if column in steps:
             fig.add_trace(go.Scatter(x=steps["t_s"], y=steps[column] * scale, name=name, mode="lines",
-                                     line=dict(color=PALETTE[i % len(PALETTE)])))
+                                     line=dict(color=PALETTE[i % len(PALETTE)], dash=DASHES[i % len(DASHES)],
+                                               width=2.5 if i == 0 else 2)))
     return _layout(fig, title, y_title)
 
 
 def overlay_cdf(named_requests: Mapping[str, pd.DataFrame], column: str = "ttft_s") -> go.Figure:
+    """One CDF per scenario over completed requests; a log x axis when the values span decades (a run
+    at 3,000 s must not squash three runs at a few seconds into the y axis)."""
     label = dict(LATENCIES).get(column, column)
+    unit, scale = _latency_unit(column)
     fig = go.Figure()
+    every = []
     for i, (name, requests) in enumerate(named_requests.items()):
         if column in requests:
             x, y = _ecdf(requests[column])
-            fig.add_trace(go.Scatter(x=x, y=y, name=name, mode="lines", line=dict(color=PALETTE[i % len(PALETTE)])))
-    fig = _layout(fig, f"{label} CDF", "fraction of requests", "seconds")
+            every.append(x * scale)
+            fig.add_trace(go.Scatter(x=x * scale, y=y, name=name, mode="lines",
+                                     line=dict(color=PALETTE[i % len(PALETTE)], dash=DASHES[i % len(DASHES)])))
+    log = bool(every) and spans_decades(np.concatenate(every))
+    fig = _layout(fig, f"{label} CDF (completed requests)", "fraction of requests", unit + (" (log)" if log else ""))
+    if log:
+        fig.update_xaxes(type="log")
     fig.update_layout(hovermode="closest")
     return fig
 
@@ -175,15 +215,21 @@ def length_histograms(trace_df: pd.DataFrame) -> go.Figure:
 
 # ----- capacity planner -----------------------------------------------------------------------
 
-def concurrency_curves(curves: pd.DataFrame) -> go.Figure:
-    """Max concurrent requests vs context length; `curves` has columns label, context_tokens, max_concurrency."""
+def concurrency_curves(curves: pd.DataFrame, context_tokens: int | None = None) -> go.Figure:
+    """Max concurrent sequences vs context length (log-log, ticks at 1, 10, 100, 1k); `curves` has columns
+    label, context_tokens, max_concurrency. `context_tokens` marks the user's own context."""
     fig = go.Figure()
     for i, (label, part) in enumerate(curves.groupby("label", sort=False)):
         fig.add_trace(go.Scatter(x=part["context_tokens"], y=part["max_concurrency"], name=str(label),
-                                 mode="lines+markers", line=dict(color=PALETTE[i % len(PALETTE)])))
-    fig = _layout(fig, "Max concurrent requests vs context length", "requests", "context length (tokens)")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+                                 mode="lines+markers", line=dict(color=PALETTE[i % len(PALETTE)],
+                                                                 dash=DASHES[i % len(DASHES)])))
+    fig = _layout(fig, "Concurrent sequences that fit vs context length", "sequences (log)",
+                  "context length per sequence, tokens (log)")
+    fig.update_xaxes(type="log", dtick=1, tickformat="~s", minor=dict(showgrid=True))
+    fig.update_yaxes(type="log", dtick=1, tickformat="~s", minor=dict(showgrid=True))
+    if context_tokens:
+        fig.add_vline(x=context_tokens, line=dict(color="#111827", dash="dash", width=1.5),
+                      annotation_text=f"your context: {context_tokens:,}", annotation_position="top")
     fig.update_layout(hovermode="closest")
     return fig
 

@@ -1,7 +1,9 @@
 """The differences between compared runs, said in words, computed from their summary dicts only.
 
-A table of twenty numbers hides the one that matters; a sentence like "paged holds 2.3x more
-concurrent requests than contiguous at about the same p99 TTFT" does not. Every figure in a
+A table of twenty numbers hides the one that matters; a sentence like "paged runs 2.3x more
+requests at once than contiguous on average, at about the same p99 TTFT" does not. Ratios are
+always said as a number >= 1 with its direction ("12x lower"), never "0.0x"; rejections and
+overload come first because they change what every other figure is computed over. Every figure in a
 sentence is a ratio of two summary values, so the words can be checked against the table.
 """
 
@@ -29,14 +31,23 @@ def _ratio(new: float | None, old: float | None) -> float | None:
     return new / old
 
 
+def _times(r: float) -> str:
+    """A ratio >= 1 as people read it: 2.3x, 12x, 1,450x (never 0.0x: callers flip ratios below 1)."""
+    return f"{r:,.0f}x" if r >= 10 else f"{r:.1f}x"
+
+
 def _more_fewer(r: float, noun: str, more: str = "more", fewer: str = "fewer") -> str:
     if abs(r - 1) <= SAME / 2:
         return f"about as many {noun} as"
-    return f"{r:.1f}x {more} {noun} than" if r > 1 else f"{1 / r:.1f}x {fewer} {noun} than"
+    return f"{_times(r)} {more} {noun} than" if r > 1 else f"{_times(1 / r)} {fewer} {noun} than"
+
+
+def _higher_lower(r: float) -> str:
+    return f"{_times(r)} higher" if r >= 1 else f"{_times(1 / r)} lower"
 
 
 def _secs(v: float) -> str:
-    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:.2f} s"
+    return f"{v * 1000:.0f} ms" if v < 1 else f"{v:,.2f} s"
 
 
 def token_state_share(summary: Mapping[str, Any]) -> float | None:
@@ -48,26 +59,41 @@ def token_state_share(summary: Mapping[str, Any]) -> float | None:
     return None if total <= 0 else float(parts.get("token_states") or 0) / total
 
 
+def _unserved(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
+    """Rejections and overload first: they change what the other figures are computed over."""
+    out = []
+    rej, rej0 = _val(summary, "rejected") or 0, _val(base, "rejected") or 0
+    if rej != rej0:
+        out.append(f"{name} rejects {rej:,.0f} requests, {base_name} {rej0:,.0f} (latency counts completed requests only).")
+    over, over0 = bool(summary.get("overloaded")), bool(base.get("overloaded"))
+    if over != over0:
+        slow, fine = (name, base_name) if over else (base_name, name)
+        out.append(f"{slow} cannot keep up with the arrivals (its queue is still growing when they stop); {fine} keeps up.")
+    return out
+
+
 def compare_pair(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
     """Sentences about `name` relative to `base_name`."""
-    out: list[str] = []
+    out = _unserved(name, summary, base_name, base)
     done, done0 = _val(summary, "completed"), _val(base, "completed")
     if done is not None and done0 is not None and done != done0:
         out.append(f"{name} completes {done:.0f} of {_val(summary, 'requests') or 0:.0f} requests, {base_name} {done0:.0f}.")
     conc = _ratio(_val(summary, "mean_batch_size"), _val(base, "mean_batch_size"))
     ttft, ttft0 = _val(summary, "ttft_s", "p99"), _val(base, "ttft_s", "p99")
+    thr = _ratio(_val(summary, "throughput_tok_s"), _val(base, "throughput_tok_s"))
     if conc is not None:
-        sentence = f"{name} holds {_more_fewer(conc, 'concurrent requests')} {base_name}"
+        sentence = f"{name} runs {_more_fewer(conc, 'requests at once')} {base_name} on average"
         t_ratio = _ratio(ttft, ttft0)
         if t_ratio is not None and ttft is not None and ttft0 is not None:
             if abs(t_ratio - 1) <= SAME:
-                sentence += f" at about the same p99 TTFT ({_secs(ttft)} vs {_secs(ttft0)})"
+                sentence += f", at about the same p99 TTFT ({_secs(ttft)} vs {_secs(ttft0)})"
             else:
-                sentence += f", with p99 TTFT {_secs(ttft)} vs {_secs(ttft0)} ({t_ratio:.1f}x)"
+                sentence += f", with p99 TTFT {_secs(ttft)} vs {_secs(ttft0)} ({_higher_lower(t_ratio)})"
+        if thr is not None and abs(thr - 1) <= SAME / 2 and abs(conc - 1) > SAME:
+            sentence += "; at the same throughput more requests at once means each stays longer, not more capacity"
         out.append(sentence + ".")
-    thr = _ratio(_val(summary, "throughput_tok_s"), _val(base, "throughput_tok_s"))
     if thr is not None and abs(thr - 1) > SAME / 2:
-        out.append(f"{name} delivers {thr:.2f}x the token throughput of {base_name} "
+        out.append(f"{name} delivers {_more_fewer(thr, 'output tokens per second')} {base_name} "
                    f"({_val(summary, 'throughput_tok_s'):,.0f} vs {_val(base, 'throughput_tok_s'):,.0f} tok/s).")
     peak, peak0 = _val(summary, "kv_cache_usage_perc", "peak"), _val(base, "kv_cache_usage_perc", "peak")
     peak_ratio = _ratio(peak, peak0)
@@ -78,7 +104,7 @@ def compare_pair(name: str, summary: Mapping[str, Any], base_name: str, base: Ma
         out.append(f"{name} uses {100 * share:.0f}% of its KV pool for token states, {base_name} {100 * share0:.0f}%.")
     pre, pre0 = _val(summary, "num_preemptions"), _val(base, "num_preemptions")
     if pre is not None and pre0 is not None and pre != pre0:
-        out.append(f"{name} preempts {pre:.0f} times, {base_name} {pre0:.0f}.")
+        out.append(f"{name} preempts {pre:,.0f} times, {base_name} {pre0:,.0f}.")
     return out
 
 
@@ -103,10 +129,12 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str
 
     rows = []
     for label, s in summaries.items():
-        rows.append({"scenario": label, "completed": _val(s, "completed"),
+        tpot = _val(s, "tpot_s", "p99")
+        rows.append({"scenario": label, "completed": _val(s, "completed"), "rejected": _val(s, "rejected"),
+                     "keeps up": "no (overloaded)" if s.get("overloaded") else "yes",
                      "throughput tok/s": _val(s, "throughput_tok_s"),
-                     "TTFT p99 s": _val(s, "ttft_s", "p99"), "TPOT p99 s": _val(s, "tpot_s", "p99"),
-                     "mean batch": _val(s, "mean_batch_size"),
+                     "TTFT p99 s": _val(s, "ttft_s", "p99"), "TPOT p99 ms": None if tpot is None else 1000 * tpot,
+                     "running (avg)": _val(s, "mean_batch_size"),
                      "peak KV usage %": pct(_val(s, "kv_cache_usage_perc", "peak")),
                      "token states %": pct(token_state_share(s)), "preemptions": _val(s, "num_preemptions")})
     return rows
