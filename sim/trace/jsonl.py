@@ -20,6 +20,7 @@ from models.safe_json import MAX_DEPTH, json_depth
 from sim.trace.model import TraceError, TraceFormat
 
 DETECT_LINES = 100  # objects read to detect the format before streaming the rest
+CHUNK = 65_536  # rows gathered as Python objects before they become a typed frame
 
 
 def _no_constants(name: str) -> Any:
@@ -89,15 +90,16 @@ def parse_jsonl(
     spec = choose(sample)
     wanted = None if spec.prepare is not None else [
         c for c in (spec.arrival, spec.input, spec.output, spec.session, spec.prefix_hashes) if c]
-    columns, numbers, warnings = _collect(head, stream, wanted, spec.prefix_hashes, max_rows, name)
-    df = pd.DataFrame(columns)
-    df.index = np.asarray(numbers)
+    frames, warnings = _collect(head, stream, wanted, spec, max_rows, name)
+    df = pd.concat(frames) if len(frames) > 1 else frames[0]
     return df, label, spec, warnings
 
 
-def _collect(head: list, stream: Iterator, wanted: list[str] | None, hash_col: str | None,
-             max_rows: int | None, name: str) -> tuple[dict[str, list[Any]], list[int], list[str]]:
-    """Keep only the wanted keys (matched case-insensitively, spaces ignored) of every object."""
+def _collect(head: list, stream: Iterator, wanted: list[str] | None, spec: TraceFormat,
+             max_rows: int | None, name: str) -> tuple[list[pd.DataFrame], list[str]]:
+    """Keep only the wanted keys (matched case-insensitively, spaces ignored) of every object, turned
+    into typed frames every CHUNK rows so Python objects never pile up for the whole file."""
+    frames: list[pd.DataFrame] = []
     columns: dict[str, list[Any]] = {}
     numbers: list[int] = []
     interned: dict[int, int] = {}  # prefix hash ids repeat a lot: one int object per distinct id
@@ -107,17 +109,30 @@ def _collect(head: list, stream: Iterator, wanted: list[str] | None, hash_col: s
             warnings.append(f"{name}: rows capped: kept the first {max_rows:,} requests, the rest of the file was not read")
             break
         keys = {str(k).strip().lower(): k for k in obj}
-        names = wanted if wanted is not None else [str(k).strip() for k in obj]
-        for col in names:
+        for col in wanted if wanted is not None else [str(k).strip() for k in obj]:
             value = obj.get(keys.get(col.lower(), col))
-            if col == hash_col and isinstance(value, list):
+            if col == spec.prefix_hashes and isinstance(value, list):
                 value = [interned.setdefault(v, v) if type(v) is int else v for v in value]
-            columns.setdefault(col, [None] * rows).append(value)
-        for values in columns.values():  # keys missing from this object
-            if len(values) <= rows:
-                values.append(None)
+            if col not in columns:  # a key first seen on this row: earlier rows of the chunk lacked it
+                columns[col] = [None] * len(numbers)
+            columns[col].append(value)
         numbers.append(number)
-    return columns, numbers, warnings
+        for values in columns.values():  # keys missing from this object
+            if len(values) < len(numbers):
+                values.append(None)
+        if len(numbers) >= CHUNK:
+            frames.append(_frame(columns, numbers, spec))
+            columns, numbers = {}, []
+    if numbers or not frames:
+        frames.append(_frame(columns, numbers, spec))
+    return frames, warnings
+
+
+def _frame(columns: dict[str, list[Any]], numbers: list[int], spec: TraceFormat) -> pd.DataFrame:
+    df = pd.DataFrame(columns, index=np.asarray(numbers, dtype=np.int64))
+    if spec.session in df.columns and df[spec.session].dtype == object:
+        df[spec.session] = df[spec.session].astype("str")  # Arrow text, not Python objects
+    return df
 
 
 def _chain(head: list, stream: Iterator) -> Iterator:

@@ -8,6 +8,7 @@ Rows are "data row N" in CSV (1-based, header not counted) and "line N" in JSONL
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import re
@@ -68,7 +69,7 @@ def load_trace_bytes(
     if kind == "jsonl":
         raw, row_label, spec, warnings = parse_jsonl(data, name, choose, max_rows)
     else:
-        raw, row_label, warnings = _parse_csv(_decode(data, name), name, max_rows)
+        raw, row_label, warnings = _parse_csv(data, name, max_rows)
         spec = choose(raw)
     return _normalise(raw, spec, name, row_label, {k: v for k, v in options.items() if v is not None}, warnings)
 
@@ -93,35 +94,40 @@ def _check_binary(data: bytes, name: str) -> None:
         raise TraceError(f"{name}: empty file")
 
 
-def _decode(data: bytes, name: str) -> str:
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise TraceError(
-            f"{name}: line {line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the file as UTF-8"
-        ) from None
-    if re.fullmatch(r"\s*", text[:4096]) and not text.strip():
-        raise TraceError(f"{name}: empty file")
-    return text
+def _check_utf8(data: bytes, name: str) -> None:
+    """UTF-8 checked in 1 MiB pieces, keeping nothing: a whole decoded copy would cost 1-4x the file."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    step = 1 << 20
+    for offset in range(0, len(data), step):
+        try:
+            decoder.decode(data[offset : offset + step], final=offset + step >= len(data))
+        except UnicodeDecodeError as exc:
+            at = offset + exc.start
+            line = data.count(b"\n", 0, max(at, 0)) + 1
+            raise TraceError(
+                f"{name}: line {line}: not UTF-8 text (byte 0x{data[at]:02x} at offset {at}); save the file as UTF-8"
+            ) from None
 
 
-# ----- text -> raw frame (index = row number for messages) -----------------------------------------
-def _parse_csv(text: str, name: str, max_rows: int | None = None) -> tuple[pd.DataFrame, str, list[str]]:
+# ----- bytes -> raw frame (index = row number for messages) -----------------------------------------
+def _parse_csv(data: bytes, name: str, max_rows: int | None = None) -> tuple[pd.DataFrame, str, list[str]]:
     # Token and numeric-time columns are parsed as numbers by the C parser (fast); a column holding
     # anything else comes back as text and _integers/_seconds name the bad cell. All other columns
     # stay text (session ids keep leading zeros).
-    if "\n" not in text[:1 << 20] and "\r" in text:  # old Mac line endings: CR only
-        text = text.replace("\r", "\n")
-    start = re.match(r"\s*", text).end()
-    end = text.find("\n", start)
-    header = next(csv.reader([text[start : end if end >= 0 else len(text)].rstrip("\r")], skipinitialspace=True), [])
+    _check_utf8(data, name)
+    if b"\n" not in data[: 1 << 20] and b"\r" in data:  # old Mac line endings: CR only
+        data = data.replace(b"\r", b"\n")
+    head = data[:4096]
+    start = len(head) - len(head.lstrip())
+    end = data.find(b"\n", start)
+    first = data[start : end if end >= 0 else len(data)].decode("utf-8-sig").rstrip("\r")
+    header = next(csv.reader([first], skipinitialspace=True), [])
     _check_header(header, name)
     numeric = _numeric_column_names()
     dtype = {col: str for col in header if col.strip().lower() not in numeric}
     nrows = None if max_rows is None else max_rows + 1
     try:
-        df = pd.read_csv(io.StringIO(text), dtype=dtype, keep_default_na=False, skipinitialspace=True, nrows=nrows,
+        df = pd.read_csv(io.BytesIO(data), encoding="utf-8-sig", dtype=dtype, keep_default_na=False, skipinitialspace=True, nrows=nrows,
                          true_values=[], false_values=[])
     except pd.errors.EmptyDataError:
         raise TraceError(f"{name}: empty file") from None
@@ -218,7 +224,7 @@ def _normalise(raw: pd.DataFrame, spec: TraceFormat, name: str, label: str, opti
     arrival = _seconds(raw[spec.arrival], spec, name, label)
     session = None
     if spec.session and spec.session in raw.columns:
-        session = raw[spec.session].fillna("").astype(str).str.strip().to_numpy()
+        session = raw[spec.session].fillna("").astype(str).str.strip().array  # stays Arrow text: no Python strs
     hashes = None
     if spec.prefix_hashes and spec.prefix_hashes in raw.columns:
         hashes = _hash_lists(raw[spec.prefix_hashes], raw[spec.input].to_numpy(), spec, name, label, warnings)

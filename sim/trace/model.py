@@ -18,6 +18,13 @@ CORE_COLUMNS = ("arrival_s", "input_tokens", "output_tokens")
 OPTIONAL_COLUMNS = ("session_id", "prefix_hashes")
 
 
+def _strings(values: Any) -> Any:
+    """A pandas string array; a pandas column stays in its own (Arrow) storage, no Python-object detour."""
+    if isinstance(values, pd.Series | pd.api.extensions.ExtensionArray):
+        return pd.array(values, dtype="str")
+    return pd.array(np.asarray(values, dtype=object).astype(str), dtype="str")
+
+
 class TraceError(ValueError):
     """Bad trace input. The message is one line: file, row (or line) and the problem."""
 
@@ -71,7 +78,7 @@ class Trace:
         warns = list(warnings)
         columns: dict[str, Any] = {"arrival_s": arrival, "input_tokens": inp, "output_tokens": out}
         if session_id is not None:
-            columns["session_id"] = pd.array(np.asarray(session_id, dtype=object).astype(str), dtype="str")
+            columns["session_id"] = _strings(session_id)
         if prefix_hashes is not None:
             columns["prefix_hashes"] = pd.Series(list(prefix_hashes), dtype=object).to_numpy()
         df = pd.DataFrame(columns)
@@ -125,7 +132,9 @@ class Trace:
             h.update(np.ascontiguousarray(self.df[name].to_numpy()).tobytes())
         if self.has_sessions:
             h.update(b"session_id")
-            h.update("\x1f".join(self.df["session_id"].astype(str)).encode())
+            ids = self.df["session_id"].astype(str)
+            for start in range(0, len(ids), 65_536):  # in pieces: one joined string of 2M ids is large
+                h.update(("\x1f" if start else "").encode() + "\x1f".join(ids.iloc[start : start + 65_536]).encode())
         if self.has_prefix_hashes:
             h.update(f"prefix_hashes/{self.prefix_block_size}".encode())
             lists = self.df["prefix_hashes"].tolist()
