@@ -4,6 +4,7 @@ import streamlit as st
 
 from models.gpus import list_gpus
 from models.spec import SpecError, list_catalog
+from sim.guard.text import public_error
 from sim.out import charts
 from sim.scenario import WEIGHT_DTYPES
 from ui.capacity_view import answer, budget_parts, planner_tables
@@ -57,6 +58,6 @@ try:
     parts = budget_parts(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
                          weight_dtype=weight_dtype, kv_dtype=first["kv dtype"])
 except (SpecError, ValueError) as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(public_error(exc))
     st.stop()
 st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")

@@ -4,6 +4,7 @@ import pandas as pd
 import streamlit as st
 
 from models.spec import SpecError
+from sim.guard.text import public_error
 from sim.out import charts
 from sim.out.compare_words import comparison_rows, describe_differences
 from sim.out.served import load_verdict, not_served
@@ -25,7 +26,7 @@ if trace is None or base is None:
 try:
     variants = preset_variants(preset, base)
 except SpecError as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(public_error(exc))
     st.stop()
 chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants),
                         key=f"variants-{PRESETS.index(preset)}", max_selections=6)  # one per preset: options differ
@@ -38,7 +39,7 @@ for label in chosen:
     try:
         snaps[label] = run_scenario(trace, variants[label], f"Simulating {label}")
     except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-        st.error(f"{label}: {str(exc).splitlines()[0]}")
+        st.error(f"{label}: {public_error(exc)}")
 if len(snaps) < 2:
     st.stop()
 

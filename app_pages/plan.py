@@ -3,6 +3,7 @@
 import streamlit as st
 
 from models.spec import SpecError
+from sim.guard.text import public_error
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.plan_view import MAX_AUTO_CONFIGS, drill_down, pick_row, run_search, search_form, show_plan
@@ -25,7 +26,7 @@ if len(configs) > MAX_AUTO_CONFIGS and not st.button(f"Search {len(configs)} con
 try:
     plan = run_search(trace, configs, options)
 except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(public_error(exc))
     st.stop()
 show_plan(plan)
 index = pick_row(plan)
@@ -35,6 +36,6 @@ st.subheader("The chosen configuration at its largest rate")
 try:
     snap = drill_down(trace, plan, index)
 except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(public_error(exc))
     st.stop()
 show_result(snap, key="plan")

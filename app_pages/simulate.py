@@ -3,6 +3,7 @@
 import streamlit as st
 
 from models.spec import SpecError
+from sim.guard.text import plain, public_error
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.result_view import show_result
@@ -17,10 +18,10 @@ if trace is None or scenario is None:
     st.info("Choose a trace and a valid scenario in the sidebar.")
     st.stop()
 
-st.caption(f"Trace {trace.source} ({len(trace):,} requests, digest {trace.digest()}); scenario {scenario.digest()}")
+st.caption(f"Trace {plain(trace.source)} ({len(trace):,} requests, digest {trace.digest()}); scenario {scenario.digest()}")
 try:
     snap = run_scenario(trace, scenario)
 except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-    st.error(str(exc).splitlines()[0])
+    st.error(public_error(exc))
     st.stop()
 show_result(snap, key="sim", apply_fix=apply_changes)

@@ -3,6 +3,7 @@
 import pandas as pd
 import streamlit as st
 
+from sim.guard.text import public_error
 from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError, SnapshotStore
 from ui.plan_view import show_plan
 from ui.result_view import share_link, show_result
@@ -31,7 +32,7 @@ if snap_id:
     try:
         show_snapshot(store.get(snap_id), "link")
     except SnapshotError as exc:
-        st.error(str(exc).splitlines()[0])
+        st.error(public_error(exc))
 
 st.subheader("Open a snapshot file")
 up = st.file_uploader("Snapshot (.kvsim.json)", type=["json"], key="snap_file",
@@ -40,7 +41,7 @@ if up is not None:
     try:
         uploaded = Snapshot.from_json(up.getvalue(), up.name)
     except SnapshotError as exc:
-        st.error(str(exc).splitlines()[0])
+        st.error(public_error(exc))
     else:
         show_snapshot(uploaded, "upload")
 

@@ -8,6 +8,7 @@ import pandas as pd
 
 from models.gpus import GpuError, get_gpu
 from models.spec import SpecError, load_spec
+from sim.guard.text import public_error
 from sim.plan.capacity import GiB, capacity_table, gpus_required, memory_budget
 
 SEED_CONTEXTS = (2048, 8192, 32768, 131072)
@@ -47,7 +48,7 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
                     plan = gpus_required(spec, gpu, users, context, tp=tp, weight_dtype=weight_dtype, kv_dtype=d,
                                          gpu_mem_util=gpu_mem_util)
                 except (SpecError, GpuError, ValueError) as exc:
-                    errors.append(f"{label}: {str(exc).splitlines()[0]}")
+                    errors.append(f"{label}: {public_error(exc)}")
                     continue
                 for r in rows:
                     if r["context"] in CURVE_CONTEXTS:

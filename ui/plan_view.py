@@ -16,6 +16,7 @@ import streamlit as st
 
 from models.gpus import list_gpus
 from models.spec import list_catalog
+from sim.guard.text import public_error
 from sim.out.plan_charts import pareto_figure, row_label, varied_fields
 from sim.out.snapshot import Snapshot
 from sim.plan.grid import expand
@@ -62,7 +63,7 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
         slo = parse_slo(",".join(parts))
         configs = expand(Scenario(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes, "allocator": allocators})
     except (SloError, ScenarioError) as exc:
-        st.error(str(exc).splitlines()[0])
+        st.error(public_error(exc))
         return None
     swept = tuple(k for k, v in (("allocator", allocators),) if len(v) > 1 and k not in ALWAYS_SHOWN)
     return configs, SearchOptions(slo, target_rate=target or None, prices=prices, shown=ALWAYS_SHOWN + swept)

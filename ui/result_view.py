@@ -12,6 +12,7 @@ from typing import Any
 
 import streamlit as st
 
+from sim.guard.text import public_error
 from sim.out import charts
 from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
 from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
@@ -94,7 +95,7 @@ def show_sharing(snap: Snapshot, key: str = "res") -> None:
             try:
                 snap_id = SnapshotStore.default().save(snap, label)
             except (SnapshotError, OSError) as exc:
-                st.error(f"could not save the snapshot: {str(exc).splitlines()[0]}")
+                st.error(f"could not save the snapshot: {public_error(exc)}")
             else:
                 st.session_state[f"{key}-saved"] = (_ident(snap), snap_id)
     ident, saved = st.session_state.get(f"{key}-saved", ("", ""))

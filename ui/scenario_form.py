@@ -6,15 +6,15 @@ equal to the Scenario default is left out of the URL by Streamlit, so links stay
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from models.gpus import list_gpus
-from models.spec import MAX_CONFIG_BYTES, SpecError, list_catalog, load_spec
+from models.spec import SpecError, list_catalog, load_spec
 from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
+from sim.guard.text import plain, public_error
+from sim.guard.uploads import store_config
 from sim.scenario import (
     PLACEMENTS,
     PREEMPTION_MODES,
@@ -27,7 +27,6 @@ from sim.scenario import (
 DEFAULT = Scenario()
 KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
 ATTENTION = ("native", "MHA", "MQA", "custom")
-UPLOAD_DIR = Path(__file__).resolve().parent.parent / "data" / "uploaded_configs"
 BIND = "query-params"
 FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes
 
@@ -45,26 +44,17 @@ def _index(options, value) -> int:
 
 
 def _uploaded_model() -> str | None:
-    """A user's config.json: parsed as JSON by models.spec (size-bounded), stored by content hash."""
+    """A user's config.json: checked by sim.guard.uploads before it is kept (outside the checkout)."""
     up = st.sidebar.file_uploader("config.json", type=["json"], key="model_file", max_upload_size=1)
     if up is None:
         return st.session_state.get("model_path")
-    data = up.getvalue()
-    if len(data) > MAX_CONFIG_BYTES:
-        st.sidebar.error(f"{up.name}: {len(data):,} bytes is over the {MAX_CONFIG_BYTES:,}-byte config limit")
-        return None
-    UPLOAD_DIR.mkdir(parents=True, exist_ok=True)
-    path = UPLOAD_DIR / f"{hashlib.sha256(data).hexdigest()[:16]}.json"
-    if not path.exists():
-        path.write_bytes(data)
     try:
-        spec = load_spec(str(path))
+        path, spec = store_config(up.getvalue(), up.name)
     except SpecError as exc:
-        path.unlink(missing_ok=True)
-        st.sidebar.error(f"{up.name}: {str(exc).splitlines()[0]}")
+        st.sidebar.error(public_error(exc))
         return None
     st.session_state["model_path"] = str(path)
-    st.sidebar.caption(f"{up.name}: {spec.family}, {spec.num_layers} layers, {spec.num_kv_heads} kv heads")
+    st.sidebar.caption(f"{plain(up.name)}: {plain(spec.family)}, {spec.num_layers} layers, {spec.num_kv_heads} kv heads")
     return str(path)
 
 
@@ -103,7 +93,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         try:
             heads = load_spec(model).num_attention_heads
         except SpecError as exc:
-            sb.error(str(exc).splitlines()[0])
+            sb.error(public_error(exc))
             return None
         if attention == "MHA":
             kv_heads = heads
@@ -150,5 +140,5 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup),
         )
     except ScenarioError as exc:
-        sb.error(str(exc).splitlines()[0])
+        sb.error(public_error(exc))
         return None

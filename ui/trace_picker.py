@@ -9,6 +9,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from sim.guard.limits import MAX_DASHBOARD_REQUESTS, MAX_UPLOAD_ROWS
+from sim.guard.text import plain, public_error
 from sim.trace import Trace, TraceError, load_trace, load_trace_bytes
 from sim.trace.synthetic import parse_synthetic_spec
 
@@ -31,12 +33,17 @@ def _load_sample(name: str) -> Trace:
 
 @st.cache_data(show_spinner=False, max_entries=4)
 def _load_upload(data: bytes, name: str) -> Trace:
-    return load_trace_bytes(data, name)
+    """Parsed in bounded memory; at most MAX_UPLOAD_ROWS rows (the trace's warnings say so)."""
+    return load_trace_bytes(data, name, max_rows=MAX_UPLOAD_ROWS)
 
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _load_synthetic(spec: str) -> Trace:
-    return parse_synthetic_spec(spec).generate()
+    parsed = parse_synthetic_spec(spec)
+    if parsed.n > MAX_DASHBOARD_REQUESTS:  # a crafted link must not make the server generate 50M rows
+        raise TraceError(f"synthetic spec: n={parsed.n:,} is over the dashboard's limit of {MAX_DASHBOARD_REQUESTS:,} "
+                         "requests (the command line takes more)")
+    return parsed.generate()
 
 
 def _first(trace: Trace, n: int) -> Trace:
@@ -66,7 +73,7 @@ def pick_trace(where: str = "main") -> Trace | None:
                 elif UPLOAD_KEY in st.session_state:
                     name, data = st.session_state[UPLOAD_KEY]
                     trace = _load_upload(data, name)
-                    st.caption(f"Using the uploaded {name}")
+                    st.caption(f"Using the uploaded {plain(name)}")
                 else:
                     st.info("Upload a trace file, or pick a bundled sample.")
                     return None
@@ -75,8 +82,11 @@ def pick_trace(where: str = "main") -> Trace | None:
                                      help="key=value pairs: preset, n, rate, arrival, cv, input, output, max_len, seed")
                 trace = _load_synthetic(spec)
         except TraceError as exc:
-            st.error(str(exc).splitlines()[0])
+            st.error(public_error(exc))
             return None
+        for warning in trace.warnings:
+            if "rows capped" in warning:
+                st.warning(plain(public_error(warning)))
         limit = st.number_input("Use only the first N requests (0 = all)", min_value=0, max_value=10_000_000,
                                 value=0, step=100, key="trace_first", bind="query-params")
         return _first(trace, int(limit))
