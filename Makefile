@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PORT   ?= 8501
 
-.PHONY: run test lint bench browser-deps vllm-env clean
+.PHONY: run test lint bench browser-deps vllm-env clean gpu-bundle gpu-bundle-check
+
 
 # vLLM V1 for `gpu_backend run --engine vllm` and `gpu_backend conform`, in its own venv (its pins
 # differ from the dashboard's: transformers < 5.20). The project talks to it through a subprocess
@@ -33,6 +34,17 @@ run: $(STAMP)
 test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .
 	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q
+	$(MAKE) gpu-bundle-check
+
+# Wheels bench/gpu_suite.py needs beyond torch + transformers, for the GPU machine's Python 3.12 (docs/GPU_BACKEND.md).
+GPU_BUNDLE ?= gpu_bundle
+GPU_PYTHON ?= 3.12
+gpu-bundle: $(STAMP)
+	$(PY) bench/gpu_bundle.py --out $(GPU_BUNDLE) --python-version $(GPU_PYTHON)
+
+# A fresh venv with only torch, transformers and the bundle runs the suite on CPU (about 2 min on a fresh machine).
+gpu-bundle-check: $(STAMP)
+	PYTHON=$(PYTHON) DEV_PY=$(PY) bash bench/gpu_bundle_check.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -45,4 +57,4 @@ browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis .venv-gpu-check gpu_bundle gpu_suite_out
