@@ -53,6 +53,8 @@ def fit_profile(samples: Iterable[Sequence[float]] | np.ndarray, **meta: Any) ->
     X = np.column_stack([np.ones(len(data)), data[:, :3]])
     y = data[:, 3]
     coef = nonnegative_lstsq(X, y)
+    if coef[0] + coef[1] <= 0:  # noisy timings can leave no per-step cost: keep the floor of the residuals
+        coef[0] = max(float(np.min(y - X[:, 1:] @ coef[1:])), 1e-3 * float(np.min(y)), 1e-9)
     pred = X @ coef
     resid = y - pred
     ss_tot = float(((y - y.mean()) ** 2).sum())
