@@ -21,6 +21,7 @@ ALLOCATORS = ("paged", "contiguous")
 RESERVE_POLICIES = ("max", "pow2", "oracle")
 PLACEMENTS = ("first-fit", "best-fit", "buddy")
 PREEMPTION_MODES = ("recompute", "swap")
+COST_SOURCES = ("auto", "measured-db", "roofline")
 KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "mxfp4", "native")  # native: as the checkpoint ships
 
@@ -62,6 +63,7 @@ class Scenario:
     speedup: float = 1.0
     # Cost model and randomness.
     profile: str | None = None  # path to a calibration profile JSON
+    cost_source: str = "auto"  # step times: auto (measured kernels where covered, else roofline) | measured-db | roofline
     api_overhead_s: float = 0.0  # client-side HTTP + tokenisation before the engine sees a request (TTFT)
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -79,6 +81,7 @@ class Scenario:
             "reserve": RESERVE_POLICIES,
             "placement": PLACEMENTS,
             "preemption": PREEMPTION_MODES,
+            "cost_source": COST_SOURCES,
             "kv_dtype": KV_DTYPES,
             "weight_dtype": WEIGHT_DTYPES,
         }

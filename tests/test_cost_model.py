@@ -18,12 +18,12 @@ PURE = {"prefill_efficiency": 1.0, "decode_efficiency": 1.0, "attention_efficien
 
 
 def model(**scenario) -> CostModel:
-    return CostModel.from_scenario(None, None, Scenario(**{"model": "qwen2.5-7b", **scenario}))
+    return CostModel.from_scenario(None, None, Scenario(**{"model": "qwen2.5-7b", "cost_source": "roofline", **scenario}))
 
 
 def test_decode_at_batch_1_is_the_bandwidth_floor():
     spec, gpu = load_spec("qwen2.5-7b"), get_gpu("h100-sxm")
-    pure = CostModel.from_scenario(spec, gpu, Scenario(model="qwen2.5-7b"), **PURE)
+    pure = CostModel.from_scenario(spec, gpu, Scenario(model="qwen2.5-7b", cost_source="roofline"), **PURE)
     t = pure.step_time(1, 1000)
     floor = bandwidth_floor_s(spec, gpu, batch=1, context=1001)  # KV read + the new token's KV written
     table = spec.param_breakdown()["embedding"] * 2 / gpu.hbm_bandwidth  # a lookup: never streamed whole
@@ -34,7 +34,7 @@ def test_decode_at_batch_1_is_the_bandwidth_floor():
 
 
 def test_prefill_is_compute_bound():
-    cm = CostModel.from_scenario(None, None, Scenario(model="qwen2.5-7b"), **PURE)
+    cm = CostModel.from_scenario(None, None, Scenario(model="qwen2.5-7b", cost_source="roofline"), **PURE)
     pairs = 8192 * 8193 // 2
     t = cm.step_time(0, 0, 8192, 0, pairs, 1)
     compute = (cm.matmul_flops_per_token * 8192 + cm.head_flops_per_seq + cm.attn_flops_per_pair * pairs) / cm.peak_flops
@@ -79,8 +79,8 @@ def test_scalar_step_time_is_bit_identical_with_a_profile(tmp_path):
 
 
 def test_tensor_parallel_adds_allreduce_and_splits_work():
-    one = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=1))
-    four = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=4))
+    one = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=1, cost_source="roofline"))
+    four = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=4, cost_source="roofline"))
     assert one.allreduce_fixed_s == 0 and four.allreduce_fixed_s > 0 and four.allreduce_s_per_token > 0
     assert four.weight_bytes == pytest.approx(one.weight_bytes / 4)
     assert four.step_time(64, 64 * 2048) < one.step_time(64, 64 * 2048)
@@ -90,7 +90,7 @@ def test_allreduce_costs_follow_the_link():
     """70B at TP4: NVLink (H100 SXM) vs PCIe Gen4 (L40S): latency and bus bandwidth of each link kind."""
     from sim.timing import roofline as rl
 
-    nv = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h100-sxm", tp=4))
+    nv = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h100-sxm", tp=4, cost_source="roofline"))
     pcie = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="l40s", tp=4))
     assert (nv.allreduce_link, pcie.allreduce_link) == ("nvlink", "pcie")
     layers, hidden = 80, 8192
@@ -108,7 +108,7 @@ def test_allreduce_costs_follow_the_link():
 def test_pcie_allreduce_matches_a_measured_point():
     """aiconfigurator-core's vLLM 0.19.0 custom all-reduce on 2 x RTX PRO 6000 (PCIe Gen5): 1 MiB of
     bf16 (524,288 elements) takes 91.5 us, 8 MiB 567 us. One all-reduce of the model = 1/(2 layers)."""
-    cm = CostModel.from_scenario(None, None, Scenario(model="qwen2.5-72b", gpu="rtx-pro-6000", tp=2))
+    cm = CostModel.from_scenario(None, None, Scenario(model="qwen2.5-72b", gpu="rtx-pro-6000", tp=2, cost_source="roofline"))
     layers, hidden = 80, 8192
     for elements, measured in ((524_288, 91.5e-6), (4_194_304, 567e-6)):
         one = (cm.allreduce_fixed_s + cm.allreduce_s_per_token * elements / hidden) / (2 * layers)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sim.scenario import (
     ALLOCATORS,
+    COST_SOURCES,
     KV_DTYPES,
     PLACEMENTS,
     PREEMPTION_MODES,
@@ -58,6 +59,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
     g.add_argument("--static-batch", type=int, metavar="B", help="static-batching baseline with batch size B")
     g.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
+    g.add_argument("--cost-source", default=d.cost_source, choices=COST_SOURCES,
+                   help="step times: auto = measured kernels (aiconfigurator-core) where covered, else roofline")
     g.add_argument("--api-overhead-s", type=float, default=d.api_overhead_s,
                    help="client-side HTTP + tokenisation time added before the engine sees a request "
                    "(0: latencies as the engine's own timestamps count them)")

@@ -24,7 +24,7 @@ Roofline v2 (per TP rank; ranks run in parallel; docs/CALIBRATION.md explains ev
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -90,12 +90,34 @@ class CostModel:
         gpu = gpu or get_gpu(scenario.gpu)
         kwargs: dict[str, Any] = rl.roofline_terms(spec, gpu, scenario)
         kwargs["api_overhead_s"] = float(getattr(scenario, "api_overhead_s", 0.0) or 0.0)
+        kwargs.update(overrides)
+        want = getattr(scenario, "cost_source", "auto")
         if scenario.profile:
             prof = load_profile(scenario.profile)
             kwargs.update(profile=prof["coefficients"], source="profile", source_detail=str(scenario.profile),
                           warnings=tuple(profile_mismatches(prof, scenario, spec)))
-        kwargs.update(overrides)
+        elif want in ("auto", "measured-db"):
+            return cls._measured(cls(**kwargs), spec, gpu, scenario, required=want == "measured-db")
+        elif want == "roofline":
+            kwargs.update(source_detail="chosen by the scenario")
         return cls(**kwargs)
+
+    @classmethod
+    def _measured(cls, roof: CostModel, spec: ModelSpec, gpu: GPUSpec, scenario: Any, required: bool) -> CostModel:
+        """The measured-db source where aiconfigurator-core covers the deployment, else the roofline
+        with the reason (an error when the scenario asked for measured-db explicitly)."""
+        from sim.timing import measured_db
+
+        try:
+            table, notes = measured_db.measured_table(spec, gpu.name, scenario.tp, scenario.weight_dtype,
+                                                      scenario.kv_dtype, roof)
+        except measured_db.NotCovered as exc:
+            if required:
+                raise ProfileError(f"cost_source measured-db: {exc}") from None
+            return replace(roof, source_detail=f"measured kernels not used: {exc}")
+        detail = f"aiconfigurator-core {measured_db.package_version()} ({measured_db.BACKEND} tables)"
+        return replace(roof, table=table, source="measured-db", source_detail=detail,
+                       warnings=roof.warnings + notes)
 
     @property
     def describe(self) -> dict[str, Any]:
@@ -151,8 +173,15 @@ class CostModel:
         linear = maximum((self.matmul_flops_per_token * t + self.head_flops_per_seq * s) / (peak * eff),
                          self.weight_bytes / bw)
         attn_peak = peak * self.attention_efficiency
-        kvb = self.kv_bytes_per_token
-        attn = (maximum(self.attn_flops_per_pair * pp / attn_peak, (kp + p) * kvb / bw)
-                + maximum(self.attn_flops_per_pair * kd / attn_peak, (kd + d) * kvb / bw))
-        comm = self.allreduce_fixed_s + self.allreduce_s_per_token * t
-        return linear + attn + self.elementwise_bytes_per_token * t / bw + comm
+        attn = (maximum(self.attn_flops_per_pair * pp / attn_peak, (kp + p) * self.kv_bytes_per_token / bw)
+                + self.decode_attention(d, kd, maximum))
+        return linear + attn + self.elementwise_bytes_per_token * t / bw + self.allreduce(t)
+
+    def decode_attention(self, d: Any, kd: Any, maximum: Callable[[Any, Any], Any]) -> Any:
+        """Roofline decode attention of d sequences reading kd K/V tokens: max(compute, memory)."""
+        return maximum(self.attn_flops_per_pair * kd / (self.peak_flops * self.attention_efficiency),
+                       (kd + d) * self.kv_bytes_per_token / (self.hbm_bandwidth * self.memory_efficiency))
+
+    def allreduce(self, t: Any) -> Any:
+        """Roofline TP all-reduces of a step of t tokens (0 at TP 1)."""
+        return self.allreduce_fixed_s + self.allreduce_s_per_token * t
