@@ -102,3 +102,11 @@ def test_summary_names_the_source():
     trace = synthetic(n=20, rate=5.0, seed=1)
     assert simulate(trace, Scenario(model="llama-3-8b", gpu="h100-sxm")).summary["cost_model"]["source"] == "measured-db"
     assert simulate(trace, Scenario(model="llama-3-8b", gpu="rtx-4090")).summary["cost_model"]["source"] == "roofline"
+
+
+def test_a_model_the_tables_lack_falls_back_once():
+    """tiny-llama's 16-wide heads are not in the attention tables: roofline, reason stated, no recompile."""
+    cm = cost(model="tiny-llama", gpu="h100-sxm")
+    assert cm.source == "roofline" and "lacks data for this model" in cm.source_detail
+    assert len(measured_db._NOT_COVERED) >= 1
+    assert cost(model="tiny-llama", gpu="h100-sxm").source_detail == cm.source_detail

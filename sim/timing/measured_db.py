@@ -105,9 +105,9 @@ def _bracket(grid: tuple[int, ...], x: Any) -> tuple[Any, Any]:
     """(index i, weight w) with x between grid[i] and grid[i+1]; clamped at the ends (linear extrapolation
     above the last point)."""
     if isinstance(x, np.ndarray):
-        i = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
+        idx = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
         g = np.asarray(grid, dtype=np.float64)
-        return i, (x - g[i]) / (g[i + 1] - g[i])
+        return idx, (x - g[idx]) / (g[idx + 1] - g[idx])
     i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
     return i, (x - grid[i]) / (grid[i + 1] - grid[i])
 
@@ -181,20 +181,35 @@ def _cached_arrays(key: str, config_json: str, system: str, tp: int, kv_dtype: s
                 return {name: z[name] for name in ARRAYS}
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache file is rebuilt
-    arrays = query_tables(json.loads(config_json), system, tp, kv_dtype)
+    try:
+        arrays = query_tables(json.loads(config_json), system, tp, kv_dtype)
+    except NotCovered:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. PerfDataNotAvailableError: a shape the tables lack
+        raise NotCovered(f"aiconfigurator-core lacks data for this model: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, **arrays)
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home still works, just without the disk cache
     return arrays
 
 
+_NOT_COVERED: dict[str, str] = {}  # key -> reason: an uncovered model is not compiled again in this process
+
+
 def load_arrays(config: dict[str, Any], system: str, tp: int, weight_dtype: str, kv_dtype: str) -> dict[str, np.ndarray]:
     key = table_key(config, system, tp, weight_dtype, kv_dtype)
-    return _cached_arrays(key, json.dumps(config, sort_keys=True, default=str), system, tp, kv_dtype)
+    if key in _NOT_COVERED:
+        raise NotCovered(_NOT_COVERED[key])
+    try:
+        return _cached_arrays(key, json.dumps(config, sort_keys=True, default=str), system, tp, kv_dtype)
+    except NotCovered as exc:
+        _NOT_COVERED[key] = str(exc)
+        raise
 
 
 def query_tables(config: dict[str, Any], system: str, tp: int, kv_dtype: str) -> dict[str, np.ndarray]:
