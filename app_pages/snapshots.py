@@ -1,22 +1,30 @@
-"""Snapshots page: open a shared link (?snapshot=ID), upload a snapshot file, list and delete saved ones."""
+"""Snapshots page: open a shared link (?snapshot=ID), upload a snapshot file, list what this browser
+session saved plus the public ones, delete with the manage secret. Works without the store."""
 
 import pandas as pd
 import streamlit as st
 
-from sim.guard.text import public_error
-from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError, SnapshotStore
+from sim.guard.text import plain, public_error
+from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
+from sim.out.snapshot_store import open_store
 from ui.plan_view import show_plan
-from ui.result_view import share_link, show_result
+from ui.result_view import MINE_KEY, share_link, show_result
 
 st.title("Snapshots")
-store = SnapshotStore.default()
+try:
+    store, note = open_store()
+except SnapshotError as exc:
+    store, note = None, ""
+    st.error(f"{public_error(exc)}. Saved snapshots are unavailable; opening a snapshot file still works.")
+if note:
+    st.warning(public_error(note))
 
 
 def show_snapshot(snap: Snapshot, key: str) -> None:
     sc = snap.scenario
-    st.subheader(snap.name or "unnamed snapshot")
-    st.caption(f"{sc.model} on {sc.gpu} x tp{sc.tp}, {sc.allocator}, KV {sc.kv_dtype}; trace digest "
-               f"{snap.trace_digest}; saved {snap.created_utc or 'n/a'} by kvsim {snap.app_version or '?'}")
+    st.subheader(plain(snap.name or "unnamed snapshot"))
+    st.caption(plain(f"{sc.model} on {sc.gpu} x tp{sc.tp}, {sc.allocator}, KV {sc.kv_dtype}; trace digest "
+                     f"{snap.trace_digest}; saved {snap.created_utc or 'n/a'} by kvsim {snap.app_version or '?'}"))
     if snap.plan is not None:
         st.markdown("**The search this run drills into**")
         show_plan(snap.plan, key=f"{key}-plan")
@@ -28,7 +36,7 @@ def show_snapshot(snap: Snapshot, key: str) -> None:
 
 
 snap_id = st.query_params.get("snapshot")
-if snap_id:
+if snap_id and store is not None:
     try:
         show_snapshot(store.get(snap_id), "link")
     except SnapshotError as exc:
@@ -45,17 +53,35 @@ if up is not None:
     else:
         show_snapshot(uploaded, "upload")
 
-st.subheader("Saved on this server")
-saved = store.list()
-if not saved:
-    st.caption(f"No snapshots saved yet in {store.path.name}.")
-else:
-    st.dataframe(pd.DataFrame([{"name": s.name, "saved (UTC)": s.created_utc, "link": share_link(s.id),
+
+
+def saved_list() -> None:
+    """What this browser session saved (it holds their manage secrets) plus the public snapshots."""
+    mine: dict[str, str] = st.session_state.get(MINE_KEY, {})
+    saved = store.list(ids=list(mine), public=True)
+    if not saved:
+        st.caption("Nothing saved in this session and no public snapshots yet.")
+        return
+    st.dataframe(pd.DataFrame([{"name": s.name, "saved (UTC)": s.created_utc, "public": s.public,
+                                "yours": s.id in mine, "link": share_link(s.id),
                                 "size (KB)": round(s.size_bytes / 1024, 1)} for s in saved]),
-                 hide_index=True, key="snap-list",
-                 column_config={"link": st.column_config.LinkColumn("link")})
+                 hide_index=True, key="snap-list", column_config={"link": st.column_config.LinkColumn("link")})
     labels = {f"{s.name} ({s.id})": s.id for s in saved}
     victim = st.selectbox("Delete a snapshot", list(labels), index=None, key="snap_delete_pick")
-    if victim and st.button("Delete", key="snap_delete"):
-        store.delete(labels[victim])
-        st.rerun()
+    if not victim:
+        return
+    secret = mine.get(labels[victim]) or st.text_input("Manage secret (given when it was saved)", type="password",
+                                                        key="snap_delete_secret")
+    if st.button("Delete", key="snap_delete"):
+        try:
+            store.delete(labels[victim], secret)
+        except SnapshotError as exc:
+            st.error(public_error(exc))
+        else:
+            mine.pop(labels[victim], None)
+            st.rerun()
+
+
+st.subheader("Saved snapshots")
+if store is not None:
+    saved_list()

@@ -4,13 +4,15 @@ the app shell's navigation."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from sim.out.report import headline_metrics
-from sim.out.snapshot import Snapshot, SnapshotStore
+from sim.out.snapshot import Snapshot
+from sim.out.snapshot_store import SnapshotStore
 from tests.test_charts import make_result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +33,7 @@ def page(**params) -> AppTest:
 
 def test_link_opens_the_saved_numbers(store):
     snap = Snapshot.from_result(make_result(), None)
-    snap_id = store.save(snap, "team run")
+    snap_id = store.save(snap, "team run", public=True)  # public: listed for every visitor
     at = page(snapshot=snap_id)
     assert not at.exception and not at.error
     assert at.subheader[0].value == "team run"
@@ -62,12 +64,58 @@ def test_upload_good_and_bad_files(store):
     assert [s.id for s in store.list()] == [kept]  # nothing saved changed
 
 
-def test_delete(store):
-    snap_id = store.save(Snapshot.from_result(make_result(), None), "old")
+def test_delete_needs_the_manage_secret(store):
+    saved = store.save_shared(Snapshot.from_result(make_result(), None), "old", public=True)
     at = page()
-    at.selectbox(key="snap_delete_pick").set_value(f"old ({snap_id})").run()
+    at.selectbox(key="snap_delete_pick").set_value(f"old ({saved.id})").run()
+    at.text_input(key="snap_delete_secret").input("guess").run()
+    at.button(key="snap_delete").click().run()
+    assert not at.exception and "wrong manage secret" in at.error[0].value
+    assert [s.id for s in store.list()] == [saved.id]
+    at.text_input(key="snap_delete_secret").input(saved.manage_secret).run()
     at.button(key="snap_delete").click().run()
     assert store.list() == []
+
+
+def test_private_snapshots_not_listed_to_others(store):
+    private = store.save(Snapshot.from_result(make_result(), None), "private")
+    store.save(Snapshot.from_result(make_result(), None), "shared", public=True)
+    at = page()
+    assert at.dataframe[0].value["name"].tolist() == ["shared"]
+    at = page(snapshot=private)  # the link still opens it
+    assert not at.error and at.metric
+
+
+@pytest.mark.parametrize("name", ["[click me](http://evil.example) **bold** <b>html</b>", "# heading _x_ `code`"])
+def test_user_text_shown_as_text(store, name):
+    snap_id = store.save(Snapshot.from_result(make_result(), None), name)
+    at = page(snapshot=snap_id)
+    assert not at.exception
+    shown = at.subheader[0].value
+    bare = re.sub(r"\\.", "", shown)  # what is left once every escaped character is removed
+    assert not set(bare) & set("[]()*<>#`") and shown.replace("\\", "") == name  # escaped, and nothing lost
+    at = page(snapshot="[x](http://evil.example) <script>")
+    assert "not found" in at.error[0].value and "\\[x\\]\\(http\\://evil" in at.error[0].value
+
+
+def test_store_unavailable_page_still_works(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(tmp_path))  # a folder, not a database file
+    at = page()
+    assert not at.exception and "is a folder" in at.error[0].value
+    good = Snapshot.from_result(make_result(), None, name="file").to_json().encode()
+    at.file_uploader(key="snap_file").upload("f.kvsim.json", good, "application/json").run()
+    assert not at.exception and at.metric
+
+
+def test_damaged_store_moved_aside(tmp_path, monkeypatch):
+    db = tmp_path / "snaps.sqlite"
+    db.write_bytes(b"garbage, not SQLite" * 100)
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(db))
+    at = page()
+    assert not at.exception and "moved aside to snaps.sqlite.damaged-" in at.warning[0].value
+    assert str(tmp_path) not in at.warning[0].value
+    aside = list(tmp_path.glob("snaps.sqlite.damaged-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == b"garbage, not SQLite" * 100  # never overwritten
 
 
 def test_app_navigation_and_snapshot_link(store):

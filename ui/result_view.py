@@ -16,7 +16,8 @@ from sim.guard.text import public_error
 from sim.out import charts
 from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
 from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
-from sim.out.snapshot import Snapshot, SnapshotError, SnapshotStore, snapshot_link
+from sim.out.snapshot import Snapshot, SnapshotError, snapshot_link
+from sim.out.snapshot_store import open_store
 from ui.glossary import show_glossary
 
 
@@ -69,6 +70,9 @@ def show_charts(snap: Snapshot, key: str = "res") -> None:
     st.plotly_chart(charts.preemptions(snap.steps), key=f"{key}-preempt")
 
 
+MINE_KEY = "my_snapshots"  # session_state: {snapshot id: manage secret} of what this browser session saved
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "kvsim"
 
@@ -91,17 +95,23 @@ def show_sharing(snap: Snapshot, key: str = "res") -> None:
                        mime="text/html", key=f"{key}-dl-html", on_click="ignore")
     with st.form(f"{key}-save", clear_on_submit=False, border=False):
         label = st.text_input("Snapshot name", value=snap.name or "", key=f"{key}-save-name", max_chars=200)
+        public = st.checkbox("List it for everyone on this server (otherwise only the link opens it)",
+                             key=f"{key}-save-public")
         if st.form_submit_button("Save snapshot and get a link"):
             try:
-                snap_id = SnapshotStore.default().save(snap, label)
-            except (SnapshotError, OSError) as exc:
+                store, _ = open_store()
+                saved = store.save_shared(snap, label, public=public)
+            except SnapshotError as exc:
                 st.error(f"could not save the snapshot: {public_error(exc)}")
             else:
-                st.session_state[f"{key}-saved"] = (_ident(snap), snap_id)
-    ident, saved = st.session_state.get(f"{key}-saved", ("", ""))
-    if saved and ident == _ident(snap):  # only the link for the result on screen
-        st.success(f"Saved as {saved}. Anyone on this server can open it:")
-        st.code(share_link(saved), language=None)
+                st.session_state.setdefault(MINE_KEY, {})[saved.id] = saved.manage_secret
+                st.session_state[f"{key}-saved"] = (_ident(snap), saved.id)
+    ident, saved_id = st.session_state.get(f"{key}-saved", ("", ""))
+    if saved_id and ident == _ident(snap):  # only the link for the result on screen
+        st.success("Saved. Anyone with this read-only link can open it:")
+        st.code(share_link(saved_id), language=None)
+        st.caption("Manage secret (keep it: it is the only way to delete this snapshot, and is shown once):")
+        st.code(st.session_state.get(MINE_KEY, {}).get(saved_id, ""), language=None)
 
 
 def show_result(snap: Snapshot, key: str = "res", sharing: bool = True,

@@ -6,7 +6,10 @@ import os
 import re
 from pathlib import Path
 
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:])")
+# Markdown that could add links, images, HTML or formatting: escaped wherever it appears. "_" only at a
+# word edge (snake_case stays readable), ":" only before "//" (no autolinks), "-"/"+"/"." only where they
+# would start a list.
+_MARKDOWN = re.compile(r"([\\`*{}\[\]()<>#!|~$]|(?<!\w)_|_(?!\w)|:(?=//)|^[-+]|(?<=^\d)\.)")
 _HERE = str(Path(__file__).resolve().parents[2])  # the checkout
 
 
@@ -26,10 +29,10 @@ def without_paths(text: str) -> str:
 
 
 def public_error(exc: BaseException | str) -> str:
-    """One line, no server paths: what a page may show to anyone who can open it."""
-    return without_paths(one_line(exc))
+    """One line, no server paths, no Markdown: what a page may show to anyone who can open it."""
+    return plain(without_paths(one_line(exc)))
 
 
 def plain(text: str) -> str:
-    """User text (snapshot names, ids from links) escaped so Markdown renders it literally."""
-    return _MARKDOWN.sub(r"\\\1", str(text).replace("\n", " ").replace("\r", " "))
+    """User text (snapshot names, ids from links, file names) escaped so Markdown shows it literally."""
+    return _MARKDOWN.sub(lambda m: "\\" + m.group(0), " ".join(str(text).split()))

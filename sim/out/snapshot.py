@@ -1,5 +1,5 @@
 """Snapshots: one run's view (scenario, trace, headline metrics, downsampled frames) as one JSON file,
-and a SQLite store that gives each saved snapshot a short id for a `?snapshot=ID` link.
+and (sim/out/snapshot_store.py) a SQLite store that gives each saved snapshot an id for a `?snapshot=ID` link.
 
 Why a file and not a re-run: a colleague must see the *same* numbers even if the code or the cost
 model changed since; the scenario and trace travel along so the run can also be repeated. The
@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import secrets
-import sqlite3
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -39,8 +35,6 @@ MAX_STEP_ROWS = 2_000  # downsampled frames: enough for a chart, small enough fo
 MAX_REQUEST_ROWS = 5_000
 MAX_FRAME_ROWS = 200_000  # refuse absurd uploaded frames
 MAX_COLUMNS = 64
-DB_ENV = "KVSIM_SNAPSHOT_DB"
-DEFAULT_DB = Path(__file__).resolve().parent.parent / "data" / "snapshots.sqlite"
 
 
 class SnapshotError(ValueError):
@@ -323,77 +317,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
     return _cell(value)
-
-
-# ----- the store ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    """One row of the store's list (no body)."""
-
-    id: str
-    name: str
-    created_utc: str
-    scenario_digest: str
-    trace_digest: str
-    size_bytes: int
-
-
-class SnapshotStore:
-    """Named snapshots in one SQLite file. A connection per call, so Streamlit threads never share one."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS snapshots (id TEXT PRIMARY KEY, name TEXT NOT NULL, "
-                "created_utc TEXT NOT NULL, scenario_digest TEXT NOT NULL, trace_digest TEXT NOT NULL, "
-                "body TEXT NOT NULL)"
-            )
-
-    @classmethod
-    def default(cls) -> SnapshotStore:
-        """The store at $KVSIM_SNAPSHOT_DB, else data/snapshots.sqlite in the repository."""
-        return cls(os.environ.get(DB_ENV) or DEFAULT_DB)
-
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One transaction on a fresh connection, committed on success and always closed."""
-        db = sqlite3.connect(self.path, timeout=10)
-        try:
-            with db:
-                yield db
-        finally:
-            db.close()
-
-    def save(self, snapshot: Snapshot, name: str) -> str:
-        """Store under a fresh unguessable id and return it."""
-        name = name.strip()[:200] or "unnamed"
-        body = snapshot.named(name).to_json()
-        if len(body) > MAX_SNAPSHOT_BYTES:
-            raise SnapshotError(f"snapshot: {len(body):,} bytes is over the {MAX_SNAPSHOT_BYTES:,}-byte limit")
-        snap_id = secrets.token_urlsafe(9)
-        with self._connect() as db:
-            db.execute("INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?)",
-                       (snap_id, name, snapshot.created_utc or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                        snapshot.scenario.digest(), snapshot.trace_digest, body))
-        return snap_id
-
-    def get(self, snap_id: str) -> Snapshot:
-        with self._connect() as db:
-            row = db.execute("SELECT body FROM snapshots WHERE id = ?", (str(snap_id),)).fetchone()
-        if row is None:
-            raise SnapshotError(f"snapshot {str(snap_id)[:40]!r}: not found in {self.path.name}")
-        return Snapshot.from_json(row[0], f"snapshot {snap_id}")
-
-    def list(self) -> list[SnapshotInfo]:
-        with self._connect() as db:
-            rows = db.execute("SELECT id, name, created_utc, scenario_digest, trace_digest, length(body) "
-                              "FROM snapshots ORDER BY created_utc DESC, rowid DESC").fetchall()
-        return [SnapshotInfo(*r) for r in rows]
-
-    def delete(self, snap_id: str) -> bool:
-        with self._connect() as db:
-            cur = db.execute("DELETE FROM snapshots WHERE id = ?", (str(snap_id),))
-        return cur.rowcount > 0
