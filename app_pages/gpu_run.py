@@ -71,7 +71,7 @@ def _start() -> None:
     from gpu_backend.vllm_engine.run import live_row, run_vllm
 
     log: list = []
-    state.update(log=log, result=None, error=None, done=False, frac=0.0, offline=offline)
+    state.update(log=log, result=None, error=None, done=False, shown=False, frac=0.0, offline=offline)
 
     def progress(frac: float) -> None:
         state["frac"] = frac
@@ -114,6 +114,9 @@ def live() -> None:
         st.line_chart(df, x="Time (s)", y=["KV blocks in use", "Requests in the batch"], height=220)
     if state.get("done") and state.get("result") is None and state.get("error"):
         st.error(state["error"])
+    if state.get("done") and not state.get("shown"):  # the results below this fragment need a full run
+        state["shown"] = True
+        st.rerun()
 
 
 live()
