@@ -92,18 +92,14 @@ class PrefixCache:
         self._block_to_key[block] = key
         return True
 
-    def _forget(self, block: int) -> None:
-        """Drop `block`'s key; a duplicate (if any) takes over the key."""
-        key = self._block_to_key.pop(block)
-        dups = self._dups.get(key)
+    def _forget_duplicated(self, key: int, block: int) -> None:
+        """Drop `block` from a key that has duplicates; the next one takes over if it was first."""
+        dups = self._dups[key]
         if self._key_to_block[key] == block:
-            if dups:
-                self._key_to_block[key] = dups.pop(0)
-            else:
-                del self._key_to_block[key]
+            self._key_to_block[key] = dups.pop(0)
         else:
-            dups.remove(block)  # type: ignore[union-attr]  (a non-first block is a duplicate)
-        if dups is not None and not dups:
+            dups.remove(block)
+        if not dups:
             del self._dups[key]
 
     def is_cached(self, block: int) -> bool:
@@ -124,9 +120,14 @@ class PrefixCache:
     def evict(self, count: int) -> list[int]:
         """Forget the `count` least recently used parked blocks and hand them out as clean."""
         out: list[int] = []
+        lru, b2k, k2b, dups = self._lru, self._block_to_key, self._key_to_block, self._dups
         for _ in range(count):
-            block, _ = self._lru.popitem(last=False)
-            self._forget(block)
+            block, _ = lru.popitem(last=False)
+            key = b2k.pop(block)
+            if dups and key in dups:
+                self._forget_duplicated(key, block)
+            else:  # the common case: the key's only block
+                del k2b[key]
             out.append(block)
         self.evictions += count
         return out
