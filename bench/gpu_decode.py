@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -25,21 +24,7 @@ import torch  # noqa: E402
 
 from gpu_backend.model_loader import load_model  # noqa: E402
 from gpu_backend.profile import Grid, device_name, measure  # noqa: E402
-
-
-def copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 5) -> float:
-    """Bytes/s of a device-to-device clone (read + write counted)."""
-    x = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    x.clone()
-    sync()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.clone()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
+from gpu_backend.telemetry import copy_bandwidth  # noqa: E402
 
 
 def main() -> int:

@@ -38,6 +38,7 @@ from gpu_backend.model_loader import load_model  # noqa: E402
 from gpu_backend.overlay import overlay_table, simulate_like  # noqa: E402
 from gpu_backend.paged_cache import PagedKVCache  # noqa: E402
 from gpu_backend.profile import Grid, device_name, measure  # noqa: E402
+from gpu_backend.telemetry import copy_bandwidth  # noqa: E402
 from sim.scenario import Scenario  # noqa: E402
 from sim.trace import load_trace  # noqa: E402
 from sim.trace.synthetic import synthetic  # noqa: E402
@@ -78,21 +79,6 @@ QUICK = Plan("tiny-llama", "fp32", (1, 4, 16), 64, 64 << 20, 8, 32, 8, 128, 5.0,
 
 def sync_fn(device: torch.device):
     return (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-
-
-def copy_bandwidth(device: torch.device, nbytes: int, repeats: int = 5) -> float:
-    """Bytes/s of a device-to-device clone, read + write counted: the floor's bandwidth, measured here."""
-    x = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    sync = sync_fn(device)
-    x.clone()
-    sync()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        x.clone()
-        sync()
-        best = min(best, time.perf_counter() - t0)
-    return 2 * nbytes / best
 
 
 def measure_apart(loaded, grid: Grid, kv_dtype: str, repeats: int = 5) -> list[tuple]:

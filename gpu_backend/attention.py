@@ -59,6 +59,11 @@ class _FlexState:
     failure: str | None = None
 
 
+def flex_failure() -> str | None:
+    """Why FlexAttention was abandoned in this process (None while it has not failed)."""
+    return _FlexState.failure
+
+
 def paged_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                             sliding_window=None, kvsim_batch: PagedBatch | None = None, **kwargs):
     """AttentionInterface entry: q/k/v [1, heads, T, head_dim] -> ([1, T, heads, head_dim], None)."""

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from gpu_backend import telemetry
-from gpu_backend.attention import _FlexState, default_impl, step_context
+from gpu_backend.attention import default_impl, flex_failure, step_context
 from gpu_backend.batch import SeqChunk, build_batch
 from gpu_backend.memory import CudaMemory, DeviceMemory, measure_kv_budget
 from gpu_backend.model_loader import LoadedModel, load_model
@@ -286,7 +286,7 @@ class Executor:
             cost_model={"source": "measured", "detail": "this GPU's own steps (gpu_backend)"}, kv_pool_bytes=self.cache.pool_bytes, pool_num_blocks=self.cache.num_blocks,
             device=str(self.loaded.device), model_dtype=self.cfg.dtype, kv_dtype=s.kv_dtype,
             attention=self.runner.attention_label, attention_requested=self.runner.impl,
-            attention_steps=dict(self.runner.paths_used), attention_fallback=_FlexState.failure,
+            attention_steps=dict(self.runner.paths_used), attention_fallback=flex_failure(),
             warmup_s=self.warmup_s, offline=self.cfg.offline, kv_budget_gib=s.kv_budget_gib,
             kv_budget_measured=None if self.budget is None else asdict(self.budget),
             peak_mem_allocated_bytes=_nanmax(log, "mem_allocated_bytes"),

@@ -171,3 +171,21 @@ class Telemetry:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def copy_bandwidth(device, nbytes: int, repeats: int = 5) -> float:
+    """Bytes/s of a device-to-device clone, read + write counted (best of `repeats`): the bandwidth
+    the benchmarks' memory floor divides by, measured on the device rather than taken from a datasheet."""
+    import torch
+
+    x = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    sync = (lambda: torch.cuda.synchronize(device)) if torch.device(device).type == "cuda" else (lambda: None)
+    x.clone()
+    sync()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.clone()
+        sync()
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best
