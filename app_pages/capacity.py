@@ -3,15 +3,15 @@
 import streamlit as st
 
 from models.gpus import list_gpus
+from models.kv_dtypes import KV_DTYPES
 from models.spec import SpecError, list_catalog
+from models.weight_dtypes import WEIGHT_DTYPES
 from sim.guard.text import public_error
 from sim.out import charts
-from sim.scenario import WEIGHT_DTYPES
 from ui.capacity_view import answer, budget_parts, planner_tables
 from ui.glossary import show_glossary
 
 BIND = "query-params"
-KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
 
 st.title("Capacity planner")
 st.caption("vLLM-like budget: total x utilisation - weights - activation peak - runtime overhead = KV "
@@ -20,8 +20,8 @@ with st.sidebar:
     st.header("Planner")
     models = st.multiselect("Models", list_catalog(), default=["qwen2.5-7b"], key="cap_models", bind=BIND)
     gpus = st.multiselect("GPUs", list_gpus(), default=["h100-sxm"], key="cap_gpus", bind=BIND)
-    kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES, default=["bf16"], key="cap_kv", bind=BIND)
-    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES, index=WEIGHT_DTYPES.index("bf16"), key="cap_w", bind=BIND)
+    kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=["bf16"], key="cap_kv", bind=BIND)
+    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index("bf16"), key="cap_w", bind=BIND)
     tp = st.selectbox("Tensor parallel", (1, 2, 4, 8), key="cap_tp", bind=BIND)
     util = st.slider("GPU memory utilisation", 0.5, 1.0, 0.9, 0.01, key="cap_util", bind=BIND)
     st.subheader("GPUs required")

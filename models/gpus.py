@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from models.registry import Registry
 from models.safe_json import read_json_file
 
 MiB = 1 << 20
@@ -71,9 +72,13 @@ class GPUSpec:
 
 def _gpu(name: str, label: str, mib: int, bw_gbs: float, bf16_tf: float, fp8_tf: float, host: str, host_bw: float,
          nvlink_gbs: float, source: str) -> GPUSpec:
-    return GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
+    spec = GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
                    fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
                    source=source, host_link=host, label=label)
+    if name in MEASURED_EFFICIENCY:
+        gemm, memory, where = MEASURED_EFFICIENCY[name]
+        spec = replace(spec, gemm_efficiency=gemm, memory_efficiency=memory, efficiency_source=where)
+    return spec
 
 
 # Measured GEMM / streaming efficiencies: medians over bf16 GEMMs with N, K >= 4096 in
@@ -89,7 +94,7 @@ MEASURED_EFFICIENCY = {
                  "2,520 MHz datasheet boost clock"),
 }
 
-GPUS: dict[str, GPUSpec] = {g.name: g for g in (
+GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
     _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 81_559, 3350, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H100 datasheet (SXM5: 3.35 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s bidir); "
          "memory 81,559 MiB as nvidia-smi reports"),
@@ -149,7 +154,13 @@ GPUS: dict[str, GPUSpec] = {g.name: g for g in (
     _gpu("mi355x", "AMD Instinct MI355X 288GB", 288 * 1024, 8000, 2516.6, 5033.2, "PCIe Gen5 x16", PCIE5_X16, 537.6,
          "AMD Instinct MI355X specifications (288 GB HBM3E, 8 TB/s, 2.5 PF bf16 / 5.0 PF fp8 dense, CDNA 4; Infinity "
          "Fabric 7 links x 153.6 GB/s bidir); memory taken as 288 GiB (no rocm-smi figure at hand)"),
-)}
+)))
+
+
+def register_gpu(gpu: GPUSpec) -> GPUSpec:
+    """Add a GPU to the catalog under its own name (it then shows in every GPU choice)."""
+    return GPUS.register(gpu.name, gpu)
+
 
 # nvidia-smi / rocm-smi device names (as a measured run records them) -> catalog names.
 DEVICE_NAMES = {
@@ -159,10 +170,6 @@ DEVICE_NAMES = {
     "nvidia rtx pro 6000 blackwell server edition": "rtx-pro-6000",
     "nvidia rtx pro 6000 blackwell workstation edition": "rtx-pro-6000", "amd instinct mi300x": "mi300x",
 }
-
-GPUS = {name: (replace(g, gemm_efficiency=MEASURED_EFFICIENCY[name][0], memory_efficiency=MEASURED_EFFICIENCY[name][1],
-                       efficiency_source=MEASURED_EFFICIENCY[name][2]) if name in MEASURED_EFFICIENCY else g)
-        for name, g in GPUS.items()}
 
 ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
            "h200-sxm": "h200", "4090": "rtx-4090",

@@ -7,14 +7,16 @@ them. Two scale layouts exist:
 - per token per kv head (int8, int4): one fp32 scale for K and one for V for every token in every
   kv head of every layer, so int8 costs 2 x layers x kv_heads x (head_dim + 4) bytes per token.
 
-Adding a dtype is one line in KV_DTYPES. This module imports nothing from the project
-(models/spec.py uses it), so it stays at the bottom of the dependency graph.
+Adding a dtype is one line in KV_DTYPES (or `register_kv_dtype` from outside). This module imports
+only models.registry (models/spec.py uses it), so it stays at the bottom of the dependency graph.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+
+from models.registry import Registry
 
 SCALE_BYTES = 4  # scales are stored as fp32
 
@@ -37,8 +39,8 @@ class KVDtype:
         return Fraction(self.element_bits, 8)
 
 
-KV_DTYPES: dict[str, KVDtype] = {
-    d.name: d
+KV_DTYPES: Registry[KVDtype] = Registry("KV dtype", (
+    (d.name, d)
     for d in (
         KVDtype("fp32", 32, None, "IEEE float32"),
         KVDtype("fp16", 16, None, "IEEE float16"),
@@ -47,7 +49,14 @@ KV_DTYPES: dict[str, KVDtype] = {
         KVDtype("int8", 8, PER_TOKEN_HEAD, "int8, one fp32 scale per token per kv head for K and for V"),
         KVDtype("int4", 4, PER_TOKEN_HEAD, "int4 packed two per byte, fp32 scale per token per kv head"),
     )
-}
+))
+
+
+def register_kv_dtype(dtype: KVDtype) -> KVDtype:
+    """Add a KV dtype under its own name: it then shows in the CLI, the Scenario checks and the form."""
+    if dtype.scale_layout not in (None, PER_TENSOR, PER_TOKEN_HEAD):
+        raise ValueError(f"KV dtype {dtype.name!r}: unknown scale layout {dtype.scale_layout!r}")
+    return KV_DTYPES.register(dtype.name, dtype)
 
 ALIASES = {"float32": "fp32", "float16": "fp16", "half": "fp16", "bfloat16": "bf16", "fp8_e4m3": "fp8",
            "e4m3": "fp8", "float8_e4m3fn": "fp8"}

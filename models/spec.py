@@ -31,6 +31,7 @@ from models.kv_groups import (
 from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config
 from models.safe_json import read_json_file
 from models.strict import flag, whole
+from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one
@@ -42,8 +43,6 @@ CONFIG_LIMITS = {
     "sliding_window": 1 << 24,
 }
 
-# mxfp4: 4-bit values plus one 8-bit scale per 32 (the OCP microscaling format gpt-oss ships).
-WEIGHT_BYTES = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8}
 
 FAMILIES = {  # model_type -> family
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "opt": "opt", "falcon": "falcon",
@@ -172,7 +171,7 @@ class ModelSpec:
             expert_dtype = expert_dtype or native_experts
         for name in (dtype, expert_dtype or dtype):
             if name not in WEIGHT_BYTES:
-                raise SpecError(f"unknown weight dtype {name!r}: choose native or one of {', '.join(WEIGHT_BYTES)}")
+                raise SpecError(f"unknown weight dtype {name!r}: choose one of {WEIGHT_DTYPES.choices_text()}")
         return dtype, expert_dtype or dtype
 
     def weight_bytes(self, dtype: str = "bf16", expert_dtype: str | None = None) -> int:

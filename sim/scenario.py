@@ -14,16 +14,27 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from models.kv_dtypes import KV_DTYPES
+from models.registry import Registry
 from models.strict import flag, number, whole
+from models.weight_dtypes import WEIGHT_DTYPES
+from sim.core.kv.placement import PLACEMENTS
+from sim.core.kv.registry import ALLOCATORS
+from sim.core.kv.reserve import RESERVE_POLICIES
+from sim.core.preemption import PREEMPTION_MODES
 from sim.guard import limits
+from sim.timing.sources import COST_SOURCES
 
-ALLOCATORS = ("paged", "contiguous")
-RESERVE_POLICIES = ("max", "pow2", "oracle")
-PLACEMENTS = ("first-fit", "best-fit", "buddy")
-PREEMPTION_MODES = ("recompute", "swap")
-COST_SOURCES = ("auto", "measured-db", "roofline")
-KV_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
-WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4", "mxfp4", "native")  # native: as the checkpoint ships
+# Scenario field -> the registry that holds its names (the one list; validation reads it live).
+CHOICES: dict[str, Registry[Any]] = {
+    "allocator": ALLOCATORS,
+    "reserve": RESERVE_POLICIES,
+    "placement": PLACEMENTS,
+    "preemption": PREEMPTION_MODES,
+    "cost_source": COST_SOURCES,
+    "kv_dtype": KV_DTYPES,
+    "weight_dtype": WEIGHT_DTYPES,
+}
 
 
 class ScenarioError(ValueError):
@@ -76,18 +87,9 @@ class Scenario:
         def bad(name: str, why: str) -> ScenarioError:
             return ScenarioError(f"scenario: {name}={getattr(self, name)!r}: {why}")
 
-        choices = {
-            "allocator": ALLOCATORS,
-            "reserve": RESERVE_POLICIES,
-            "placement": PLACEMENTS,
-            "preemption": PREEMPTION_MODES,
-            "cost_source": COST_SOURCES,
-            "kv_dtype": KV_DTYPES,
-            "weight_dtype": WEIGHT_DTYPES,
-        }
-        for name, allowed in choices.items():
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise bad(name, f"must be one of {', '.join(allowed)}")
+                raise bad(name, f"must be one of {allowed.choices_text()}")
         counts = {"tp": limits.MAX_TP, "replicas": limits.MAX_REPLICAS, "block_size": limits.MAX_BLOCK_SIZE,
                   "max_num_seqs": limits.MAX_NUM_SEQS, "max_batched_tokens": limits.MAX_BATCHED_TOKENS}
         optional = {"kv_heads": limits.MAX_KV_HEADS, "max_model_len": limits.MAX_MODEL_LEN,

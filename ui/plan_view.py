@@ -24,7 +24,7 @@ from sim.plan.prices import DEFAULT_PRICES
 from sim.plan.search import ALWAYS_SHOWN, SearchOptions, search
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
-from sim.scenario import KV_DTYPES, Scenario, ScenarioError
+from sim.scenario import CHOICES, Scenario, ScenarioError
 from sim.trace import Trace
 
 BIND = "query-params"
@@ -45,8 +45,8 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
                           key="plan_gpus", bind=BIND)
     tps = c3.multiselect("Tensor parallel", [1, 2, 4, 8], default=[1], key="plan_tp", bind=BIND)
     c1, c2, c3 = st.columns(3)
-    kv_dtypes = c1.multiselect("KV dtype", list(KV_DTYPES), default=list(DEFAULT_KV_DTYPES), key="plan_kv", bind=BIND)
-    allocators = c2.multiselect("Allocator", ["paged", "contiguous"], default=["paged"], key="plan_alloc", bind=BIND)
+    kv_dtypes = c1.multiselect("KV dtype", CHOICES["kv_dtype"].names(), default=list(DEFAULT_KV_DTYPES), key="plan_kv", bind=BIND)
+    allocators = c2.multiselect("Allocator", CHOICES["allocator"].names(), default=["paged"], key="plan_alloc", bind=BIND)
     target = c3.number_input("Target rate (requests/s, 0 = none)", 0.0, 1e6, 0.0, key="plan_target", bind=BIND)
     c1, c2, c3, c4 = st.columns(4)
     ttft = c1.number_input("TTFT p99 (s)", 0.0, 3600.0, DEFAULT_SLO[0], step=0.1, key="plan_ttft", bind=BIND)

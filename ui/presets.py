@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from models.spec import load_spec
+from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.scenario import Scenario
 
 PRESETS = (
@@ -16,7 +17,7 @@ PRESETS = (
 def preset_variants(name: str, base: Scenario) -> dict[str, Scenario]:
     """Label -> Scenario for a preset; everything not named by the preset is the base scenario's."""
     if name == PRESETS[0]:
-        return {f"contiguous {r}": base.replace(allocator="contiguous", reserve=r) for r in ("max", "pow2", "oracle")} | {
+        return {f"contiguous {r}": base.replace(allocator="contiguous", reserve=r) for r in RESERVE_POLICIES} | {
             "paged": base.replace(allocator="paged")}
     if name == PRESETS[1]:
         spec = load_spec(base.model)

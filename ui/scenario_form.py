@@ -15,17 +15,9 @@ from models.spec import SpecError, list_catalog, load_spec
 from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
 from sim.guard.text import plain, public_error
 from sim.guard.uploads import store_config
-from sim.scenario import (
-    PLACEMENTS,
-    PREEMPTION_MODES,
-    RESERVE_POLICIES,
-    WEIGHT_DTYPES,
-    Scenario,
-    ScenarioError,
-)
+from sim.scenario import CHOICES, Scenario, ScenarioError
 
 DEFAULT = Scenario()
-KV_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
 ATTENTION = ("native", "MHA", "MQA", "custom")
 BIND = "query-params"
 FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes
@@ -41,6 +33,19 @@ def apply_changes(changes: dict[str, Any]) -> None:
 def _index(options, value) -> int:
     options = list(options)
     return options.index(value) if value in options else 0
+
+
+def _help(field: str) -> str:
+    """Form help from the registry's descriptions: 'name: what it does' per option."""
+    registry = CHOICES[field]
+    return "; ".join(f"{name}: {registry.describe(name)}" for name in registry)
+
+
+def _choice(where, label: str, field: str, *, key: str) -> str:
+    """A selectbox over the registry of a Scenario field (its live names), the default preselected."""
+    names = CHOICES[field].names()
+    return where.selectbox(label, names, index=_index(names, getattr(DEFAULT, field)), key=key, bind=BIND,
+                           help=_help(field))
 
 
 def _uploaded_model() -> str | None:
@@ -81,9 +86,8 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     c1, c2 = sb.columns(2)
     tp = c1.selectbox("Tensor parallel", (1, 2, 4, 8), key="tp", bind=BIND)
     replicas = c2.number_input("Replicas", 1, 64, DEFAULT.replicas, key="replicas", bind=BIND)
-    weight_dtype = c1.selectbox("Weights", WEIGHT_DTYPES, index=_index(WEIGHT_DTYPES, DEFAULT.weight_dtype),
-                                key="wdtype", bind=BIND)
-    kv_dtype = c2.selectbox("KV dtype", KV_DTYPES, index=_index(KV_DTYPES, DEFAULT.kv_dtype), key="kv_dtype", bind=BIND)
+    weight_dtype = _choice(c1, "Weights", "weight_dtype", key="wdtype")
+    kv_dtype = _choice(c2, "KV dtype", "kv_dtype", key="kv_dtype")
 
     sb.subheader("Attention")
     attention = sb.radio("KV heads", ATTENTION, key="attn", horizontal=True, bind=BIND,
@@ -112,19 +116,19 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         mem_util = sb.slider("GPU memory utilisation", 0.50, 1.00, DEFAULT.gpu_mem_util, 0.01, key="mem_util", bind=BIND)
 
     sb.subheader("KV layout")
-    paging = sb.radio("Allocator", ("paged", "contiguous"), key="paging", horizontal=True, bind=BIND)
+    paging = sb.radio("Allocator", CHOICES["allocator"].names(), key="paging", horizontal=True, bind=BIND,
+                      help=_help("allocator"))
     block_size, reserve, placement = DEFAULT.block_size, DEFAULT.reserve, DEFAULT.placement
-    if paging == "paged":
+    if not CHOICES["allocator"].lookup(paging).reserves_up_front:
         block_size = sb.selectbox("Block size (tokens)", (1, 8, 16, 32, 64, 128, 256), index=2, key="block", bind=BIND)
     else:
-        reserve = sb.selectbox("Reserve policy", RESERVE_POLICIES, key="reserve", bind=BIND,
-                               help="max: the whole max_model_len; pow2: prompt + the output rounded up to a power of two (Orca); oracle: exact")
-        placement = sb.selectbox("Placement", PLACEMENTS, key="placement", bind=BIND)
+        reserve = _choice(sb, "Reserve policy", "reserve", key="reserve")
+        placement = _choice(sb, "Placement", "placement", key="placement")
     prefix = sb.checkbox("Prefix caching", DEFAULT.prefix_caching, key="prefix", bind=BIND)
 
     sb.subheader("Scheduler")
     chunked = sb.checkbox("Chunked prefill", DEFAULT.chunked_prefill, key="chunked", bind=BIND)
-    preemption = sb.selectbox("Preemption", PREEMPTION_MODES, key="preempt", bind=BIND)
+    preemption = _choice(sb, "Preemption", "preemption", key="preempt")
     c1, c2 = sb.columns(2)
     max_seqs = c1.number_input("max_num_seqs", 1, 4096, DEFAULT.max_num_seqs, key="max_seqs", bind=BIND)
     max_tokens = c2.number_input("max_batched_tokens", 16, 1 << 20, DEFAULT.max_batched_tokens, step=512,

@@ -14,9 +14,9 @@ DEFAULT_CONTEXTS = "2048,8192,32768,131072"
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from models.kv_dtypes import list_kv_dtypes
+    from models.kv_dtypes import KV_DTYPES
+    from models.weight_dtypes import WEIGHT_DTYPES
     from sim.plan.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
-    from sim.scenario import WEIGHT_DTYPES
 
     p = subparsers.add_parser(
         "capacity",
@@ -27,8 +27,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="catalog name, HF id, config.json or its directory")
     p.add_argument("--gpu", required=True, help="catalog GPU (h100-sxm, a100-80gb, ...) or a custom GPU .json")
     p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1, help="tensor-parallel degree (default %(default)s)")
-    p.add_argument("--kv-dtype", default="bf16", choices=list_kv_dtypes(), help="KV dtype (default %(default)s)")
-    p.add_argument("--weight-dtype", default="bf16", choices=WEIGHT_DTYPES, help="weight dtype (default %(default)s)")
+    p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV dtype (default %(default)s)")
+    p.add_argument("--weight-dtype", default="bf16", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
     p.add_argument("--contexts", default=DEFAULT_CONTEXTS, help="comma-separated context lengths (default %(default)s)")
     p.add_argument("--gpu-mem-util", type=bounded_float(0, 1, lo_open=True), default=0.9, help="gpu_memory_utilization (default %(default)s)")

@@ -10,16 +10,21 @@ from typing import Any
 from sim.cli.common import CliError, print_json
 from sim.cli.run import simulate_with_progress
 from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_from_args, trace_from_args
-from sim.scenario import Scenario
+from sim.scenario import CHOICES, Scenario
 
-PRESETS = {
-    "reserve": "allocator=contiguous,reserve=max;allocator=contiguous,reserve=pow2;"
-               "allocator=contiguous,reserve=oracle;allocator=paged",
-    "placement": "allocator=contiguous,reserve=pow2,placement=first-fit;allocator=contiguous,reserve=pow2,"
-                 "placement=best-fit;allocator=contiguous,reserve=pow2,placement=buddy;allocator=paged",
-    "preemption": "preemption=recompute;preemption=swap",
-    "batching": "static_batch=8;static_batch=32;allocator=paged",
-}
+
+def presets() -> dict[str, str]:
+    """Named variant sets; the option sweeps read the registries, so a registered option joins them."""
+    def sweep(field: str, fixed: str = "") -> str:
+        return ";".join(f"{fixed}{field}={name}" for name in CHOICES[field])
+
+    return {
+        "reserve": sweep("reserve", "allocator=contiguous,") + ";allocator=paged",
+        "placement": sweep("placement", "allocator=contiguous,reserve=pow2,") + ";allocator=paged",
+        "preemption": sweep("preemption"),
+        "batching": "static_batch=8;static_batch=32;allocator=paged",
+    }
+
 COLUMNS = (("variant", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
            ("ttft_p50_s", "{:.3f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"), ("token_states", "{:.1%}"),
            ("reserved", "{:.1%}"), ("internal", "{:.1%}"), ("external", "{:.1%}"), ("free", "{:.1%}"))
@@ -32,7 +37,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_scenario_args(p)
     v = p.add_mutually_exclusive_group(required=True)
     v.add_argument("--variants", help='";"-separated variants of "field=value,..." (Scenario field names)')
-    v.add_argument("--preset", choices=sorted(PRESETS), help="a named set of variants")
+    v.add_argument("--preset", choices=sorted(presets()), help="a named set of variants")
     p.add_argument("--json", action="store_true", help="print a JSON list of {variant, scenario, summary}")
     p.add_argument("--no-progress", action="store_true")
     return p
@@ -94,7 +99,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     base = scenario_from_args(args)
-    variants = parse_variants(PRESETS[args.preset] if args.preset else args.variants, base)
+    variants = parse_variants(presets()[args.preset] if args.preset else args.variants, base)
     trace = trace_from_args(args)
     results = []
     for label, scenario in variants:

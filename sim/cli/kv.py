@@ -16,7 +16,7 @@ PAGED_BLOCK_SIZE = 16  # vLLM's default block size: the paged figures round each
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    from models.kv_dtypes import list_kv_dtypes
+    from models.kv_dtypes import KV_DTYPES
 
     p = subparsers.add_parser(
         "kv",
@@ -25,7 +25,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "and the KV of one sequence at a few context lengths.",
     )
     p.add_argument("--model", required=True, help="catalog name, HF id (Qwen/Qwen2.5-7B), config.json or its directory")
-    p.add_argument("--kv-dtype", default="bf16", choices=list_kv_dtypes(), help="KV storage dtype (default %(default)s)")
+    p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV storage dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS),
                    help="GQA what-if: use N kv heads (a divisor of the attention heads)")
     p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1,

@@ -9,16 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sim.scenario import (
-    ALLOCATORS,
-    COST_SOURCES,
-    KV_DTYPES,
-    PLACEMENTS,
-    PREEMPTION_MODES,
-    RESERVE_POLICIES,
-    WEIGHT_DTYPES,
-    Scenario,
-)
+from sim.scenario import CHOICES, Scenario
 
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
@@ -41,25 +32,25 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--gpu", default=d.gpu, help="GPU catalog name or a custom GPU JSON (default %(default)s)")
     g.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel GPUs per replica")
     g.add_argument("--replicas", type=int, default=d.replicas, help="data-parallel replicas (round-robin routing)")
-    g.add_argument("--weight-dtype", default=d.weight_dtype, choices=WEIGHT_DTYPES)
-    g.add_argument("--kv-dtype", default=d.kv_dtype, choices=KV_DTYPES)
+    g.add_argument("--weight-dtype", default=d.weight_dtype, choices=CHOICES["weight_dtype"].names())
+    g.add_argument("--kv-dtype", default=d.kv_dtype, choices=CHOICES["kv_dtype"].names())
     g.add_argument("--kv-heads", type=int, help="GQA what-if: N kv heads")
     g.add_argument("--kv-budget-gib", type=float, help="KV pool per replica in GiB (default: derived from the GPU)")
     g.add_argument("--gpu-mem-util", type=float, default=d.gpu_mem_util)
-    g.add_argument("--allocator", default=d.allocator, choices=ALLOCATORS)
+    g.add_argument("--allocator", default=d.allocator, choices=CHOICES["allocator"].names())
     g.add_argument("--block-size", type=int, default=d.block_size)
-    g.add_argument("--reserve", default=d.reserve, choices=RESERVE_POLICIES, help="contiguous reservation policy")
-    g.add_argument("--placement", default=d.placement, choices=PLACEMENTS, help="contiguous placement")
+    g.add_argument("--reserve", default=d.reserve, choices=CHOICES["reserve"].names(), help="contiguous reservation policy")
+    g.add_argument("--placement", default=d.placement, choices=CHOICES["placement"].names(), help="contiguous placement")
     g.add_argument("--prefix-caching", action="store_true", default=d.prefix_caching)
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     g.add_argument("--max-batched-tokens", type=int, default=d.max_batched_tokens)
     g.add_argument("--max-model-len", type=int, help="default: min(model context, 32768)")
     g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=d.chunked_prefill)
-    g.add_argument("--preemption", default=d.preemption, choices=PREEMPTION_MODES)
+    g.add_argument("--preemption", default=d.preemption, choices=CHOICES["preemption"].names())
     g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
     g.add_argument("--static-batch", type=int, metavar="B", help="static-batching baseline with batch size B")
     g.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
-    g.add_argument("--cost-source", default=d.cost_source, choices=COST_SOURCES,
+    g.add_argument("--cost-source", default=d.cost_source, choices=CHOICES["cost_source"].names(),
                    help="step times: auto = measured kernels (aiconfigurator-core) where covered, else roofline")
     g.add_argument("--api-overhead-s", type=float, default=d.api_overhead_s,
                    help="client-side HTTP + tokenisation time added before the engine sees a request "

@@ -31,7 +31,13 @@ import simpy
 
 from models.gpus import get_gpu
 from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
-from sim.core.kv.registry import blocks_for_budget, make_allocator, make_group_allocator, needs_group_pools
+from sim.core.kv.registry import (
+    ALLOCATORS,
+    blocks_for_budget,
+    make_allocator,
+    make_group_allocator,
+    needs_group_pools,
+)
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
@@ -133,7 +139,7 @@ def build(trace: Any, scenario: Any) -> Setup:
     reject = over_len.copy()
     over = ~reject & (table.prompt + table.output > max_len)
     table.output[over] = max_len - table.prompt[over]
-    contiguous = scenario.allocator == "contiguous"
+    contiguous = ALLOCATORS.lookup(scenario.allocator).reserves_up_front
     if contiguous:
         table.reserve[:] = reserve_tokens_array(scenario.reserve, table.prompt, table.output, max_len)
     bs = scenario.block_size

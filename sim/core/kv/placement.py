@@ -14,9 +14,11 @@ not care which one it holds.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
-PLACEMENTS = ("first-fit", "best-fit", "buddy")
+from models.registry import Registry
 
 
 class HolePlacement:
@@ -111,14 +113,28 @@ class HolePlacement:
         self.free_blocks -= length
 
 
-def make_placement(name: str, num_blocks: int):
-    """Placement books by name: 'first-fit', 'best-fit' or 'buddy'."""
-    if name == "first-fit":
-        return HolePlacement(num_blocks, best_fit=False)
-    if name == "best-fit":
-        return HolePlacement(num_blocks, best_fit=True)
-    if name == "buddy":
-        from sim.core.kv.buddy import BuddyPlacement
+@dataclass(frozen=True)
+class Placement:
+    """One placement policy: `build(num_blocks)` returns books with HolePlacement's methods."""
 
-        return BuddyPlacement(num_blocks)
-    raise ValueError(f"unknown placement {name!r}: choose one of {', '.join(PLACEMENTS)}")
+    name: str
+    build: Callable[[int], Any]
+    description: str = ""
+
+
+def _buddy(num_blocks: int) -> Any:
+    from sim.core.kv.buddy import BuddyPlacement
+
+    return BuddyPlacement(num_blocks)
+
+
+PLACEMENTS: Registry[Placement] = Registry("placement", ((p.name, p) for p in (
+    Placement("first-fit", lambda n: HolePlacement(n, best_fit=False), "lowest-address hole large enough"),
+    Placement("best-fit", lambda n: HolePlacement(n, best_fit=True), "smallest hole large enough"),
+    Placement("buddy", _buddy, "power-of-two buddy system (runs rounded up to a power of two)"),
+)))
+
+
+def make_placement(name: str, num_blocks: int) -> Any:
+    """Placement books by registered name (first-fit, best-fit, buddy, ...)."""
+    return PLACEMENTS.lookup(name).build(num_blocks)

@@ -1,6 +1,7 @@
 """Allocators by name, built from a Scenario: one place the simulator and the GPU backend agree on.
 
-Adding an allocator = one file implementing sim.core.kv.base.KVAllocator + one line in ALLOCATORS.
+Adding an allocator = one file implementing sim.core.kv.base.KVAllocator + one line in ALLOCATORS
+(or `register_allocator` from outside); the CLI, the Scenario checks and the form then offer it.
 A factory takes (scenario, num_blocks, bytes_per_token, prefix_block_size) and reads only the
 Scenario fields it needs (block_size, prefix_caching, placement).
 """
@@ -8,8 +9,10 @@ Scenario fields it needs (block_size, prefix_caching, placement).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from models.registry import Registry
 from sim.core.kv.base import KVAllocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.group_managers import make_manager, page_bytes_for
@@ -38,10 +41,25 @@ def _contiguous(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefi
     return ContiguousAllocator(num_blocks, scenario.block_size, bytes_per_token, placement=scenario.placement)
 
 
-ALLOCATORS: dict[str, AllocatorFactory] = {
-    "paged": _paged,
-    "contiguous": _contiguous,
-}
+@dataclass(frozen=True)
+class AllocatorKind:
+    """One allocator: its factory, and whether the contiguous knobs (reserve, placement) apply."""
+
+    name: str
+    build: AllocatorFactory
+    description: str = ""
+    reserves_up_front: bool = False  # True: the reserve policy and placement knobs apply
+
+
+ALLOCATORS: Registry[AllocatorKind] = Registry("allocator", ((k.name, k) for k in (
+    AllocatorKind("paged", _paged, "fixed-size blocks on demand (vLLM's PagedAttention); prefix caching"),
+    AllocatorKind("contiguous", _contiguous, "one contiguous run per request, reserved at admission",
+                  reserves_up_front=True),
+)))
+
+
+def register_allocator(kind: AllocatorKind) -> AllocatorKind:
+    return ALLOCATORS.register(kind.name, kind)
 
 
 def make_allocator(
@@ -52,11 +70,8 @@ def make_allocator(
     prefix_block_size: tokens per prefix hash id in the trace (Trace.prefix_block_size, e.g. 512
     for Mooncake); None means the hashes were taken at the KV block size.
     """
-    try:
-        factory = ALLOCATORS[scenario.allocator]
-    except KeyError:
-        raise ValueError(f"unknown allocator {scenario.allocator!r}: choose one of {', '.join(ALLOCATORS)}") from None
-    return factory(scenario, int(num_blocks), int(bytes_per_token), prefix_block_size)
+    kind = ALLOCATORS.lookup(scenario.allocator)
+    return kind.build(scenario, int(num_blocks), int(bytes_per_token), prefix_block_size)
 
 
 def blocks_for_budget(kv_budget_bytes: int, block_size: int, bytes_per_token: int) -> int:
