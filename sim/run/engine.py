@@ -366,7 +366,7 @@ class Simulation:
         stopping at the first step that reaches `horizon`. Each end is the previous end plus the
         step's time, the very floats that stepping one at a time produces. Most runs end within a
         few steps (the next arrival), so they are summed in Python; longer ones with numpy."""
-        step = self.s.cost.step_time
+        step = self.s.cost.decode_time
         ends: list[float] = []
         for j in range(min(k, SHORT_RUN)):
             kv = ctx + j * b

@@ -23,6 +23,7 @@ Roofline v2 (per TP rank; ranks run in parallel; docs/CALIBRATION.md explains ev
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -32,6 +33,7 @@ import numpy as np
 from models.gpus import GPUSpec, get_gpu
 from models.spec import ModelSpec
 from sim.timing import roofline as rl
+from sim.timing.measured_db import CONTEXTS, interp_row
 from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's historic home)
     COEFFICIENTS,
     MAX_PROFILE_BYTES,
@@ -76,6 +78,7 @@ class CostModel:
     source: str = "roofline"
     source_detail: str = ""
     warnings: tuple[str, ...] = field(default=())
+    _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
     def from_scenario(cls, spec: ModelSpec | None, gpu: GPUSpec | None, scenario: Any, **overrides: Any) -> CostModel:
@@ -136,6 +139,35 @@ class CostModel:
         return float(self._times(float(decode_seqs), float(decode_kv), float(prefill_tokens), float(prefill_kv),
                                  float(prefill_pairs), float(prefill_seqs), max))
 
+    def decode_time(self, decode_seqs: int, decode_kv: int) -> float:
+        """step_time(decode_seqs, decode_kv) of a pure-decode step, bit for bit, faster: the parts
+        that depend on the batch size alone are computed once per batch size (the engine's hot loop)."""
+        if self.table is None or self.profile is not None:
+            return self.step_time(decode_seqs, decode_kv)
+        return float(self._table_decode(float(decode_seqs), float(decode_kv)))
+
+    def _table_decode(self, d: float, kd: Any) -> Any:
+        """Measured-table pure-decode step: per-batch base + decode attention over the mean context."""
+        key = int(d)
+        parts = self._decode_cache.get(key)
+        if parts is None:
+            gpu, row = self.table.decode_parts(d)
+            parts = (gpu + self.layer_overhead_s + self.step_overhead_s + self.per_seq_s * d, row)
+            self._decode_cache[key] = parts
+        base, row = parts
+        if d <= 0:
+            return base + 0.0 * kd
+        if row is None:
+            return base + self.decode_attention(d, kd, np.maximum if isinstance(kd, np.ndarray) else max)
+        if isinstance(kd, np.ndarray):
+            return base + interp_row(CONTEXTS, row, kd / d)
+        x = kd / d  # the scalar case of interp_row, inlined: this runs once per simulated decode step
+        if x < CONTEXTS[0]:
+            x = float(CONTEXTS[0])
+        i = min(bisect_right(CONTEXTS, x) - 1, len(CONTEXTS) - 2)
+        a, b = float(row[i]), float(row[i + 1])
+        return base + (a + (x - CONTEXTS[i]) / (CONTEXTS[i + 1] - CONTEXTS[i]) * (b - a))
+
     def plan_time(self, plan: Any) -> float:
         """step_time of a scheduler StepPlan."""
         return self.step_time(*plan.step_shape())
@@ -158,6 +190,8 @@ class CostModel:
             c = self.profile  # schema v1: linear in (new tokens, K/V read, attention pairs)
             return (c["intercept_s"] + c["per_new_token_s"] * (d + p) + c["per_kv_read_token_s"] * (kd + kp)
                     + c["per_attn_pair_s"] * (kd + pp))
+        if self.table is not None and p == 0 and np_ == 0:
+            return self._table_decode(float(d), kd)
         t = d + p
         s = d + np_
         if self.table is not None:

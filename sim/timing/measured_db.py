@@ -75,6 +75,17 @@ class MeasuredTable:
     roofline: Any = None  # CostModel pieces used where the table stops (decode attention, PCIe all-reduce)
     roofline_allreduce: bool = False
 
+    def decode_parts(self, d: float) -> tuple[float, np.ndarray | None]:
+        """A pure-decode step of d sequences: (GPU seconds apart from decode attention, the decode
+        attention row over CONTEXTS interpolated at d, or None when the roofline times it)."""
+        comm = self.roofline.allreduce(d) if self.roofline_allreduce else _interp1(SEQS, self.gen_comm, d)
+        base = _interp1(SEQS, self.gen_other, d) + _interp1(SEQS, self.logits, d) + comm
+        if self.gen_attn is None:
+            return base, None
+        i, w = _bracket(SEQS, d)
+        row = self.gen_attn[i] + w * (self.gen_attn[i + 1] - self.gen_attn[i])
+        return base, row
+
     def step_seconds(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any,
                      maximum: Callable[[Any, Any], Any]) -> Any:
         """GPU seconds of a step shape; d and the prefill arguments are scalars, kd may be an array."""
@@ -110,6 +121,15 @@ def _bracket(grid: tuple[int, ...], x: Any) -> tuple[Any, Any]:
         return idx, (x - g[idx]) / (g[idx + 1] - g[idx])
     i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
     return i, (x - grid[i]) / (grid[i + 1] - grid[i])
+
+
+def interp_row(grid: tuple[int, ...], row: np.ndarray, x: Any) -> Any:
+    """Linear interpolation of a row over grid at x (clamped below the first point)."""
+    if isinstance(x, np.ndarray):
+        x = np.maximum(x, grid[0])
+    elif x < grid[0]:
+        x = float(grid[0])
+    return _interp1(grid, row, x)
 
 
 def _interp1(grid: tuple[int, ...], values: np.ndarray, x: Any) -> Any:
