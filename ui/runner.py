@@ -1,7 +1,8 @@
 """Run a scenario on a trace once per (trace digest, scenario) and keep the downsampled view.
 
 The st.cache_data key is the trace digest and the scenario's JSON (both content hashes), so the
-same link opened twice, or by two people, reuses one run; the Trace object itself is not hashed.
+same link opened twice, or by two people, or the same scenario from two pages, reuses one run; the
+Trace object and the progress label are not hashed (leading underscore: Streamlit skips them).
 The progress bar is created inside the cached function (Streamlit replays elements made there)
 and emptied before it returns, so a cache hit shows nothing stale.
 """
@@ -16,10 +17,11 @@ from sim.trace import Trace
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def _run(trace_digest: str, scenario_json: str, label: str, _trace: Trace) -> Snapshot:
+def _run(trace_digest: str, scenario_json: str, _label: str, _trace: Trace) -> Snapshot:
     from sim.run.engine import simulate  # imported late: the engine is the heavy part
 
     scenario = Scenario.from_json(scenario_json)
+    label = _label
     bar = st.progress(0.0, text=label)
     shown = [0]
 
