@@ -50,6 +50,7 @@ gpu-bundle-check: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -22,8 +22,11 @@ from sim.core.kv.placement import PLACEMENTS
 from sim.core.kv.registry import ALLOCATORS
 from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.core.preemption import PREEMPTION_MODES
+from sim.errors import ScenarioError
 from sim.guard import limits
 from sim.timing.sources import COST_SOURCES
+
+__all__ = ["CHOICES", "Scenario", "ScenarioError"]
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
 CHOICES: dict[str, Registry[Any]] = {
@@ -35,10 +38,6 @@ CHOICES: dict[str, Registry[Any]] = {
     "kv_dtype": KV_DTYPES,
     "weight_dtype": WEIGHT_DTYPES,
 }
-
-
-class ScenarioError(ValueError):
-    """A scenario value is out of range; the message is one line naming the field."""
 
 
 @dataclass(frozen=True)

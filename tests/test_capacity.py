@@ -6,7 +6,7 @@ import pytest
 
 from models.gpus import get_gpu
 from models.spec import SpecError, load_spec
-from sim.plan.capacity import (
+from sim.memory.capacity import (
     GiB,
     activation_peak_bytes,
     capacity_table,

@@ -3,7 +3,7 @@
 from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.__main__ import main
-from sim.plan.capacity import capacity_table, memory_budget, smallest_fitting_tp
+from sim.memory.capacity import capacity_table, memory_budget, smallest_fitting_tp
 
 
 def test_70b_on_one_h100_does_not_fit_and_tp2_is_suggested():

@@ -9,7 +9,7 @@ import pytest
 
 from models.gpus import get_gpu
 from models.spec import load_spec
-from sim.plan.capacity import bandwidth_floor_s
+from sim.memory.capacity import bandwidth_floor_s
 from sim.scenario import Scenario, ScenarioError
 from sim.timing.cost_model import CostModel, ProfileError, fit_profile, load_profile, save_profile
 

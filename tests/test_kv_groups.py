@@ -9,7 +9,7 @@ import pytest
 from models.kv_groups import MLA, ChunkedLocal, FullAttention, SlidingWindow, State, layer_kinds
 from models.spec import SpecError, load_spec, spec_from_config
 from sim.cli.kv import kv_report
-from sim.plan.capacity import kv_per_sequence_bytes, memory_budget, scenario_kv_bytes_per_token
+from sim.memory.capacity import kv_per_sequence_bytes, memory_budget, scenario_kv_bytes_per_token
 from sim.scenario import Scenario
 
 GPT_OSS_LAYER = 8 * 64 * 2 * 2  # 8 kv heads x head dim 64 x (K, V) x bf16 = 2,048 B per token per layer

@@ -8,7 +8,7 @@ finish one token early and report a wrong TTFT). Such victims are recomputed ins
 import numpy as np
 
 from sim.core.request import SWAPPED
-from sim.plan.capacity import scenario_kv_bytes_per_token
+from sim.memory.capacity import scenario_kv_bytes_per_token
 from sim.run.engine import Simulation, build
 from sim.scenario import Scenario
 from sim.trace import synthetic

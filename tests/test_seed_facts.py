@@ -9,7 +9,7 @@ import pytest
 
 from models.gpus import get_gpu
 from models.spec import load_spec
-from sim.plan.capacity import (
+from sim.memory.capacity import (
     bandwidth_floor_s,
     capacity_table,
     kv_per_sequence_bytes,

@@ -126,7 +126,7 @@ def test_unknown_model_type_is_treated_as_llama_like():
 
 
 def test_models_and_sim_planning_do_not_import_torch():
-    code = ("import sys, models.spec, models.gpus, sim.plan.capacity, sim.timing.cost_model, models.kv_dtypes; "
+    code = ("import sys, models.spec, models.gpus, sim.memory.capacity, sim.timing.cost_model, models.kv_dtypes; "
             "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=CATALOG_DIR.parent.parent)
 

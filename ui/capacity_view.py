@@ -1,4 +1,4 @@
-"""Tables for the capacity page, assembled from sim.plan.capacity calls (no formula of its own)."""
+"""Tables for the capacity page, assembled from sim.memory.capacity calls (no formula of its own)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 from models.gpus import GpuError, get_gpu
 from models.spec import SpecError, load_spec
 from sim.guard.text import public_error
-from sim.plan.capacity import GiB, capacity_table, gpus_required, memory_budget
+from sim.memory.capacity import GiB, capacity_table, gpus_required, memory_budget
 
 SEED_CONTEXTS = (2048, 8192, 32768, 131072)
 CURVE_CONTEXTS = tuple(2**k for k in range(9, 18))  # 512 .. 131072
@@ -18,7 +18,7 @@ PER_TOKEN = "KV bytes per token (one GPU)"
 
 def answer(need: pd.DataFrame, users: int, context: int) -> str:
     """The page's answer in one sentence, from the first GPUs-required row: sequences that fit at the
-    user's context and the GPUs for that many users (the rows come from sim.plan.capacity)."""
+    user's context and the GPUs for that many users (the rows come from sim.memory.capacity)."""
     if need.empty:
         return ""
     row = need.iloc[0]

@@ -16,7 +16,7 @@ DEFAULT_CONTEXTS = "2048,8192,32768,131072"
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from models.kv_dtypes import KV_DTYPES
     from models.weight_dtypes import WEIGHT_DTYPES
-    from sim.plan.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
+    from sim.memory.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
 
     p = subparsers.add_parser(
         "capacity",
@@ -55,7 +55,7 @@ def parse_contexts(text: str) -> list[int]:
 def run(args: argparse.Namespace) -> int:
     from models.gpus import get_gpu
     from models.spec import load_spec
-    from sim.plan.capacity import capacity_table, gpus_required
+    from sim.memory.capacity import capacity_table, gpus_required
 
     for name in ("tp", "max_batched_tokens", "max_num_seqs"):
         if getattr(args, name) < 1:

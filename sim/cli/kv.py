@@ -38,7 +38,7 @@ def kv_report(model: str, kv_dtype: str = "bf16", kv_heads: int | None = None, t
     """The figures `kv` prints, as a dict (the dashboard can call this too). Per-sequence figures are
     the peak one sequence holds on each of `tp` ranks while it grows to each shown context."""
     from models.spec import load_spec
-    from sim.plan.capacity import kv_bytes_per_token_per_gpu, kv_groups_per_sequence, kv_per_sequence_bytes
+    from sim.memory.capacity import kv_bytes_per_token_per_gpu, kv_groups_per_sequence, kv_per_sequence_bytes
 
     spec = load_spec(model)
     if kv_heads is not None:

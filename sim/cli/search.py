@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 def validate_configs(configs: list[Scenario]) -> None:
     """Unknown models/GPUs fail here with one line, before any worker starts."""
     from models.gpus import get_gpu
-    from sim.plan.capacity import scenario_spec
+    from sim.memory.capacity import scenario_spec
 
     for name in sorted({c.gpu for c in configs}):
         get_gpu(name)

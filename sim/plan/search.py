@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sim.memory.capacity import scenario_kv_budget_bytes
 from sim.plan.bracket import largest_passing
-from sim.plan.capacity import scenario_kv_budget_bytes
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.rank import best_row, pareto_rows
 from sim.plan.slo import Slo

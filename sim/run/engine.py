@@ -29,30 +29,16 @@ from typing import Any
 import numpy as np
 import simpy
 
-from models.gpus import get_gpu
 from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
-from sim.core.kv.registry import (
-    ALLOCATORS,
-    blocks_for_budget,
-    make_allocator,
-    make_group_allocator,
-    needs_group_pools,
-)
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.static_batch import StaticBatchScheduler
-from sim.plan.capacity import (
-    scenario_kv_budget_bytes,
-    scenario_kv_bytes_per_token,
-    scenario_memory_budget,
-    scenario_spec,
-)
 from sim.run import metrics, verdict
+from sim.run.deployment import Deployment
 from sim.timing.cost_model import CostModel
 
 GiB = 1 << 30
-DEFAULT_MAX_MODEL_LEN_CAP = 32768
 PROGRESS_EVERY_S = 0.2
 SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
 
@@ -88,48 +74,16 @@ class Setup:
     rejected: int
     clamped: int
     scenario: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
     rejected_reasons: dict[str, int] = field(default_factory=dict)  # reason -> count (summary key)
     longest_prompt: int = 0  # tokens, over the whole trace: what max_model_len must exceed
     model_context: int = 0  # the model's own context window (max_position_embeddings)
-
-
-def default_max_model_len(scenario: Any, spec: Any) -> int:
-    if scenario.max_model_len:
-        return int(scenario.max_model_len)
-    return min(int(spec.max_position_embeddings), DEFAULT_MAX_MODEL_LEN_CAP)
+    deployment: Deployment | None = None  # what the scenario resolved to (sim/run/deployment.py)
 
 
 def build(trace: Any, scenario: Any) -> Setup:
-    spec = scenario_spec(scenario)
-    gpu = get_gpu(scenario.gpu)
-    bpt = scenario_kv_bytes_per_token(scenario, spec)
-    budget = scenario_kv_budget_bytes(scenario, spec, gpu)
-    terms = None
-    if scenario.kv_budget_gib is not None:
-        budget -= spec.kv_fixed_bytes(scenario.kv_dtype)  # fp8 scales (the derived budget has them out)
-    else:
-        terms = scenario_memory_budget(scenario, spec, gpu).as_dict()
-    # Paged KV of a model with several KV groups: one manager per group over a shared pool. The
-    # static-batch and contiguous baselines treat every layer as full attention (conservative).
-    grouped = needs_group_pools(spec.groups) and scenario.allocator == "paged" and not scenario.static_batch
-    if grouped:
-        from sim.scenario import ScenarioError
-
-        try:
-            probe = make_group_allocator(scenario, spec.groups, budget)
-        except ValueError as exc:
-            raise ScenarioError(str(exc)) from None
-        num_blocks, bpt = probe.num_blocks, probe.bytes_per_token
-    else:
-        num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
-    if num_blocks < 1:
-        from sim.scenario import ScenarioError
-
-        raise ScenarioError(f"scenario: KV budget of {budget} bytes holds no block of {scenario.block_size} tokens")
-    max_len = default_max_model_len(scenario, spec)
-    if not scenario.chunked_prefill:  # vLLM requires max_num_batched_tokens >= max_model_len then
-        max_len = min(max_len, scenario.max_batched_tokens)
+    """Resolve the scenario once (sim.run.deployment.Deployment) and lay out the replicas for `trace`."""
+    dep = Deployment.resolve(scenario)
+    max_len, num_blocks, bpt, bs = dep.max_model_len, dep.num_blocks, dep.bytes_per_token, scenario.block_size
 
     arrival, prompt, output = trace.arrays()
     if scenario.speedup != 1.0:  # the load dial: arrivals time-scaled, nothing else touched
@@ -139,12 +93,10 @@ def build(trace: Any, scenario: Any) -> Setup:
     reject = over_len.copy()
     over = ~reject & (table.prompt + table.output > max_len)
     table.output[over] = max_len - table.prompt[over]
-    contiguous = ALLOCATORS.lookup(scenario.allocator).reserves_up_front
+    contiguous = dep.allocator.reserves_up_front
     if contiguous:
         table.reserve[:] = reserve_tokens_array(scenario.reserve, table.prompt, table.output, max_len)
-    bs = scenario.block_size
-    if not grouped:
-        probe = make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
+    probe = dep.make_allocator(trace.prefix_block_size)
     if scenario.static_batch:
         final = table.prompt + table.output
         reject |= -(-final // bs) > num_blocks
@@ -152,9 +104,9 @@ def build(trace: Any, scenario: Any) -> Setup:
         for value in np.unique(table.reserve[~reject]).tolist():  # few distinct sizes
             if not probe.can_allocate(0, value):
                 reject |= table.reserve == value
-    elif grouped:
+    elif dep.grouped:
         final = table.prompt + table.output - 1
-        peak = sum(m.pages * m.max_blocks(final, scenario.max_batched_tokens) for m in probe.managers)
+        peak = sum(m.pages * m.max_blocks(final, scenario.max_batched_tokens) for m in probe.managers)  # type: ignore[attr-defined]
         reject |= peak > num_blocks
     else:
         reject |= -(-(table.prompt + table.output - 1) // bs) > num_blocks
@@ -173,27 +125,22 @@ def build(trace: Any, scenario: Any) -> Setup:
         chunked_prefill=scenario.chunked_prefill, preemption=scenario.preemption,
         swap_space_bytes=int(scenario.swap_space_gib * GiB), contiguous=contiguous)
     ids = np.flatnonzero(~reject)
-    cost = CostModel.from_scenario(spec, gpu, scenario)
+    cost = dep.cost
     # The engine sees a request api_overhead_s after the client sent it; latencies count from the send.
     seen = table.arrival_s + cost.api_overhead_s if cost.api_overhead_s else table.arrival_s
     replicas = []
     for i in range(scenario.replicas):
-        if i == 0:
-            alloc: KVAllocator = probe
-        elif grouped:
-            alloc = make_group_allocator(scenario, spec.groups, budget)
-        else:
-            alloc = make_allocator(scenario, num_blocks, bpt, prefix_block_size=trace.prefix_block_size)
+        alloc = probe if i == 0 else dep.make_allocator(trace.prefix_block_size)
         if scenario.static_batch:
             sched: Any = StaticBatchScheduler(table, alloc, scenario.static_batch, hashes)
         else:
             sched = Scheduler(table, alloc, cfg, hashes)
         mine = ids[i :: scenario.replicas]
         replicas.append(Replica(i, alloc, sched, mine.tolist(), seen[mine].tolist()))
-    return Setup(table, replicas, cost, gpu.host_link_bandwidth, max_len,
-                 num_blocks, bpt, terms, int(reject.sum()), int(over.sum()), scenario, rejected_reasons=reasons,
-                 longest_prompt=int(table.prompt.max()) if len(table) else 0,
-                 model_context=int(spec.max_position_embeddings))
+    return Setup(table, replicas, cost, dep.gpu.host_link_bandwidth, max_len,
+                 num_blocks, bpt, dep.budget_terms, int(reject.sum()), int(over.sum()), scenario,
+                 rejected_reasons=reasons, longest_prompt=int(table.prompt.max()) if len(table) else 0,
+                 model_context=int(dep.spec.max_position_embeddings), deployment=dep)
 
 
 class Simulation:

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from models.gpus import GPUSpec, get_gpu
-from models.spec import ModelSpec
+from models.spec import ModelSpec, load_spec
 from sim.timing import roofline as rl
 from sim.timing.measured_db import CONTEXTS, interp_row
 from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's historic home)
@@ -85,9 +85,7 @@ class CostModel:
         """The step-time source for a scenario: its profile when set, else roofline v2.
 
         `overrides` replace any field (tests and calibration use it)."""
-        from sim.plan.capacity import scenario_spec
-
-        spec = spec or scenario_spec(scenario)
+        spec = spec or load_spec(scenario.model)
         if scenario.kv_heads and spec.num_kv_heads != scenario.kv_heads:
             spec = spec.with_kv_heads(scenario.kv_heads)
         gpu = gpu or get_gpu(scenario.gpu)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from models.safe_json import read_json_file
-from sim.scenario import ScenarioError
+from sim.errors import ScenarioError
 
 PROFILE_SCHEMA = "kvsim.cost_profile"
 PROFILE_VERSION = 1

@@ -48,7 +48,7 @@ def allreduce_terms(spec: ModelSpec, gpu: GPUSpec, tp: int, act_bytes: int) -> t
 
 def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, Any]:
     """Per-rank work coefficients of the scenario's model on its GPU at its TP and dtypes."""
-    from sim.plan.capacity import kv_bytes_per_token_per_gpu
+    from sim.memory.capacity import kv_bytes_per_token_per_gpu
 
     tp = scenario.tp
     parts = spec.param_breakdown()

@@ -1,0 +1,97 @@
+"""Deployment: a Scenario resolved once into what runs (nano-vllm's Config lesson).
+
+Model spec after the kv-heads what-if, GPU, the replica's KV budget and its vLLM-like terms, bytes
+per token, block count, max_model_len and the step-time source are derived here, once, and passed
+on; the engine, the schedulers and the reports read these fields instead of re-deriving them from
+the Scenario. The step-time source is whatever `CostModel.from_scenario` returns (sim/timing owns
+that call), so a new source needs no change here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from models.gpus import GPUSpec, get_gpu
+from models.spec import ModelSpec
+from sim.core.kv.base import KVAllocator
+from sim.core.kv.registry import (
+    ALLOCATORS,
+    AllocatorKind,
+    blocks_for_budget,
+    make_allocator,
+    make_group_allocator,
+    needs_group_pools,
+)
+from sim.errors import ScenarioError
+from sim.memory.capacity import (
+    scenario_kv_budget_bytes,
+    scenario_kv_bytes_per_token,
+    scenario_memory_budget,
+    scenario_spec,
+)
+from sim.scenario import Scenario
+from sim.timing.cost_model import CostModel
+
+DEFAULT_MAX_MODEL_LEN_CAP = 32768
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica's resolved deployment (every replica is the same); see the module docstring."""
+
+    scenario: Scenario
+    spec: ModelSpec  # after the kv-heads override
+    gpu: GPUSpec
+    allocator: AllocatorKind
+    kv_budget_bytes: int  # one replica, all TP ranks, fixed (per-tensor) scales taken out
+    budget_terms: dict[str, Any] | None  # the derived budget's terms; None for an explicit budget
+    bytes_per_token: int
+    num_blocks: int
+    grouped: bool  # one paged manager per KV layer group (sliding, state, mixed models)
+    max_model_len: int
+    cost: CostModel
+
+    @classmethod
+    def resolve(cls, scenario: Scenario) -> Deployment:
+        spec = scenario_spec(scenario)
+        gpu = get_gpu(scenario.gpu)
+        budget = scenario_kv_budget_bytes(scenario, spec, gpu)
+        terms = None
+        if scenario.kv_budget_gib is not None:
+            budget -= spec.kv_fixed_bytes(scenario.kv_dtype)  # fp8 scales (the derived budget has them out)
+        else:
+            terms = scenario_memory_budget(scenario, spec, gpu).as_dict()
+        # Paged KV of a model with several KV groups: one manager per group over a shared pool. The
+        # static-batch and contiguous baselines treat every layer as full attention (conservative).
+        grouped = needs_group_pools(spec.groups) and scenario.allocator == "paged" and not scenario.static_batch
+        if grouped:
+            probe = _group_allocator(scenario, spec, budget)
+            num_blocks, bpt = probe.num_blocks, probe.bytes_per_token
+        else:
+            bpt = scenario_kv_bytes_per_token(scenario, spec)
+            num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
+        if num_blocks < 1:
+            raise ScenarioError(f"scenario: KV budget of {budget} bytes holds no block of {scenario.block_size} tokens")
+        return cls(scenario, spec, gpu, ALLOCATORS.lookup(scenario.allocator), budget, terms, bpt, num_blocks,
+                   grouped, _max_model_len(scenario, spec), CostModel.from_scenario(spec, gpu, scenario))
+
+    def make_allocator(self, prefix_block_size: int | None = None) -> KVAllocator:
+        """A fresh, empty KV pool for one replica (prefix_block_size: the trace's hash granularity)."""
+        if self.grouped:
+            return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes)
+        return make_allocator(self.scenario, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
+
+
+def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int) -> KVAllocator:
+    try:
+        return make_group_allocator(scenario, spec.groups, budget)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+
+
+def _max_model_len(scenario: Scenario, spec: ModelSpec) -> int:
+    """The scenario's max_model_len, else the model's context capped at 32K; without chunked
+    prefill vLLM requires max_num_batched_tokens >= max_model_len, so it is capped there too."""
+    max_len = int(scenario.max_model_len or min(int(spec.max_position_embeddings), DEFAULT_MAX_MODEL_LEN_CAP))
+    return max_len if scenario.chunked_prefill else min(max_len, scenario.max_batched_tokens)
