@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
+from models.safe_json import MAX_DEPTH, json_depth
 from sim.scenario import Scenario, ScenarioError
 from sim.trace import Trace, TraceError
 
@@ -35,6 +36,16 @@ MAX_STEP_ROWS = 2_000  # downsampled frames: enough for a chart, small enough fo
 MAX_REQUEST_ROWS = 5_000
 MAX_FRAME_ROWS = 200_000  # refuse absurd uploaded frames
 MAX_COLUMNS = 64
+MAX_VALUE = 1e18  # any number in a frame or summary; larger is corrupt (and overflows int formatting)
+DRAWN_COLUMNS = {"steps": ("t_s", "batch_size", "num_running", "num_waiting", "kv_cache_usage_perc", "num_preemptions")}
+NUMERIC_SUMMARY = ("requests", "completed", "rejected", "unfinished", "clamped", "throughput_tok_s", "bytes_per_token",
+                   "kv_capacity_bytes", "num_blocks", "block_size", "weights_bytes", "weight_bytes", "num_preemptions",
+                   "duration_s", "mean_batch_size", "req_per_s")
+LATENCY_SUMMARY = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "kv_cache_usage_perc", "kv_breakdown_mean")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 class SnapshotError(ValueError):
@@ -112,12 +123,14 @@ class Snapshot:
         """Parse an untrusted snapshot file: JSON only, size-limited, every field checked."""
         if len(data) > MAX_SNAPSHOT_BYTES:
             raise SnapshotError(f"{source}: {len(data):,} bytes is over the {MAX_SNAPSHOT_BYTES:,}-byte snapshot limit")
+        if json_depth(data) > MAX_DEPTH:
+            raise SnapshotError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
         try:
-            obj = json.loads(data)
+            obj = json.loads(data, parse_constant=_no_constant)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise SnapshotError(f"{source}: not a JSON snapshot file ({str(exc).splitlines()[0]})") from None
-        except RecursionError:
-            raise SnapshotError(f"{source}: JSON nested too deeply") from None
+            raise SnapshotError(f"{source}: not a JSON snapshot file ({str(exc).splitlines()[0][:80]})") from None
+        except (ValueError, RecursionError) as exc:  # NaN/Infinity, a 5000-digit integer
+            raise SnapshotError(f"{source}: not a JSON snapshot file ({str(exc).splitlines()[0][:80]})") from None
         return cls.from_dict(obj, source)
 
     @classmethod
@@ -132,10 +145,11 @@ class Snapshot:
         except ScenarioError as exc:
             raise SnapshotError(f"{source}: {exc}") from None
         digest = _need(obj, "trace_digest", str, source)
-        summary = _need(obj, "summary", dict, source)
+        summary = _check_summary(_need(obj, "summary", dict, source), source)
         trace_summary = obj.get("trace_summary") or {}
         if not isinstance(trace_summary, dict):
             raise SnapshotError(f"{source}: trace_summary must be an object")
+        _check_leaves(trace_summary, f"{source}: trace_summary")
         trace_data = obj.get("trace")
         if trace_data is not None:
             _check_trace_data(trace_data, source)
@@ -258,10 +272,50 @@ def _frame_from_json(obj: Any, what: str, source: str) -> pd.DataFrame:
         for v in row:
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
                 raise SnapshotError(f"{source}: {what} row {i + 1}: values must be numbers or null, got {v!r}"[:200])
+        for v in row:
+            if v is not None and not abs(v) <= MAX_VALUE:
+                raise SnapshotError(f"{source}: {what} row {i + 1}: value {str(v)[:30]} is out of range")
+    missing = [c for c in DRAWN_COLUMNS.get(what, ()) if c not in cols]
+    if missing and rows:
+        raise SnapshotError(f"{source}: {what} lacks the column {missing[0]!r} the charts draw")
     df = pd.DataFrame(rows, columns=cols)
     for c in df.columns:  # all-null columns come back as object; make them numeric
         df[c] = pd.to_numeric(df[c])
     return df
+
+
+def _check_leaves(value: Any, where: str, depth: int = 0) -> None:
+    """Summary-like objects: numbers finite and bounded, strings short, nesting shallow."""
+    if depth > 8:
+        raise SnapshotError(f"{where}: nested too deeply")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_leaves(v, f"{where}.{str(k)[:40]}", depth + 1)
+    elif isinstance(value, list):
+        for v in value[:100_000]:
+            _check_leaves(v, where, depth + 1)
+    elif isinstance(value, int | float) and not isinstance(value, bool) and not abs(value) <= MAX_VALUE:
+        raise SnapshotError(f"{where}: value {str(value)[:30]} is out of range")
+    elif isinstance(value, str) and len(value) > 2000:
+        raise SnapshotError(f"{where}: text of {len(value):,} characters is too long")
+
+
+def _check_summary(summary: dict[str, Any], source: str) -> dict[str, Any]:
+    """The headline figures must be numbers (or null) and the latency blocks objects of numbers,
+    so the page's formatting never meets a string, a boolean or an overflow."""
+    _check_leaves(summary, f"{source}: summary")
+    for key in NUMERIC_SUMMARY:
+        v = summary.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise SnapshotError(f"{source}: summary.{key} must be a number, got {str(v)[:30]!r}")
+    for key in LATENCY_SUMMARY:
+        block = summary.get(key)
+        if block is None:
+            continue
+        if not isinstance(block, dict) or any(v is not None and (isinstance(v, bool) or not isinstance(v, int | float))
+                                              for v in block.values()):
+            raise SnapshotError(f"{source}: summary.{key} must be an object of numbers")
+    return summary
 
 
 # ----- embedded trace -------------------------------------------------------------------------
