@@ -4,6 +4,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PORT   ?= 8501
+# 127.0.0.1: this machine only. ADDRESS=0.0.0.0 shares the dashboard on the network (docs/DASHBOARD.md).
+ADDRESS ?= 127.0.0.1
 
 .PHONY: run test lint bench browser-deps vllm-env clean gpu-bundle gpu-bundle-check
 
@@ -31,7 +33,8 @@ $(STAMP): requirements.txt requirements-dev.txt
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	@case "$(ADDRESS)" in 127.*|localhost|::1) ;; *) echo "warning: serving on $(ADDRESS):$(PORT): anyone who can reach it can open the dashboard, read public snapshots and follow links (docs/DASHBOARD.md)";; esac
+	$(VENV)/bin/streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS)
 
 test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .

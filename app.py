@@ -14,9 +14,11 @@ The favicon is a file in ui/assets: a material-icon favicon is fetched from an o
 import streamlit as st
 
 from ui.pages import PAGES, ROOT
+from ui.server_notice import warn_if_exposed
 
 ICON = ROOT / "ui" / "assets" / "kvsim-icon.png"
 st.set_page_config(page_title="kvsim: KV-cache capacity planner", page_icon=str(ICON), layout="wide")
+warn_if_exposed()
 
 
 def forward_from_root() -> None:

@@ -14,8 +14,9 @@ import numpy as np
 import streamlit as st
 
 from gpu_backend import telemetry
+from sim.guard.text import public_error
 from sim.out import charts
-from ui import gpu_view
+from ui import gpu_gate, gpu_view
 
 st.title("GPU run")
 status = telemetry.gpu_status()
@@ -24,6 +25,9 @@ if status.present:
     st.success(f"GPU: {status.message}")
 else:
     st.info(f"{status.message}. Runs use the CPU with a tiny model: slow, but the same code path.")
+if not gpu_gate.enabled():
+    st.info(f"Starting runs from the dashboard is switched off on this server ({gpu_gate.ENV}=off).")
+    st.stop()
 
 try:
     from ui.scenario_form import scenario_sidebar
@@ -32,7 +36,7 @@ try:
     trace = pick_trace("sidebar")
     scenario = scenario_sidebar()
 except Exception as exc:  # noqa: BLE001 - shared widgets missing or failing: say so, never a traceback
-    st.error(f"scenario widgets unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    st.error(f"scenario widgets unavailable: {public_error(exc)}")
     st.stop()
 if trace is None or scenario is None:
     st.info("Choose a trace and a valid scenario in the sidebar.")
@@ -49,7 +53,7 @@ if use_vllm:
 c1, c2, c3, c4 = st.columns(4)
 device = c1.selectbox("Device", ["cuda", "cpu"] if has_cuda and not use_vllm else ["cpu"], key="gpu_device")
 dtype = c2.selectbox("Model dtype", ["bf16", "fp16", "fp32"] if device == "cuda" else ["fp32", "bf16"], key="gpu_dtype")
-max_req = c3.number_input("First N requests", 1, 100_000, 200 if device == "cuda" else 12, key="gpu_n")
+max_req = c3.number_input("First N requests", 1, gpu_gate.MAX_REQUESTS, 200 if device == "cuda" else 12, key="gpu_n")
 offline = c4.checkbox("Offline (all at t=0)", value=device == "cpu", key="gpu_offline")
 tiny = device == "cpu" and st.checkbox(f"Use the tiny test model on CPU ({gpu_view.TINY_MODEL})", value=True,
                                        key="gpu_tiny")
@@ -70,6 +74,9 @@ def _start() -> None:
     from gpu_backend.executor import RunConfig, run
     from gpu_backend.vllm_engine.run import live_row, run_vllm
 
+    if not gpu_gate.try_start():
+        st.warning("Another GPU run is in progress on this server; start yours when it has finished.")
+        return
     log: list = []
     state.update(log=log, result=None, error=None, done=False, shown=False, frac=0.0, offline=offline)
 
@@ -85,9 +92,10 @@ def _start() -> None:
                 cfg = RunConfig(device=device, dtype=dtype, offline=offline, seed=run_scenario.seed)
                 state["result"] = run(run_trace, run_scenario, cfg, on_step=log.append, progress=progress)
         except Exception as exc:  # noqa: BLE001 - shown as one line on the page
-            state["error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            state["error"] = public_error(exc)
         finally:
             state["done"] = True
+            gpu_gate.finish()
 
     state["thread"] = threading.Thread(target=work, name="kvsim-gpu-run", daemon=True)
     state["thread"].start()
@@ -133,7 +141,7 @@ for label, result in state.get("by_source", {}).items():
     try:
         sim = simulate_like(result, run_trace, bool(result.summary.get("offline")))
     except Exception as exc:  # noqa: BLE001
-        st.error(f"simulation failed: {str(exc).splitlines()[0]}")
+        st.error(f"simulation failed: {public_error(exc)}")
         st.stop()
     m = result.summary
     st.subheader(f"Measured by {label} vs simulated")
@@ -167,12 +175,17 @@ st.caption(EXPERIMENTS[name].description)
 if st.button("Run experiment", key="gpu_preset_go"):
     from gpu_backend.executor import RunConfig
 
+    if not gpu_gate.try_start():
+        st.warning("Another GPU run is in progress on this server; try again when it has finished.")
+        st.stop()
     with st.spinner(f"{name} on {device}"):
         try:
             df = run_experiment(name, run_scenario, RunConfig(device=device, dtype=dtype, offline=True))
         except Exception as exc:  # noqa: BLE001
-            st.error(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            st.error(public_error(exc))
             st.stop()
+        finally:
+            gpu_gate.finish()
     st.dataframe(df, hide_index=True)
     fig = gpu_view.experiment_figure(EXPERIMENTS[name], df)
     if fig is not None:

@@ -42,3 +42,28 @@ def test_uploaded_config_kept_outside_checkout(tmp_path, monkeypatch) -> None:
     assert any("cfg.json: head_dim must be a positive integer, got 0" in e.value for e in at.sidebar.error)
     assert not (tmp_path / "configs").exists() or not list((tmp_path / "configs").iterdir())  # nothing kept
     assert not (ROOT / "data" / "uploaded_configs").exists() or not list((ROOT / "data" / "uploaded_configs").iterdir())
+
+
+GPU_PAGE = str(ROOT / "app_pages" / "gpu_run.py")
+
+
+def test_gpu_runs_switched_off_by_configuration(monkeypatch) -> None:
+    monkeypatch.setenv("KVSIM_GPU_RUNS", "off")
+    at = AppTest.from_file(GPU_PAGE, default_timeout=120).run()
+    assert not at.exception and not [b for b in at.button if b.key in ("gpu_go", "gpu_preset_go")]
+    assert any("switched off on this server" in i.value for i in at.info)
+
+
+def test_gpu_runs_single_flight_and_bounded() -> None:
+    from ui import gpu_gate
+
+    at = AppTest.from_file(GPU_PAGE, default_timeout=120).run()
+    assert not at.exception
+    assert at.number_input(key="gpu_n").max == gpu_gate.MAX_REQUESTS
+    assert gpu_gate.try_start()  # another session's run holds the server's one slot
+    try:
+        next(b for b in at.button if b.key == "gpu_go").click().run()
+        assert not at.exception and any("Another GPU run is in progress" in w.value for w in at.warning)
+        assert not at.session_state["gpu_run"].get("thread")  # nothing started
+    finally:
+        gpu_gate.finish()
