@@ -25,7 +25,7 @@ def test_default_sample_shows_stats_and_charts():
     at = trace_page()
     assert not at.exception
     assert metrics(at)["requests"] == "300"
-    assert "generic format" in at.subheader[0].value
+    assert at.subheader[0].value == "azure_conv_slice.csv: azure format"  # the bundled default (ui/defaults.py)
     assert len(at.get("plotly_chart")) == 2
 
 

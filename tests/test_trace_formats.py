@@ -40,6 +40,7 @@ SAMPLE_FORMATS = {
     "generic_small.jsonl": "generic",
     "azure_code_small.csv": "azure",
     "azure2024_conv_small.csv": "azure",
+    "azure_conv_slice.csv": "azure",
     "burstgpt_small.csv": "burstgpt",
     "burstgpt6_small.csv": "burstgpt",
     "mooncake_small.jsonl": "mooncake",

@@ -26,10 +26,11 @@ from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
 from sim.scenario import CHOICES, Scenario, ScenarioError
 from sim.trace import Trace
+from ui.defaults import DEFAULT_SCENARIO, PLAN_GPUS
 
 BIND = "query-params"
-DEFAULT_MODEL = "llama-3-8b"
-DEFAULT_GPUS = ("rtx-4090", "l40s")  # a 24 GB card where KV binds, and a 48 GB one where it does not
+DEFAULT_MODEL = DEFAULT_SCENARIO.model
+DEFAULT_GPUS = PLAN_GPUS  # a 24 GB card where KV binds, and a 48 GB one where it does not
 DEFAULT_KV_DTYPES = ("bf16", "fp8")
 DEFAULT_SLO = (2.0, 0.1)  # ttft_p99, tpot_p99 seconds
 MAX_AUTO_CONFIGS = 16  # larger sweeps wait for the button
@@ -61,7 +62,7 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
                                                      ("goodput", goodput)) if value > 0]
     try:
         slo = parse_slo(",".join(parts))
-        configs = expand(Scenario(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes, "allocator": allocators})
+        configs = expand(DEFAULT_SCENARIO.replace(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes, "allocator": allocators})
     except (SloError, ScenarioError) as exc:
         st.error(public_error(exc))
         return None

@@ -67,7 +67,10 @@ def show_charts(snap: Snapshot, key: str = "res") -> None:
     left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")
     right.plotly_chart(charts.kv_usage(snap.steps), key=f"{key}-usage")
     st.plotly_chart(charts.latency_cdfs(snap.requests), key=f"{key}-cdf")
-    st.plotly_chart(charts.preemptions(snap.steps), key=f"{key}-preempt")
+    if snap.summary.get("num_preemptions"):
+        st.plotly_chart(charts.preemptions(snap.steps), key=f"{key}-preempt")
+    else:  # a flat line says less than a sentence
+        st.caption("No preemptions: the KV pool never ran out during this run.")
 
 
 MINE_KEY = "my_snapshots"  # session_state: {snapshot id: manage secret} of what this browser session saved

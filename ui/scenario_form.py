@@ -16,8 +16,9 @@ from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
 from sim.guard.text import plain, public_error
 from sim.guard.uploads import store_config
 from sim.scenario import CHOICES, Scenario, ScenarioError
+from ui.defaults import DEFAULT_SCENARIO
 
-DEFAULT = Scenario()
+DEFAULT = DEFAULT_SCENARIO  # the bundled default (ui/defaults.py): one where KV memory binds
 ATTENTION = ("native", "MHA", "MQA", "custom")
 BIND = "query-params"
 FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes

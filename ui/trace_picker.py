@@ -13,9 +13,9 @@ from sim.guard.limits import MAX_DASHBOARD_REQUESTS, MAX_UPLOAD_ROWS
 from sim.guard.text import plain, public_error
 from sim.trace import Trace, TraceError, load_trace, load_trace_bytes
 from sim.trace.synthetic import parse_synthetic_spec
+from ui.defaults import DEFAULT_SAMPLE
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
-DEFAULT_SAMPLE = "chat_small.csv"
 DEFAULT_SYNTH = "preset=sharegpt-like,n=500,rate=4,seed=1"
 UPLOAD_LIMIT_MB = 100
 SOURCES = ("sample", "upload", "synthetic")
