@@ -77,6 +77,11 @@ def test_deployment_that_does_not_fit_is_a_row_not_an_error():
     rows = search(workload, configs, SearchOptions(parse_slo("e2e_p99=60"))).rows
     assert rows[0]["binding"] == "does_not_fit" and "no room for KV" in rows[0]["missed_above"][0]
     assert rows[1]["max_rate_per_s"] > 0 and rows[1]["gpus"] == 4
+    # every request rejected (a pool smaller than one reservation): no rate meets the SLO, a row says so
+    tiny = search(workload, [Scenario(allocator="contiguous", kv_budget_gib=0.01)], SearchOptions(parse_slo("e2e_p99=60")))
+    row = tiny.rows[0]
+    assert row["max_rate_per_s"] == 0 and not row["slo_met_at_max"] and row["missed_above"] == ["no request completed"]
+    assert tiny.to_dict()["best"] is None
 
 
 @pytest.mark.slow
