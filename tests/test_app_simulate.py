@@ -133,7 +133,7 @@ def test_compare_presets_table_and_words():
 
 def test_rejected_requests_warn_with_a_one_click_fix():
     """chat_small's longest prompt is 3,102 tokens: max_model_len 2,048 rejects 9 of 300 (3%)."""
-    at = page(SIMULATE, max_len="2048", trace_first="0")
+    at = page(SIMULATE, max_len="2048", trace_first="0", trace_sample="chat_small.csv", gpu="h100-sxm")
     values = {m.label: m.value for m in at.metric}
     assert values["completed (of 300)"] == "291" and values["rejected"] == "9 (3.0%)"
     warning = at.warning[0].value
@@ -148,7 +148,7 @@ def test_rejected_requests_warn_with_a_one_click_fix():
 
 def test_load_dial_overloads_and_the_page_says_so():
     at = page(SIMULATE, load="20", trace_first="0")
-    assert scenario_digest(at) == Scenario(speedup=20.0).digest()
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(speedup=20.0).digest()
     assert at.warning and at.warning[0].value.startswith("Overloaded: this configuration cannot keep up")
     calm = page(SIMULATE, trace_first="0")
     assert not calm.error and not calm.warning

@@ -45,6 +45,7 @@ def test_default_is_kv_bound_and_keeps_up(trace, default):
     started = ((req["admitted_s"] >= last / 2) & (req["admitted_s"] <= last)).sum()
     assert window.sum() - started < 0.2 * window.sum()
     assert s["mean_num_waiting"] < 2
+    assert s["overloaded"] is False and s["binding"] == "kv"  # the engine's own verdicts agree
 
 
 def test_every_kv_choice_changes_the_answer(trace, default):

@@ -15,6 +15,7 @@ from sim.run.verdict import MIN_QUEUE_GROWTH, OVERLOAD_MARGIN, load, overloaded
 from sim.scenario import Scenario, ScenarioError
 from sim.trace import Trace, load_trace, speedup
 from tests.test_app_simulate import ROOT
+from ui.defaults import DEFAULT_SAMPLE, DEFAULT_SCENARIO
 
 CHAT = ROOT / "samples" / "chat_small.csv"
 
@@ -59,10 +60,10 @@ def test_rejected_requests_are_not_queued():
 # ----- on real runs ---------------------------------------------------------------------------
 
 def test_bundled_default_keeps_up_and_a_growing_queue_is_overloaded():
-    trace = load_trace(CHAT)
-    default = simulate(trace, Scenario())
+    trace = load_trace(ROOT / "samples" / DEFAULT_SAMPLE)  # the dashboard's default (ui/defaults.py)
+    default = simulate(trace, DEFAULT_SCENARIO)
     assert default.summary["overloaded"] is False and load_verdict(default.summary) is None
-    fast = simulate(trace, Scenario(speedup=20.0))
+    fast = simulate(trace, DEFAULT_SCENARIO.replace(speedup=20.0))
     assert fast.summary["overloaded"] is True
     steps = fast.steps
     last_arrival = fast.summary["load"]["window_end_s"]
