@@ -4,7 +4,7 @@ llama-3-8b on one RTX 4090 (24 GB): bf16 weights take 15 GiB, leaving a KV pool 
 (about 37,000 tokens at 128 KiB per token). The workload is samples/azure_conv_slice.csv, a slice
 of the real Azure LLM inference trace (conversation, 2023; every second request of rows
 8,000-8,599: 300 requests over 87 s, 3.4 requests/s). Replayed as recorded it fills the pool: the
-peak is 100%, 15 requests are preempted and what binds is KV memory, while the queue keeps up
+peak is 100%, 14 requests are preempted and what binds is KV memory, while the queue keeps up
 (0.7 requests waiting on average). So every KV choice visibly changes the answer
 (tests/test_default_story.py): contiguous allocation with max reservation or MHA instead of GQA
 swamps the queue (~100 waiting), pow2 and oracle reservations recover most of it, fp8 KV ends the
