@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, str] = {
     "run": "sim.cli.run",
     "compare": "sim.cli.compare",
     "validate": "sim.cli.validate",
+    "calibrate": "sim.cli.calibrate",
     "search": "sim.cli.search",
     "snapshots": "sim.cli.snapshots",
 }

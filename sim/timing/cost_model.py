@@ -185,7 +185,11 @@ class CostModel:
     def _times(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any, maximum: Callable[[Any, Any], Any]) -> Any:
         """The step-time formula over floats or float64 arrays (`maximum`: max or np.maximum)."""
         if self.profile is not None:
-            c = self.profile  # schema v1: linear in (new tokens, K/V read, attention pairs)
+            c = self.profile
+            if "weights_s" in c:  # schema v2: max(compute, memory) with prefill and decode parts
+                return (c["intercept_s"] + c["per_seq_s"] * (d + np_) + maximum(c["per_token_s"] * (d + p), c["weights_s"])
+                        + c["per_prefill_pair_s"] * pp + c["per_kv_token_s"] * (kd + kp))
+            # schema v1: linear in (new tokens, K/V read, attention pairs)
             return (c["intercept_s"] + c["per_new_token_s"] * (d + p) + c["per_kv_read_token_s"] * (kd + kp)
                     + c["per_attn_pair_s"] * (kd + pp))
         if self.table is not None and p == 0 and np_ == 0:

@@ -1,6 +1,8 @@
 """Calibration profiles: fitted step models measured on a real GPU (docs/CALIBRATION.md).
 
 Schema v1 (still read): one linear form over (new_tokens, kv_read_tokens, attn_pairs).
+Schema v2 (written by sim.timing.profile_fit): prefill and decode parts in a max(compute, memory)
+form over the step shape; docs/CALIBRATION.md has both.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from models.safe_json import read_json_file
 from sim.errors import ScenarioError
 
 PROFILE_SCHEMA = "kvsim.cost_profile"
-PROFILE_VERSION = 1
+PROFILE_VERSION = 1  # what fit_profile (the linear v1 form) writes
+PROFILE_VERSIONS = (1, 2)
 MAX_PROFILE_BYTES = 1 << 20
 COEFFICIENTS = ("intercept_s", "per_new_token_s", "per_kv_read_token_s", "per_attn_pair_s")
+# v2: step = intercept + per_seq x S + max(per_token x T, weights) + per_prefill_pair x Pp + per_kv_token x (Kd + Kp)
+COEFFICIENTS_V2 = ("intercept_s", "per_seq_s", "per_token_s", "weights_s", "per_prefill_pair_s", "per_kv_token_s")
 
 
 class ProfileError(ScenarioError):
@@ -93,18 +98,20 @@ def validate_profile(data: Any, source: str = "profile") -> dict[str, Any]:
         raise ProfileError(f"{source}: expected a JSON object")
     if data.get("schema") != PROFILE_SCHEMA:
         raise ProfileError(f"{source}: not a kvsim cost profile (schema must be {PROFILE_SCHEMA!r})")
-    if data.get("schema_version") != PROFILE_VERSION:
-        raise ProfileError(f"{source}: schema_version {data.get('schema_version')!r} unsupported (expected {PROFILE_VERSION})")
+    version = data.get("schema_version")
+    if version not in PROFILE_VERSIONS or isinstance(version, bool):
+        raise ProfileError(f"{source}: schema_version {version!r} unsupported (expected one of 1, 2)")
     coef = data.get("coefficients")
     if not isinstance(coef, dict):
         raise ProfileError(f"{source}: missing 'coefficients' object")
-    for name in COEFFICIENTS:
+    names = COEFFICIENTS if version == 1 else COEFFICIENTS_V2
+    for name in names:
         value = coef.get(name)
         if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
             raise ProfileError(f"{source}: coefficients.{name} must be a finite number >= 0, got {value!r}")
-    if coef["intercept_s"] + coef["per_new_token_s"] <= 0:
+    if coef["intercept_s"] + coef.get("per_new_token_s", 0) + coef.get("weights_s", 0) + coef.get("per_token_s", 0) <= 0:
         raise ProfileError(f"{source}: coefficients give zero step time")
-    return {**data, "coefficients": {name: float(coef[name]) for name in COEFFICIENTS}}
+    return {**data, "coefficients": {name: float(coef[name]) for name in names}}
 
 
 def save_profile(profile: dict[str, Any], path: str | Path) -> Path:
