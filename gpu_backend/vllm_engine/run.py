@@ -21,7 +21,7 @@ from gpu_backend.vllm_engine.model_dir import model_dir
 from gpu_backend.vllm_engine.protocol import StepRecord
 from gpu_backend.vllm_engine.trace_requests import engine_requests
 from sim.core.kv.base import BREAKDOWN_FIELDS
-from sim.run import metrics
+from sim.run import metrics, verdict
 
 STEP_LOG_COLUMNS = ("step", "t_start_s", "t_end_s", "batch_size", "prefill_tokens", "decode_tokens",
                     "num_preemptions", "blocks_in_use", "num_running", "num_waiting", "prefix_hit_tokens")
@@ -106,12 +106,19 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
         rec.finish(end, _gauges(got.steps[-1], cfg, bpt))
     requests = _requests_frame(reqs, got.requests, got.steps)
     log = step_log(got.steps)
+    steps = rec.frame()
     queries = sum(len(q.prompt) for q in reqs) if cfg.prefix_caching else 0
+    # the verdicts the simulator's summary carries, read from the measured frames the same way
+    verdicts = verdict.load_summary(requests["arrival_s"].to_numpy(), requests["admitted_s"].to_numpy())
+    verdicts["binding"] = verdict.binding_of(steps, max_num_seqs=cfg.max_num_seqs,
+                                             max_batched_tokens=cfg.max_num_batched_tokens).binding
     summary = metrics.summarize(
         requests, rec, peak_usage=(int(log["blocks_in_use"].max()) if len(log) else 0) / cfg.num_blocks,
         num_preemptions=int(log["num_preemptions"].sum()), prefix_queries=queries,
         prefix_hits=int(log["prefix_hit_tokens"].sum()) if cfg.prefix_caching else 0, sim_wall_s=got.wall_s,
-        rejected=0, clamped=0, unfinished=int(requests["finish_s"].isna().sum()),
+        rejected=0, rejected_reasons={}, clamped=0, unfinished=int(requests["finish_s"].isna().sum()),
+        longest_prompt_tokens=max((len(q.prompt) for q in reqs), default=0),
+        model_context_tokens=spec.max_position_embeddings, **verdicts,
         kv_capacity_bytes=cfg.num_blocks * cfg.block_size * bpt, num_blocks=cfg.num_blocks,
         block_size=cfg.block_size, bytes_per_token=bpt, replicas=1, routing="single",
         max_model_len=cfg.max_model_len, kv_budget_terms=None, num_steps=len(got.steps), sim_events=len(got.steps),
@@ -120,6 +127,6 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
     # The scenario the run served, with the pool it had (so the simulator beside it gets N blocks too).
     pool = (cfg.num_blocks + 0.5) * cfg.block_size * bpt / 2**30
     served = scenario.replace(kv_budget_gib=pool, kv_dtype=KV_DTYPE, block_size=cfg.block_size)
-    result = metrics.SimResult(requests, rec.frame(), summary, served, trace.digest())
+    result = metrics.SimResult(requests, steps, summary, served, trace.digest())
     result.extra["step_log"] = log
     return result
