@@ -471,12 +471,8 @@ class Scheduler:
         b = len(self.running)
         if b > cfg.max_batched_tokens:
             return 0
-        if self.waiting and b < cfg.max_num_seqs:
-            r = self.waiting[0]
-            hashes = self.prefix_hashes(r)
-            n = self._admission_chunk(r, cfg.max_batched_tokens - b, hashes)
-            if n and self._can_admit(r, n, hashes):
-                return 0  # admission may happen this step: general path
+        if self.waiting and b < cfg.max_num_seqs and self._head_admissible(b):
+            return 0  # admission may happen this step: general path
         batch = self.decode_batch()
         if batch is None:
             return 0
@@ -487,7 +483,18 @@ class Scheduler:
                 return 0
         if self.alloc.fits_growth(run, k):  # the allocator holds `computed` tokens of each
             return k
-        lo, hi = 0, k  # largest j in [0, k) with growth fitting: binary search
+        return self._largest_fitting_growth(run, k)
+
+    def _head_admissible(self, batch_size: int) -> bool:
+        """Could the head of the waiting queue be admitted next to a decode batch of this size?"""
+        r = self.waiting[0]
+        hashes = self.prefix_hashes(r)
+        n = self._admission_chunk(r, self.cfg.max_batched_tokens - batch_size, hashes)
+        return bool(n) and self._can_admit(r, n, hashes)
+
+    def _largest_fitting_growth(self, run: Sequence[int], k: int) -> int:
+        """Largest j in [0, k) such that growing every member by j tokens fits (binary search)."""
+        lo, hi = 0, k
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.alloc.fits_growth(run, mid):

@@ -80,10 +80,28 @@ class Setup:
     deployment: Deployment | None = None  # what the scenario resolved to (sim/run/deployment.py)
 
 
+def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: KVAllocator) -> np.ndarray:
+    """Requests whose K/V could not fit an empty pool (rejected up front, as vLLM does)."""
+    sc, bs, num_blocks = dep.scenario, dep.scenario.block_size, dep.num_blocks
+    if sc.static_batch:
+        return -(-(table.prompt + table.output) // bs) > num_blocks
+    if dep.allocator.reserves_up_front:
+        never = np.zeros(len(table), dtype=bool)
+        for value in np.unique(table.reserve[~reject]).tolist():  # few distinct sizes
+            if not probe.can_allocate(0, value):
+                never |= table.reserve == value
+        return never
+    final = table.prompt + table.output - 1
+    if dep.grouped:
+        peak = sum(m.pages * m.max_blocks(final, sc.max_batched_tokens) for m in probe.managers)  # type: ignore[attr-defined]
+        return peak > num_blocks
+    return -(-final // bs) > num_blocks
+
+
 def build(trace: Any, scenario: Any) -> Setup:
     """Resolve the scenario once (sim.run.deployment.Deployment) and lay out the replicas for `trace`."""
     dep = Deployment.resolve(scenario)
-    max_len, num_blocks, bpt, bs = dep.max_model_len, dep.num_blocks, dep.bytes_per_token, scenario.block_size
+    max_len, num_blocks, bpt = dep.max_model_len, dep.num_blocks, dep.bytes_per_token
 
     arrival, prompt, output = trace.arrays()
     if scenario.speedup != 1.0:  # the load dial: arrivals time-scaled, nothing else touched
@@ -97,19 +115,7 @@ def build(trace: Any, scenario: Any) -> Setup:
     if contiguous:
         table.reserve[:] = reserve_tokens_array(scenario.reserve, table.prompt, table.output, max_len)
     probe = dep.make_allocator(trace.prefix_block_size)
-    if scenario.static_batch:
-        final = table.prompt + table.output
-        reject |= -(-final // bs) > num_blocks
-    elif contiguous:
-        for value in np.unique(table.reserve[~reject]).tolist():  # few distinct sizes
-            if not probe.can_allocate(0, value):
-                reject |= table.reserve == value
-    elif dep.grouped:
-        final = table.prompt + table.output - 1
-        peak = sum(m.pages * m.max_blocks(final, scenario.max_batched_tokens) for m in probe.managers)  # type: ignore[attr-defined]
-        reject |= peak > num_blocks
-    else:
-        reject |= -(-(table.prompt + table.output - 1) // bs) > num_blocks
+    reject |= _never_fits(table, reject, dep, probe)
     table.status[reject] = REJECTED
     reasons = {"over_max_model_len": int(over_len.sum()), "over_kv_pool": int((reject & ~over_len).sum())}
 

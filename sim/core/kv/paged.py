@@ -288,19 +288,8 @@ class PagedAllocator(KVAllocator):
         self._nkeys[req_id] = self._nreg[req_id] = 0
         if not table:
             return
-        bs = self.block_size
         if self._extra_refs:  # some block may be shared: only last users release
-            released, extra = [], self._extra_refs
-            for b in table:
-                e = extra.get(b)
-                if e is None:
-                    released.append(b)
-                elif e == 1:
-                    del extra[b]
-                else:
-                    extra[b] = e - 1
-            slack = (bs - n % bs) % bs if released and released[-1] == table[-1] else 0
-            self._written -= len(released) * bs - slack
+            released = self._release_shared(table, n)
         else:
             released = table  # not mutated: a caller may still hold it from block_table()
             self._written -= n
@@ -312,6 +301,21 @@ class PagedAllocator(KVAllocator):
                     self._free.append(b)
         else:
             self._free.extend(reversed(released))
+
+    def _release_shared(self, table: list[int], n: int) -> list[int]:
+        """The blocks of a freed table this request was the last user of (others lose one ref)."""
+        bs, released, extra = self.block_size, [], self._extra_refs
+        for b in table:
+            e = extra.get(b)
+            if e is None:
+                released.append(b)
+            elif e == 1:
+                del extra[b]
+            else:
+                extra[b] = e - 1
+        slack = (bs - n % bs) % bs if released and released[-1] == table[-1] else 0
+        self._written -= len(released) * bs - slack
+        return released
 
     def can_fork(self, parent_id: int) -> bool:
         """Paged forks share everything: always possible (copies happen later, on append)."""
