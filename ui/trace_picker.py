@@ -39,6 +39,11 @@ def _load_upload(data: bytes, name: str) -> Trace:
 
 @st.cache_data(show_spinner=False, max_entries=8)
 def _load_synthetic(spec: str) -> Trace:
+    return synthetic_for_dashboard(spec)
+
+
+def synthetic_for_dashboard(spec: str) -> Trace:
+    """A synthetic spec from a widget or a link, bounded to what one page may generate on the server."""
     parsed = parse_synthetic_spec(spec)
     if parsed.n > MAX_DASHBOARD_REQUESTS:  # a crafted link must not make the server generate 50M rows
         raise TraceError(f"synthetic spec: n={parsed.n:,} is over the dashboard's limit of {MAX_DASHBOARD_REQUESTS:,} "

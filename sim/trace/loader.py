@@ -12,6 +12,7 @@ import codecs
 import csv
 import io
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -127,10 +128,14 @@ def _parse_csv(data: bytes, name: str, max_rows: int | None = None) -> tuple[pd.
     dtype = {col: str for col in header if col.strip().lower() not in numeric}
     nrows = None if max_rows is None else max_rows + 1
     try:
-        df = pd.read_csv(io.BytesIO(data), encoding="utf-8-sig", dtype=dtype, keep_default_na=False, skipinitialspace=True, nrows=nrows,
-                         true_values=[], false_values=[])
+        with warnings.catch_warnings():  # rows longer than the header: pandas would take columns as an index
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(io.BytesIO(data), encoding="utf-8-sig", index_col=False, dtype=dtype, keep_default_na=False,
+                             skipinitialspace=True, nrows=nrows, true_values=[], false_values=[])
     except pd.errors.EmptyDataError:
         raise TraceError(f"{name}: empty file") from None
+    except pd.errors.ParserWarning:
+        raise TraceError(f"{name}: data rows have more fields than the header ({len(header)} columns)") from None
     except (pd.errors.ParserError, csv.Error, ValueError) as exc:
         text_ = str(exc).strip()
         ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text_)
@@ -141,13 +146,13 @@ def _parse_csv(data: bytes, name: str, max_rows: int | None = None) -> tuple[pd.
         raise TraceError(f"{name}: malformed CSV: {first}") from None
     if len(df) == 0:
         raise TraceError(f"{name}: no data rows (header only)")
-    warnings = []
+    notes = []
     if max_rows is not None and len(df) > max_rows:
         df = df.iloc[:max_rows]
-        warnings.append(f"{name}: rows capped: kept the first {max_rows:,} requests, the rest of the file was not read")
+        notes.append(f"{name}: rows capped: kept the first {max_rows:,} requests, the rest of the file was not read")
     df.columns = [str(c).strip() for c in df.columns]
     df.index = np.arange(1, len(df) + 1)
-    return df, "data row", warnings
+    return df, "data row", notes
 
 
 def _check_header(header: list[str], name: str) -> None:
