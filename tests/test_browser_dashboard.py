@@ -181,8 +181,8 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     numbers = metrics(page)
     page.get_by_label("Snapshot name").fill("browser test run")
     page.get_by_role("button", name="Save snapshot and get a link").click()
-    page.wait_for_selector("text=Anyone on this server can open it", timeout=WAIT_MS)
-    link = page.locator('[data-testid="stCode"]').last.inner_text().strip()
+    page.wait_for_selector("text=Anyone with this read-only link can open it", timeout=WAIT_MS)
+    link = page.locator('[data-testid="stCode"]').filter(has_text="?snapshot=").last.inner_text().strip()
     assert "?snapshot=" in link and link.startswith(app_server)
 
     # 5. Download the self-contained HTML report.

@@ -9,7 +9,7 @@ from pathlib import Path
 # Markdown that could add links, images, HTML or formatting: escaped wherever it appears. "_" only at a
 # word edge (snake_case stays readable), ":" only before "//" (no autolinks), "-"/"+"/"." only where they
 # would start a list.
-_MARKDOWN = re.compile(r"([\\`*{}\[\]()<>#!|~$]|(?<!\w)_|_(?!\w)|:(?=//)|^[-+]|(?<=^\d)\.)")
+_MARKDOWN = re.compile(r"([\\`*{}\[\]()<>#!|~$]|(?<!\w)_|_(?!\w)|^[-+]|(?<=^\d)\.)")
 _HERE = str(Path(__file__).resolve().parents[2])  # the checkout
 
 
@@ -33,6 +33,12 @@ def public_error(exc: BaseException | str) -> str:
     return plain(without_paths(one_line(exc)))
 
 
+_AUTOLINK = re.compile(r"(://|(?<![\w.])www\.|@)", re.IGNORECASE)
+ZWSP = "\u200b"  # zero-width space: invisible, but no URL or e-mail address is recognised across it
+
+
 def plain(text: str) -> str:
-    """User text (snapshot names, ids from links, file names) escaped so Markdown shows it literally."""
-    return _MARKDOWN.sub(lambda m: "\\" + m.group(0), " ".join(str(text).split()))
+    """User text (snapshot names, ids from links, file names) escaped so Markdown shows it literally.
+    GFM turns bare URLs into links even when escaped, so those get an invisible break instead."""
+    text = _MARKDOWN.sub(lambda m: "\\" + m.group(0), " ".join(str(text).split()))
+    return _AUTOLINK.sub(lambda m: m.group(0)[0] + ZWSP + m.group(0)[1:], text)
