@@ -1,12 +1,22 @@
 """Plan page (the landing page): how many users fit under an SLO, at what cost, and what binds."""
 
+from urllib.parse import urlencode
+
 import streamlit as st
 
 from models.spec import SpecError
 from sim.guard.text import public_error
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
-from ui.plan_view import MAX_AUTO_CONFIGS, drill_down, pick_row, run_search, search_form, show_plan
+from ui.plan_view import (
+    MAX_AUTO_CONFIGS,
+    drill_down,
+    pick_row,
+    run_search,
+    search_form,
+    show_plan,
+    simulate_query,
+)
 from ui.result_view import show_result
 from ui.trace_picker import pick_trace
 
@@ -38,4 +48,7 @@ try:
 except (SpecError, ScenarioError, TraceError, ValueError) as exc:
     st.error(public_error(exc))
     st.stop()
+query = simulate_query(plan["rows"][index], st.query_params.to_dict())
+if query is not None:  # a relative link: /plan -> /simulate on this server, whatever its base path
+    st.markdown(f"[Open this run on the Simulate page](simulate?{urlencode(query)}) (scenario and load in the URL)")
 show_result(snap, key="plan")

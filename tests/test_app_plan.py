@@ -84,3 +84,28 @@ def test_snapshot_plan_is_checked():
                        ({**good, "pareto": [{"row": -1}]}, "pareto")]:
         with pytest.raises(SnapshotError, match=words):
             Snapshot.from_dict({**base, "plan": bad}, "f.json")
+
+
+@pytest.mark.slow
+def test_drill_down_link_opens_the_same_run_on_simulate():
+    """The row's scenario and its load level travel in the Simulate page's URL state: same scenario
+    (with speedup = the level), same figures as the Plan page's drill-down."""
+    from urllib.parse import parse_qsl
+
+    from ui.defaults import DEFAULT_SCENARIO
+
+    at = page(PLAN, plan_gpus="rtx-4090", plan_kv="bf16")
+    assert not at.exception
+    link = next(m.value for m in at.markdown if "Open this run on the Simulate page" in m.value)
+    query = dict(parse_qsl(link.split("(simulate?", 1)[1].split(")", 1)[0]))
+    drill = {m.label: m.value for m in at.metric}
+    sim = AppTest.from_file(str(ROOT / "app_pages" / "simulate.py"), default_timeout=240)
+    sim.query_params.update(query)
+    sim.run()
+    assert not sim.exception and not sim.error
+    row = at.dataframe[0].value.iloc[0]
+    level = float(query["load"])
+    digest = next(c.value for c in sim.caption if "scenario" in c.value).rsplit("scenario ", 1)[1]
+    assert row["binds"] == "kv" and 0.5 < level < 2  # the 4090 at bf16: KV-bound near the recorded rate
+    assert digest == DEFAULT_SCENARIO.replace(speedup=level).digest()
+    assert {m.label: m.value for m in sim.metric} == drill

@@ -163,3 +163,23 @@ def drill_down(trace: Trace, plan: dict[str, Any], index: int) -> Snapshot:
     scenario = Scenario.from_dict(row["scenario"])
     snap = run_scenario(Workload(trace=trace).at(row["level"]), scenario, "Simulating the chosen configuration")
     return snap.with_plan(plan)
+
+
+# Scenario field -> the Simulate form's URL key, for the fields a Plan grid varies (the rest are the
+# bundled default's on both pages); the load level travels as Simulate's load dial (Scenario.speedup).
+SIMULATE_KEYS = {"model": "model", "gpu": "gpu", "tp": "tp", "kv_dtype": "kv_dtype", "allocator": "paging"}
+
+
+def simulate_query(row: dict[str, Any], current: dict[str, str]) -> dict[str, str] | None:
+    """URL state that opens the Simulate page on this row's run (same trace picker state, the row's
+    scenario, load x its level); None when the row has no passing level or the level is outside the
+    load dial's range."""
+    from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
+
+    level = row.get("level")
+    if not level or not MIN_SPEEDUP <= level <= MAX_SPEEDUP:
+        return None
+    query = {k: v for k, v in current.items() if k.startswith("trace_")}
+    query.update({key: str(row["scenario"][field]) for field, key in SIMULATE_KEYS.items()})
+    query["load"] = f"{level:g}"
+    return query
