@@ -61,6 +61,15 @@ def hf_config(raw: dict[str, Any], kv_heads: int | None = None):
         raise ModelLoadError(f"model_type {model_type!r}: {str(exc).splitlines()[0]}") from None
 
 
+def refuse_kv_groups(spec: ModelSpec) -> None:
+    """The paged cache here holds one full-attention K/V pool: models whose layers keep something
+    else (MLA latents, sliding or chunked windows, linear-attention state) are simulated only."""
+    kinds = sorted({g.label() for g in spec.groups if g.kind != "full"})
+    if kinds:
+        raise ModelLoadError(f"{spec.name}: the GPU backend runs full-attention models only; its KV groups "
+                             f"({', '.join(kinds)}) are simulated (python -m sim), not measured")
+
+
 def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", weights: str | None = None,
                kv_heads: int | None = None, seed: int = 0, attn_implementation: str | None = None) -> LoadedModel:
     """Build the model in eval mode on `device` with the paged attention registered and selected."""
@@ -72,6 +81,7 @@ def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", w
             spec = spec.with_kv_heads(kv_heads)
     except SpecError as exc:
         raise ModelLoadError(str(exc)) from None
+    refuse_kv_groups(spec)
     tdtype, dev = torch_dtype(dtype), torch.device(device)
     register()
     try:

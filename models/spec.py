@@ -152,12 +152,35 @@ class ModelSpec:
         return self.moe.moe_layers * self.moe.num_experts * self.moe.expert_params(self.hidden_size)
 
     @property
+    def idle_expert_params(self) -> int:
+        """Routed-expert parameters one token is not sent to (0 for a dense model)."""
+        if self.moe is None:
+            return 0
+        idle = self.moe.num_experts - self.moe.experts_per_tok
+        return self.moe.moe_layers * idle * self.moe.expert_params(self.hidden_size)
+
+    @property
     def active_params(self) -> int:
         """Parameters one token computes with: all, less the routed experts it is not sent to."""
-        if self.moe is None:
-            return self.num_params
-        idle = self.moe.num_experts - self.moe.experts_per_tok
-        return self.num_params - self.moe.moe_layers * idle * self.moe.expert_params(self.hidden_size)
+        return self.num_params - self.idle_expert_params
+
+    # --- compute terms the cost model reads (sim/timing/roofline.py) ---------------------------
+    @property
+    def linear_params_per_token(self) -> int:
+        """GEMM parameters one computed token goes through: attention and MLP projections, of an
+        MoE only the routed experts it is sent to (top-k) and the shared ones."""
+        parts = self.param_breakdown()
+        return parts["attention"] + parts["mlp"] - self.idle_expert_params
+
+    def attention_flops_per_pair(self, tp: int = 1) -> float:
+        """Attention FLOPs per (query token, cached token) pair over all attention layers, per TP
+        rank: QK^T and PV, 4 x heads x head_dim per layer; MLA with absorbed projections (what vLLM
+        runs for decode) 2 x heads x (2 x kv_lora_rank + qk_rope_head_dim); linear-attention layers
+        have no pairs."""
+        heads = self.num_attention_heads // tp
+        if self.mla is not None:
+            return float(self.mla.attention_flops_per_token(heads, 1) * self.num_layers)
+        return 4.0 * (self.num_layers - self.num_linear_layers) * heads * self.head_dim
 
     @property
     def num_params(self) -> int:

@@ -129,3 +129,13 @@ def _gpu(name):
     from models.gpus import get_gpu
 
     return get_gpu(name)
+
+
+@pytest.mark.parametrize("model", ["deepseek-v3", "gpt-oss-20b", "llama-4-scout"])
+def test_gpu_backend_refuses_kv_groups_in_one_line(model):
+    pytest.importorskip("torch")
+    from gpu_backend.model_loader import ModelLoadError, load_model
+
+    with pytest.raises(ModelLoadError, match="GPU backend runs full-attention models only") as info:
+        load_model(model)
+    assert "\n" not in str(info.value)

@@ -53,3 +53,26 @@ def test_shipped_dtypes_and_expert_weight_bytes():
     assert 60e9 < native < 66e9  # the checkpoint is about 65 GB on disk
     assert load_spec("deepseek-v3").weight_bytes("native") == load_spec("deepseek-v3").num_params  # fp8: 1 B each
     assert load_spec("llama-3-8b").weight_bytes("native") == load_spec("llama-3-8b").weight_bytes("bf16")
+
+
+def test_compute_terms_use_active_experts_and_mla_latents():
+    dense = load_spec("llama-3-8b")
+    parts = dense.param_breakdown()
+    assert dense.linear_params_per_token == parts["attention"] + parts["mlp"]
+    assert dense.attention_flops_per_pair(2) == 4.0 * 32 * 16 * 128
+    mix = load_spec("mixtral-8x7b")
+    assert mix.linear_params_per_token == mix.param_breakdown()["attention"] + mix.param_breakdown()["mlp"] - (
+        32 * 6 * 3 * 4096 * 14336)
+    ds = load_spec("deepseek-v3")
+    assert ds.attention_flops_per_pair(8) == 61 * 2 * 16 * (2 * 512 + 64)
+
+
+def test_roofline_reads_the_spec_terms():
+    from models.gpus import get_gpu
+    from sim.scenario import Scenario
+    from sim.timing.roofline import roofline_terms
+
+    spec = load_spec("qwen3-30b-a3b")
+    terms = roofline_terms(spec, get_gpu("h100-sxm"), Scenario(model="qwen3-30b-a3b", tp=2))
+    assert terms["matmul_flops_per_token"] == 2.0 * spec.linear_params_per_token / 2
+    assert terms["matmul_flops_per_token"] < 0.2 * 2.0 * spec.num_params / 2  # 3.3B of 30.5B active

@@ -54,16 +54,15 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, An
     parts = spec.param_breakdown()
     embed_dim = spec.layout.embed_proj_dim or spec.hidden_size
     head_params = spec.vocab_size * embed_dim  # the lm_head GEMM (tied or not): one row of logits per sampled seq
-    linear_params = parts["attention"] + parts["mlp"]  # GEMM weights every computed token goes through
     streamed = spec.num_params - parts["embedding"] - parts["lm_head"] + head_params  # the embedding is a lookup
     act_bytes = 4 if scenario.weight_dtype == "fp32" else 2
     fixed, per_token, link = allreduce_terms(spec, gpu, tp, act_bytes)
     # Elementwise traffic per token per layer: activation (read gate+up, write) and two fused add+norms.
     elementwise = spec.num_layers * (3 * spec.intermediate_size / tp + 4 * spec.hidden_size) * act_bytes
     return dict(
-        matmul_flops_per_token=2.0 * linear_params / tp,
+        matmul_flops_per_token=2.0 * spec.linear_params_per_token / tp,  # MoE: active experts
         head_flops_per_seq=2.0 * head_params / tp,
-        attn_flops_per_pair=4.0 * spec.num_layers * (spec.num_attention_heads // tp) * spec.head_dim,
+        attn_flops_per_pair=spec.attention_flops_per_pair(tp),  # MLA: absorbed latent attention
         weight_bytes=spec.weight_bytes(scenario.weight_dtype) * streamed / spec.num_params / tp,
         kv_bytes_per_token=float(kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, tp)),
         elementwise_bytes_per_token=float(elementwise),
