@@ -139,3 +139,43 @@ def test_gpu_backend_refuses_kv_groups_in_one_line(model):
     with pytest.raises(ModelLoadError, match="GPU backend runs full-attention models only") as info:
         load_model(model)
     assert "\n" not in str(info.value)
+
+
+def test_gemma_3_27b_five_local_layers_to_one_global():
+    spec = load_spec("gemma-3-27b")
+    layer = 16 * 128 * 2 * 2
+    assert spec.groups == (FullAttention(10, num_kv_heads=16, head_dim=128),
+                           SlidingWindow(52, num_kv_heads=16, head_dim=128, window=1024))
+    report = kv_report("gemma-3-27b")
+    assert report["per_sequence_bytes"]["8192"] == 10 * 8192 * layer + 52 * 1024 * layer
+    assert report["per_sequence_bytes"]["8192"] < 0.3 * report["per_sequence_bytes_all_full"]["8192"]
+    assert round(spec.num_params / 1e9, 1) == 27.0
+
+
+def test_qwen3_next_state_is_constant_and_only_12_layers_keep_tokens():
+    spec = load_spec("qwen3-next-80b-a3b")
+    state = 36 * (3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 2)
+    report = kv_report("qwen3-next-80b-a3b")
+    assert report["state_bytes_per_sequence"] == state == 39_518_208
+    assert {c: g["state"] for c, g in report["per_sequence_groups"].items()} == dict.fromkeys(report["per_sequence_groups"], state)
+    assert report["bytes_per_token"] == 12 * 2 * 256 * 2 * 2
+    assert round(spec.num_params / 1e9, 1) == 79.7 and round(spec.active_params / 1e9, 1) == 3.9  # "80B, 3.9B active"
+    assert kv_report("qwen3-next-80b-a3b", tp=2)["state_bytes_per_sequence"] == state // 2  # heads split over TP
+
+
+def test_llama_3_3_70b_is_llama_3_1_70b_shaped():
+    assert load_spec("llama-3.3-70b").groups == load_spec("llama-3.1-70b").groups
+    assert load_spec("llama-3.3-70b").num_params == load_spec("llama-3.1-70b").num_params
+
+
+def test_every_catalog_file_names_its_source():
+    from models.spec import CATALOG_DIR, list_catalog, read_config
+
+    new = ["llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.3-70b", "llama-4-scout", "llama-4-maverick",
+           "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "qwen3-next-80b-a3b", "deepseek-v3",
+           "deepseek-r1", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "mixtral-8x7b"]
+    assert set(new) <= set(list_catalog())
+    for name in new:
+        cfg = read_config(CATALOG_DIR / f"{name}.json")
+        assert "/" in cfg["_name_or_path"] and len(cfg["_source"]) > 40
+        assert load_spec(name).kv_bytes_per_token() > 0
