@@ -8,7 +8,7 @@ from models.spec import SpecError, list_catalog
 from models.weight_dtypes import WEIGHT_DTYPES
 from sim.guard.text import public_error
 from sim.out import charts
-from ui.capacity_view import answer, budget_parts, planner_tables
+from ui.capacity_view import answer, budget_parts, group_parts, planner_tables
 from ui.glossary import show_glossary
 
 BIND = "query-params"
@@ -61,3 +61,10 @@ except (SpecError, ValueError) as exc:
     st.error(public_error(exc))
     st.stop()
 st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")
+
+st.subheader(f"KV layer groups of one {int(context):,}-token sequence")
+st.caption("Sliding-window and chunked layers keep a bounded window, MLA one latent per token (not split "
+           "over TP), linear-attention layers a fixed state (docs/CAPACITY.md, KV groups).")
+groups = group_parts(first["model"], int(context), kv_dtype=first["kv dtype"], tp=int(tp))
+st.plotly_chart(charts.kv_groups_bar(groups, f"{first['model']} ({first['kv dtype']} KV, per GPU at tp={int(tp)})"),
+                key="cap-groups")

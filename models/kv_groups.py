@@ -24,7 +24,7 @@ This module imports only models.kv_dtypes, so models/spec.py can build groups fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models.kv_dtypes import PER_TENSOR, PER_TOKEN_HEAD, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token
@@ -39,6 +39,7 @@ class KVGroup:
     """One group of layers that keep the same kind of KV. Subclasses set `kind` and the bytes."""
 
     num_layers: int
+    cap: int | None = field(default=None, kw_only=True)  # eviction: most tokens kept (models/eviction.py)
     kind: ClassVar[str] = "full"
     grows: ClassVar[bool] = True  # keeps per-token KV (False: a fixed state per sequence)
 
@@ -52,7 +53,12 @@ class KVGroup:
 
     def tokens_kept(self, context: int) -> int:
         """Most tokens one sequence keeps in this group at any time while it grows to `context`."""
-        return context
+        return context if self.cap is None else min(context, self.cap)
+
+    @property
+    def window_tokens(self) -> int | None:
+        """Tokens behind the newest one this group still attends to (None: all of them)."""
+        return self.cap
 
     def state_bytes(self, tp: int = 1) -> int:
         """Bytes of fixed per-sequence state on each TP rank (state groups only)."""
@@ -72,7 +78,7 @@ class KVGroup:
         return slots * self.bytes_per_token(kv_dtype, tp) + self.state_bytes(tp)
 
     def label(self) -> str:
-        return self.kind
+        return self.kind + (f" cap {self.cap}" if self.cap else "")
 
     def as_dict(self, kv_dtype: str = "bf16", tp: int = 1) -> dict[str, object]:
         return {"kind": self.kind, "label": self.label(), "layers": self.num_layers,
@@ -105,16 +111,21 @@ class SlidingWindow(FullAttention):
     kind: ClassVar[str] = "sliding"
 
     def tokens_kept(self, context: int) -> int:
-        return min(context, self.window)
+        return min(context, self.window, self.cap or self.window)
+
+    @property
+    def window_tokens(self) -> int | None:
+        return min(self.window, self.cap or self.window)
 
     def blocks_kept(self, context: int, block_size: int) -> int:
         """The last `window` positions may straddle one more block than window / block_size."""
-        if context <= self.window:
+        window = self.window_tokens or self.window
+        if context <= window:
             return _ceil_div(context, block_size)
-        return min(_ceil_div(context, block_size), _ceil_div(self.window - 1, block_size) + 1)
+        return min(_ceil_div(context, block_size), _ceil_div(window - 1, block_size) + 1)
 
     def label(self) -> str:
-        return f"sliding({self.window})"
+        return f"sliding({self.window})" + (f" cap {self.cap}" if self.cap else "")
 
 
 @dataclass(frozen=True)
@@ -125,10 +136,10 @@ class ChunkedLocal(FullAttention):
     kind: ClassVar[str] = "chunked"
 
     def tokens_kept(self, context: int) -> int:
-        return min(context, self.chunk)
+        return min(context, self.chunk, self.cap or self.chunk)
 
     def label(self) -> str:
-        return f"chunked({self.chunk})"
+        return f"chunked({self.chunk})" + (f" cap {self.cap}" if self.cap else "")
 
 
 @dataclass(frozen=True)
@@ -151,7 +162,7 @@ class MLA(KVGroup):
         return self.num_layers * SCALE_BYTES if get_kv_dtype(kv_dtype).scale_layout == PER_TENSOR else 0
 
     def label(self) -> str:
-        return f"mla({self.latent_dim})"
+        return f"mla({self.latent_dim})" + (f" cap {self.cap}" if self.cap else "")
 
 
 @dataclass(frozen=True)
@@ -184,7 +195,7 @@ def total_per_sequence_bytes(groups: tuple[KVGroup, ...], context: int, kv_dtype
 
 def is_all_full(groups: tuple[KVGroup, ...]) -> bool:
     """True for the classic layout (every layer keeps K and V of every token)."""
-    return all(type(g) is FullAttention for g in groups)
+    return all(type(g) is FullAttention and g.cap is None for g in groups)
 
 
 # --- reading the groups from a config.json ----------------------------------------------------

@@ -252,6 +252,16 @@ class ModelSpec:
         row = get_kv_dtype(kv_dtype).bytes_per_element * (key_dim + self.mla.v_head_dim)
         return math.ceil(self.num_layers * self.num_attention_heads * row)
 
+    def with_eviction(self, text: str | None) -> ModelSpec:
+        """The same model keeping at most the eviction policy's tokens per sequence (models/eviction.py)."""
+        from models.eviction import EvictionError, capped_groups, parse_eviction
+
+        try:
+            eviction = parse_eviction(text)
+        except EvictionError as exc:
+            raise SpecError(str(exc)) from None
+        return dataclasses.replace(self, kv_groups=capped_groups(self.groups, eviction)) if eviction else self
+
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""
         heads = self.num_attention_heads

@@ -61,6 +61,7 @@ class Scenario:
     reserve: str = "max"  # contiguous only
     placement: str = "first-fit"  # contiguous only
     prefix_caching: bool = False
+    kv_eviction: str | None = None  # cap KV per sequence: window:N, streaming:S+R, h2o:N (models/eviction.py)
     # Scheduler.
     max_num_seqs: int = 256
     max_batched_tokens: int = 8192
@@ -115,6 +116,13 @@ class Scenario:
             raise bad("profile", "must be a path or empty")
         if not isinstance(self.extra, dict):
             raise bad("extra", "must be an object")
+        if self.kv_eviction is not None:
+            from models.eviction import EvictionError, parse_eviction
+
+            try:
+                parse_eviction(self.kv_eviction if isinstance(self.kv_eviction, str) else repr(self.kv_eviction))
+            except EvictionError as exc:
+                raise ScenarioError(f"scenario: {exc}") from None
 
     # Serialisation -------------------------------------------------------------------------
 

@@ -31,7 +31,7 @@ def test_seed_table_qwen25_7b_on_h100():
     assert at.markdown[0].value == ("### qwen2.5-7b on one h100-sxm at 8,192-token context (bf16 KV): "
                                     "126 concurrent sequences; 1 GPU for 100 users.")
     assert "KV B/token/GPU" not in row
-    assert len(at.get("plotly_chart")) == 2  # curves + budget pie
+    assert len(at.get("plotly_chart")) == 3  # curves + budget pie + KV groups
 
 
 def test_models_gpus_dtypes_from_widgets():
@@ -51,3 +51,11 @@ def test_tp_that_does_not_divide_heads_is_a_message():
     at = page(cap_tp="8")  # qwen2.5-7b has 28 attention heads
     assert not at.exception
     assert at.error and "tp=8" in at.error[0].value and "\n" not in at.error[0].value
+
+
+def test_kv_groups_chart_for_a_sliding_window_model():
+    at = page(cap_models="gpt-oss-120b", cap_w="native", cap_ctx="8192")
+    assert not at.exception and not at.error
+    assert at.dataframe[1].value.iloc[0][PER_TOKEN] == 36 * 8 * 64 * 2 * 2  # one token in every layer
+    groups = at.get("plotly_chart")[2].proto.spec
+    assert "sliding(128)" in groups and "full" in groups

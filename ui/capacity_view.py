@@ -9,7 +9,7 @@ import pandas as pd
 from models.gpus import GpuError, get_gpu
 from models.spec import SpecError, load_spec
 from sim.guard.text import public_error
-from sim.memory.capacity import GiB, capacity_table, gpus_required, memory_budget
+from sim.memory.capacity import GiB, capacity_table, gpus_required, kv_groups_per_sequence, memory_budget
 
 SEED_CONTEXTS = (2048, 8192, 32768, 131072)
 CURVE_CONTEXTS = tuple(2**k for k in range(9, 18))  # 512 .. 131072
@@ -54,7 +54,9 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
                     if r["context"] in CURVE_CONTEXTS:
                         curves.append({"label": label, "context_tokens": r["context"], "max_concurrency": r["max_concurrent"]})
                 seed = {r["context"]: r["max_concurrent"] for r in rows if r["context"] in SEED_CONTEXTS}
-                per_tok = rows[0]["kv_per_seq_bytes"] // rows[0]["context"]
+                per_tok = memory_budget(spec, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=d,
+                                        gpu_mem_util=gpu_mem_util).kv_bytes_per_token  # not per-seq / context:
+                # with sliding or state groups a sequence's KV is not proportional to its length
                 table.append({"model": m, "gpu": g, "kv dtype": d, PER_TOKEN: per_tok,
                               "KV cache per GPU (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
                               **{f"sequences at {c // 1024}K": seed[c] for c in SEED_CONTEXTS}})
@@ -73,3 +75,13 @@ def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_d
         "runtime overhead": b.runtime_overhead_bytes, "KV fixed (scales)": b.kv_fixed_bytes,
         "KV cache": max(b.kv_budget_bytes, 0), "held back (1 - utilisation)": b.total_bytes - b.usable_bytes,
     }
+
+
+def group_parts(model: str, context: int, *, kv_dtype: str, tp: int) -> dict[str, dict[str, int]]:
+    """One sequence of `context` tokens per KV group (bytes per GPU), next to what the same layers
+    would hold keeping every token: {label: {"kept": bytes, "all tokens": bytes}}."""
+    spec = load_spec(model)
+    kept = kv_groups_per_sequence(spec, context, kv_dtype, tp)
+    return {g.label(): {"kept": kept[g.label()],
+                        "all tokens": context * g.bytes_per_token(kv_dtype, tp) + g.state_bytes(tp)}
+            for g in spec.groups}

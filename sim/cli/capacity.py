@@ -30,6 +30,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV dtype (default %(default)s)")
     p.add_argument("--weight-dtype", default="bf16", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
+    p.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
+                   "(memory only: output quality is not modelled)")
     p.add_argument("--contexts", default=DEFAULT_CONTEXTS, help="comma-separated context lengths (default %(default)s)")
     p.add_argument("--gpu-mem-util", type=bounded_float(0, 1, lo_open=True), default=0.9, help="gpu_memory_utilization (default %(default)s)")
     p.add_argument("--max-batched-tokens", type=bounded_int(1, limits.MAX_BATCHED_TOKENS), default=DEFAULT_MAX_BATCHED_TOKENS,
@@ -68,11 +70,17 @@ def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.model)
     if args.kv_heads is not None:
         spec = spec.with_kv_heads(args.kv_heads)
+    spec = spec.with_eviction(args.kv_eviction)
     gpu = get_gpu(args.gpu)
     budget_args = dict(tp=args.tp, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, gpu_mem_util=args.gpu_mem_util,
                        max_batched_tokens=args.max_batched_tokens, max_num_seqs=args.max_num_seqs,
                        runtime_overhead_bytes=int(args.overhead_gib * GIB))
     table = capacity_table(spec, gpu, contexts, **budget_args)
+    if args.kv_eviction:
+        from models.eviction import QUALITY_NOTE
+
+        table["assumptions"]["kv_eviction"] = args.kv_eviction
+        table["note"] = QUALITY_NOTE
     if args.users is not None:
         if args.users < 1:
             raise CliError(f"--users {args.users}: must be a positive integer")
@@ -102,5 +110,7 @@ def _print_human(table: dict[str, Any]) -> None:
               f"{r['decode_floor_ms_batch1']:>14.2f} ms {r['decode_floor_ms_full']:>6.2f} ms")
     if not table["fits"]:
         print(f"  {table['hint']}")
+    if table.get("note"):
+        print(f"  KV eviction {table['assumptions']['kv_eviction']}: {table['note']}")
     for g in table.get("gpus_required", []):
         print(f"  {g['context']:>9,} tokens: {g['gpus']} GPU(s) = {g['replicas']} replica(s) x tp={g['tp']}")

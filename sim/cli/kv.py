@@ -28,21 +28,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV storage dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS),
                    help="GQA what-if: use N kv heads (a divisor of the attention heads)")
+    p.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
+                   "(memory only: output quality is not modelled)")
     p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1,
                    help="bytes on each of TP ranks (MLA's latent is not split; default %(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
 
 
-def kv_report(model: str, kv_dtype: str = "bf16", kv_heads: int | None = None, tp: int = 1) -> dict[str, Any]:
+def kv_report(model: str, kv_dtype: str = "bf16", kv_heads: int | None = None, tp: int = 1,
+              kv_eviction: str | None = None) -> dict[str, Any]:
     """The figures `kv` prints, as a dict (the dashboard can call this too). Per-sequence figures are
     the peak one sequence holds on each of `tp` ranks while it grows to each shown context."""
+    from models.eviction import QUALITY_NOTE
     from models.spec import load_spec
     from sim.memory.capacity import kv_bytes_per_token_per_gpu, kv_groups_per_sequence, kv_per_sequence_bytes
 
     spec = load_spec(model)
     if kv_heads is not None:
         spec = spec.with_kv_heads(kv_heads)
+    spec = spec.with_eviction(kv_eviction)
     per_token = kv_bytes_per_token_per_gpu(spec, kv_dtype, tp)
     mha = spec.mha_bytes_per_token(kv_dtype)
     state = sum(g.state_bytes(tp) for g in spec.groups)
@@ -61,6 +66,7 @@ def kv_report(model: str, kv_dtype: str = "bf16", kv_heads: int | None = None, t
         "state_bytes_per_sequence": state,
         "num_params": spec.num_params, "active_params": spec.active_params,
         "max_position_embeddings": spec.max_position_embeddings, "sliding_window": spec.sliding_window,
+        "kv_eviction": kv_eviction, **({"note": QUALITY_NOTE} if kv_eviction else {}),
     }
 
 
@@ -69,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--kv-heads {args.kv_heads}: must be a positive integer")
     if args.tp < 1:
         raise CliError(f"--tp {args.tp}: must be a positive integer")
-    report = kv_report(args.model, args.kv_dtype, args.kv_heads, args.tp)
+    report = kv_report(args.model, args.kv_dtype, args.kv_heads, args.tp, args.kv_eviction)
     if args.json:
         print_json(report)
         return 0
@@ -87,4 +93,6 @@ def run(args: argparse.Namespace) -> int:
         full = report["per_sequence_bytes_all_full"][context]
         extra = f"  (all-full attention: {full / GIB:.4f} GiB)" if full != size else ""
         print(f"  {int(context):>7,} tokens: {size / GIB:8.4f} GiB per sequence{extra}")
+    if report.get("note"):
+        print(f"KV eviction {report['kv_eviction']}: {report['note']}")
     return 0

@@ -254,9 +254,10 @@ def smallest_fitting_tp(spec: ModelSpec, gpu: GPUSpec, tp_choices: Iterable[int]
 # --- the simulator's view --------------------------------------------------------------------
 
 def scenario_spec(scenario: Any) -> ModelSpec:
-    """The scenario's model with its GQA what-if applied."""
+    """The scenario's model with its GQA what-if and KV eviction cap applied."""
     spec = load_spec(scenario.model)
-    return spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
+    spec = spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
+    return spec.with_eviction(getattr(scenario, "kv_eviction", None))
 
 
 def scenario_memory_budget(scenario: Any, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> MemoryBudget:

@@ -243,3 +243,16 @@ def budget_pie(parts: Mapping[str, float], title: str = "GPU memory budget") -> 
     fig.update_layout(title=title, height=360, template="plotly_white", margin=dict(l=20, r=20, t=50, b=20),
                       showlegend=False)
     return fig
+
+
+def kv_groups_bar(parts: Mapping[str, Mapping[str, float]], title: str = "KV of one sequence by layer group") -> go.Figure:
+    """One bar per KV group: what a sequence keeps vs what the same layers would keep holding every
+    token (GiB). `parts`: {group label: {"kept": bytes, "all tokens": bytes}}."""
+    labels = list(parts)
+    fig = go.Figure()
+    for i, key in enumerate(("kept", "all tokens")):
+        fig.add_trace(go.Bar(y=labels, x=[parts[g][key] / GIB for g in labels], name=key, orientation="h",
+                             marker=dict(color=PALETTE[i % len(PALETTE)])))
+    fig = _layout(fig, title, "KV group", "GiB per sequence per GPU")
+    fig.update_layout(barmode="group", height=160 + 60 * len(labels))
+    return fig

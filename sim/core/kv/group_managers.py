@@ -113,8 +113,8 @@ def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_b
         return StateManager(group.label(), block_size, 0, -(-state // page_bytes), state_bytes=state)
     pages = block_size * bpt // page_bytes
     args = (group.label(), block_size, bpt, pages)
-    if isinstance(group, SlidingWindow):
-        return SlidingWindowManager(group.window, *args)
+    if isinstance(group, SlidingWindow) or group.cap is not None:  # an eviction cap keeps a window too
+        return SlidingWindowManager(group.window_tokens or 1, *args)
     if isinstance(group, ChunkedLocal):
         return ChunkedLocalAttentionManager(group.chunk, *args)
     if isinstance(group, FullAttention | MLA):

@@ -84,7 +84,7 @@ def blocks_for_budget(kv_budget_bytes: int, block_size: int, bytes_per_token: in
 def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
     """True when a model's layers keep different things (several KV groups, or a windowed or
     state group): its paged KV needs one manager per group. One full or MLA group does not."""
-    return len(groups) > 1 or groups[0].kind not in ("full", "mla")
+    return len(groups) > 1 or groups[0].kind not in ("full", "mla") or groups[0].cap is not None
 
 
 def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int) -> HybridPagedAllocator:
