@@ -172,6 +172,21 @@ class ModelSpec:
         parts = self.param_breakdown()
         return parts["attention"] + parts["mlp"] - self.idle_expert_params
 
+    @property
+    def routed_params_per_token(self) -> int:
+        """The part of linear_params_per_token in routed experts (top-k of them; 0 for dense)."""
+        if self.moe is None:
+            return 0
+        return self.moe.moe_layers * self.moe.experts_per_tok * self.moe.expert_params(self.hidden_size)
+
+    def matmul_params_per_rank(self, tp: int = 1, expert_parallel: bool = False, imbalance: float = 1.0) -> float:
+        """GEMM parameters per computed token on the busiest of `tp` ranks. Tensor parallelism splits
+        every expert evenly (no imbalance); expert parallelism places whole experts on ranks, so the
+        rank with the most routed tokens does `imbalance` (max / mean expert load, >= 1) times its share."""
+        routed = self.routed_params_per_token
+        factor = imbalance if expert_parallel else 1.0
+        return (self.linear_params_per_token - routed + factor * routed) / tp
+
     def attention_flops_per_pair(self, tp: int = 1) -> float:
         """Attention FLOPs per (query token, cached token) pair over all attention layers, per TP
         rank: QK^T and PV, 4 x heads x head_dim per layer; MLA with absorbed projections (what vLLM

@@ -61,6 +61,8 @@ class Scenario:
     reserve: str = "max"  # contiguous only
     placement: str = "first-fit"  # contiguous only
     prefix_caching: bool = False
+    expert_parallel: bool = False  # MoE experts placed whole on ranks (vLLM --enable-expert-parallel)
+    expert_imbalance: float = 1.0  # max / mean routed-token load per rank under expert parallelism
     kv_eviction: str | None = None  # cap KV per sequence: window:N, streaming:S+R, h2o:N (models/eviction.py)
     # Scheduler.
     max_num_seqs: int = 256
@@ -106,7 +108,8 @@ class Scenario:
         number(self.speedup, "scenario: speedup", limits.MIN_SPEEDUP, limits.MAX_SPEEDUP, ScenarioError)
         number(self.swap_space_gib, "scenario: swap_space_gib", 0.0, limits.MAX_GIB, ScenarioError)
         number(self.api_overhead_s, "scenario: api_overhead_s", 0.0, 60.0, ScenarioError)
-        for name in ("prefix_caching", "chunked_prefill"):
+        number(self.expert_imbalance, "scenario: expert_imbalance", 1.0, 64.0, ScenarioError)
+        for name in ("prefix_caching", "chunked_prefill", "expert_parallel"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")
         for name in ("model", "gpu"):
@@ -142,7 +145,7 @@ class Scenario:
         if unknown:
             raise ScenarioError(f"scenario: unknown field(s): {', '.join(unknown)}")
         data = dict(data)
-        for name in ("prefix_caching", "chunked_prefill"):  # JSON/URL text "false" means False, not truthy
+        for name in ("prefix_caching", "chunked_prefill", "expert_parallel"):  # JSON/URL text "false" means False, not truthy
             if isinstance(data.get(name), str):
                 data[name] = flag(data[name], f"scenario: {name}", ScenarioError)
         try:

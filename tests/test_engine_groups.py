@@ -76,3 +76,15 @@ def test_azure_conversation_more_concurrent_than_all_full(model, gpu, tp, tmp_pa
     grouped = simulate(azure, sc).steps["num_running"].max()
     baseline = simulate(azure, sc.replace(model=all_full_copy(model, tmp_path))).steps["num_running"].max()
     assert grouped > 1.3 * baseline
+
+
+def test_summary_breaks_the_pool_down_per_group():
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=2.0, max_num_seqs=512, replicas=2)
+    groups = simulate(trace(), sc).summary["kv_group_breakdown_mean"]
+    assert set(groups) == {"full", "sliding(128)"}
+    for parts in groups.values():
+        assert parts["held"] == pytest.approx(parts["token_states"] + parts["internal_frag"])
+        assert 0 < parts["token_states"] <= parts["held"] <= 2 * 2 * 2**30
+    assert groups["full"]["held"] > groups["sliding(128)"]["held"]  # windows keep far less
+    plain = simulate(trace(), Scenario(model="llama-3-8b", kv_budget_gib=2.0)).summary
+    assert plain["kv_group_breakdown_mean"] == {}

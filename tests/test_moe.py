@@ -76,3 +76,28 @@ def test_roofline_reads_the_spec_terms():
     terms = roofline_terms(spec, get_gpu("h100-sxm"), Scenario(model="qwen3-30b-a3b", tp=2))
     assert terms["matmul_flops_per_token"] == 2.0 * spec.linear_params_per_token / 2
     assert terms["matmul_flops_per_token"] < 0.2 * 2.0 * spec.num_params / 2  # 3.3B of 30.5B active
+
+
+def test_expert_parallel_imbalance_scales_only_the_routed_part():
+    spec = load_spec("qwen3-30b-a3b")
+    routed = 48 * 8 * 3 * 2048 * 768
+    assert spec.routed_params_per_token == routed
+    even = spec.matmul_params_per_rank(4)
+    assert spec.matmul_params_per_rank(4, expert_parallel=True, imbalance=1.0) == even
+    assert spec.matmul_params_per_rank(4, expert_parallel=True, imbalance=1.5) == pytest.approx(even + 0.5 * routed / 4)
+    assert spec.matmul_params_per_rank(4, expert_parallel=False, imbalance=1.5) == even  # TP splits every expert
+    dense = load_spec("llama-3-8b")
+    assert dense.matmul_params_per_rank(2, True, 3.0) == dense.linear_params_per_token / 2
+
+
+def test_scenario_expert_options_reach_the_roofline():
+    from models.gpus import get_gpu
+    from sim.scenario import Scenario, ScenarioError
+    from sim.timing.roofline import roofline_terms
+
+    spec, gpu = load_spec("qwen3-30b-a3b"), get_gpu("h100-sxm")
+    base = Scenario(model="qwen3-30b-a3b", tp=4)
+    ep = base.replace(expert_parallel=True, expert_imbalance=1.5)
+    assert roofline_terms(spec, gpu, ep)["matmul_flops_per_token"] > roofline_terms(spec, gpu, base)["matmul_flops_per_token"]
+    with pytest.raises(ScenarioError, match="expert_imbalance"):
+        base.replace(expert_imbalance=0.5)

@@ -62,6 +62,10 @@ def step_time_line(summary: dict) -> str:
 
 def show_charts(snap: Snapshot, key: str = "res") -> None:
     st.plotly_chart(charts.memory_timeline(snap.steps, weights_bytes(snap)), key=f"{key}-mem")
+    groups = snap.summary.get("kv_group_breakdown_mean")
+    if groups:  # models with several KV groups (sliding, chunked, state): the pool per group
+        free = float(snap.summary.get("kv_breakdown_mean", {}).get("free", 0)) * float(snap.summary.get("kv_capacity_bytes", 0))
+        st.plotly_chart(charts.kv_group_breakdown(groups, free), key=f"{key}-groups")
     show_glossary()
     left, right = st.columns(2)
     left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")

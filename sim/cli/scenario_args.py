@@ -13,7 +13,7 @@ from sim.scenario import CHOICES, Scenario
 
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
-          "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "max_num_seqs",
+          "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
           "api_overhead_s", "seed", "speedup")
 
@@ -35,6 +35,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--weight-dtype", default=d.weight_dtype, choices=CHOICES["weight_dtype"].names())
     g.add_argument("--kv-dtype", default=d.kv_dtype, choices=CHOICES["kv_dtype"].names())
     g.add_argument("--kv-heads", type=int, help="GQA what-if: N kv heads")
+    g.add_argument("--expert-parallel", action="store_true", default=d.expert_parallel,
+                   help="MoE: place whole experts on the TP ranks (step time follows the busiest rank)")
+    g.add_argument("--expert-imbalance", type=float, default=d.expert_imbalance,
+                   help="MoE with --expert-parallel: max / mean routed load per rank (default %(default)s)")
     g.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
     g.add_argument("--kv-budget-gib", type=float, help="KV pool per replica in GiB (default: derived from the GPU)")

@@ -256,3 +256,18 @@ def kv_groups_bar(parts: Mapping[str, Mapping[str, float]], title: str = "KV of 
     fig = _layout(fig, title, "KV group", "GiB per sequence per GPU")
     fig.update_layout(barmode="group", height=160 + 60 * len(labels))
     return fig
+
+
+def kv_group_breakdown(groups: Mapping[str, Mapping[str, float]], free_bytes: float = 0.0) -> go.Figure:
+    """Mean KV pool per layer group (summary key kv_group_breakdown_mean): written token states and
+    held-but-unwritten slots of each group, stacked, with the shared free pages beside them (GiB)."""
+    labels = list(groups)
+    fig = go.Figure()
+    for i, part in enumerate(("token_states", "internal_frag")):
+        fig.add_trace(go.Bar(x=labels, y=[float(groups[g].get(part, 0)) / GIB for g in labels],
+                             name=part.replace("_", " "), marker=dict(color=PALETTE[i % len(PALETTE)])))
+    if free_bytes:
+        fig.add_trace(go.Bar(x=["free (shared)"], y=[free_bytes / GIB], name="free", marker=dict(color="#bbbbbb")))
+    fig = _layout(fig, "KV pool by layer group (run mean)", "GiB", "KV group")
+    fig.update_layout(barmode="stack")
+    return fig

@@ -165,11 +165,14 @@ class Simulation:
         self.events = 0
         self._last_progress = 0.0
         self.n_done = setup.rejected
+        self._group_sums: dict[str, dict[str, int]] = {}
+        self._group_samples = 0
 
     # --- gauges -------------------------------------------------------------------------------
     def gauges(self) -> np.ndarray:
         parts = dict.fromkeys(BREAKDOWN_FIELDS, 0)
         batch = running = waiting = cap = used = blocks = 0
+        self._add_group_sample([rep.alloc.group_breakdown() for rep in self.s.replicas])
         for rep in self.s.replicas:
             bd = rep.alloc.breakdown(rep.sched.waiting_needs())
             for name in BREAKDOWN_FIELDS:
@@ -181,6 +184,22 @@ class Simulation:
             used += rep.alloc.num_used_blocks
             blocks += rep.alloc.num_blocks
         return metrics.gauge_vector(batch, running, waiting, parts, cap, used, blocks)
+
+    def _add_group_sample(self, per_replica: list[dict[str, dict[str, int]]]) -> None:
+        """Add one gauge sample of the per-group KV parts, summed over replicas (several KV groups only)."""
+        if not any(per_replica):
+            return
+        self._group_samples += 1
+        for groups in per_replica:
+            for label, parts in groups.items():
+                acc = self._group_sums.setdefault(label, dict.fromkeys(parts, 0))
+                for key, value in parts.items():
+                    acc[key] += value
+
+    def group_breakdown_mean(self) -> dict[str, dict[str, float]]:
+        """Mean bytes per KV group and part over the run's gauge samples ({} for one group)."""
+        n = self._group_samples or 1
+        return {label: {k: v / n for k, v in parts.items()} for label, parts in self._group_sums.items()}
 
     # --- the public step API: the SimPy loop below and the GPU executor's wall-clock loop ---------
     def admit_arrivals(self, rep: Replica, t: float) -> None:
@@ -229,6 +248,7 @@ class Simulation:
             routing="round-robin", max_model_len=s.max_model_len, longest_prompt_tokens=s.longest_prompt,
             model_context_tokens=s.model_context, kv_budget_terms=s.budget_terms,
             num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
+            kv_group_breakdown_mean=self.group_breakdown_mean(),
         )
         steps = self.rec.frame()
         info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED))

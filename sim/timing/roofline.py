@@ -60,7 +60,8 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, An
     # Elementwise traffic per token per layer: activation (read gate+up, write) and two fused add+norms.
     elementwise = spec.num_layers * (3 * spec.intermediate_size / tp + 4 * spec.hidden_size) * act_bytes
     return dict(
-        matmul_flops_per_token=2.0 * spec.linear_params_per_token / tp,  # MoE: active experts
+        matmul_flops_per_token=2.0 * spec.matmul_params_per_rank(  # MoE: active experts, EP imbalance
+            tp, getattr(scenario, "expert_parallel", False), getattr(scenario, "expert_imbalance", 1.0)),
         head_flops_per_seq=2.0 * head_params / tp,
         attn_flops_per_pair=spec.attention_flops_per_pair(tp),  # MLA: absorbed latent attention
         weight_bytes=spec.weight_bytes(scenario.weight_dtype) * streamed / spec.num_params / tp,

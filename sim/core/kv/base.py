@@ -103,6 +103,11 @@ class KVAllocator(ABC):
         grow_many's common case, which allocators may serve faster."""
         self.grow_many(req_ids, [self.num_tokens(int(r)) + num_new_tokens for r in req_ids])
 
+    def group_breakdown(self) -> dict[str, dict[str, int]]:
+        """Per KV group {label: {"token_states", "internal_frag", "held"}} in bytes, for allocators
+        that keep several groups (sim/core/kv/hybrid.py); empty for one group (see breakdown())."""
+        return {}
+
     def steps_until_free_rises(self, req_ids: Sequence[int]) -> int:
         """Decode steps these requests can take (one token each) before one of them gives blocks
         back while still running: the scheduler ends a skip-ahead run there, because a waiting
