@@ -193,10 +193,6 @@ def total_per_sequence_bytes(groups: tuple[KVGroup, ...], context: int, kv_dtype
     return sum(g.per_sequence_bytes(context, kv_dtype, tp) for g in groups)
 
 
-def is_all_full(groups: tuple[KVGroup, ...]) -> bool:
-    """True for the classic layout (every layer keeps K and V of every token)."""
-    return all(type(g) is FullAttention and g.cap is None for g in groups)
-
 
 # --- reading the groups from a config.json ----------------------------------------------------
 

@@ -48,9 +48,6 @@ class GroupManager:
         """Computed tokens at which a step starts dropping block `first` (None: never)."""
         return None
 
-    def slot_bytes(self) -> int:
-        return self.block_size * self.bytes_per_token
-
     def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
         """Most blocks a request of `final_tokens` holds, with prefill chunks of up to `chunk`
         tokens (dropped blocks are freed at the start of the next step, so a chunk adds to the span)."""
@@ -100,9 +97,6 @@ class StateManager(GroupManager):
 
     def blocks_for(self, tokens: Any) -> Any:
         return tokens * 0 + 1  # one slot from admission on
-
-    def slot_bytes(self) -> int:
-        return self.state_bytes
 
 
 def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int) -> GroupManager:

@@ -21,7 +21,6 @@ rounding; the pool-wide free pages are shared. The groups' parts plus free add u
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -56,12 +55,6 @@ class HybridPagedAllocator(KVAllocator):
     def pages_for(self, num_tokens: int) -> int:
         """Pages one fresh request of `num_tokens` tokens takes at admission."""
         return sum(m.pages * int(m.blocks_for(num_tokens)) for m in self.managers)
-
-    def peak_pages(self, final_tokens: int) -> int:
-        """Most pages one request holds at once while decoding up to `final_tokens` alone."""
-        n = np.arange(1, max(1, final_tokens) + 1, dtype=np.int64)
-        held = sum(m.pages * (m.blocks_for(n) - m.skipped_blocks(n - 1)) for m in self.managers)
-        return int(np.max(held))
 
     # --- admission ---------------------------------------------------------------------------
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
@@ -287,7 +280,3 @@ class HybridPagedAllocator(KVAllocator):
         if ids.size and (int(ids.max()) >= len(self._active) or not bool(self._active[ids].all())):
             raise AllocationError("a request is not allocated")
 
-
-def describe(alloc: Any) -> dict[str, Any]:
-    """Group labels and pages per block of a hybrid allocator (for reports)."""
-    return {m.label: {"kind": m.kind, "pages_per_block": m.pages} for m in getattr(alloc, "managers", [])}
