@@ -20,7 +20,8 @@ _REASONS = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", err
             errno.ENAMETOOLONG: "name too long", errno.ENOTDIR: "a part of the path is not a folder"}
 
 
-def _no_constants(name: str) -> Any:
+def no_constants(name: str) -> Any:
+    """json.loads(parse_constant=...): NaN and Infinity are not JSON numbers."""
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -47,7 +48,7 @@ def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: 
         raise error(f"{source}: JSON nested deeper than {max_depth} levels")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(text, parse_constant=_no_constants)
+        return json.loads(text, parse_constant=no_constants)
     except UnicodeDecodeError:
         raise error(f"{source}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:

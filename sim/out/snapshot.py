@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from models.safe_json import MAX_DEPTH, json_depth
+from models.safe_json import MAX_DEPTH, json_depth, no_constants
 from sim.scenario import Scenario, ScenarioError
 from sim.trace import Trace, TraceError
 
@@ -42,10 +42,6 @@ NUMERIC_SUMMARY = ("requests", "completed", "rejected", "unfinished", "clamped",
                    "kv_capacity_bytes", "num_blocks", "block_size", "weights_bytes", "weight_bytes", "num_preemptions",
                    "duration_s", "mean_batch_size", "req_per_s")
 LATENCY_SUMMARY = ("ttft_s", "tpot_s", "e2e_s", "queue_s", "kv_cache_usage_perc", "kv_breakdown_mean")
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 class SnapshotError(ValueError):
@@ -126,7 +122,7 @@ class Snapshot:
         if json_depth(data) > MAX_DEPTH:
             raise SnapshotError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
         try:
-            obj = json.loads(data, parse_constant=_no_constant)
+            obj = json.loads(data, parse_constant=no_constants)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SnapshotError(f"{source}: not a JSON snapshot file ({str(exc).splitlines()[0][:80]})") from None
         except (ValueError, RecursionError) as exc:  # NaN/Infinity, a 5000-digit integer

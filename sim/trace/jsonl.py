@@ -16,20 +16,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.safe_json import MAX_DEPTH, json_depth
+from models.safe_json import MAX_DEPTH, json_depth, no_constants
 from sim.trace.model import TraceError, TraceFormat
 
 DETECT_LINES = 100  # objects read to detect the format before streaming the rest
 CHUNK = 65_536  # rows gathered as Python objects before they become a typed frame
 
 
-def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _parse(raw: bytes | str, name: str, where: str) -> Any:
     try:
-        return json.loads(raw, parse_constant=_no_constants)
+        return json.loads(raw, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{name}: {where}: malformed JSON ({exc.msg}, column {exc.colno})") from None
     except UnicodeDecodeError as exc:
