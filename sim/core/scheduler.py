@@ -332,8 +332,8 @@ class Scheduler:
         """Tokens the head request would be given now (0: it cannot start this step). Cached
         prefix tokens cost no budget, so the first chunk is sized as hits + budget."""
         total = int(self.t.prompt[r] + self.t.generated[r])
-        probe = getattr(self.alloc, "prefix_hit_tokens", None) if hashes is not None else None
-        n = min(total, budget + (probe(total, hashes) if probe is not None and budget > 0 else 0))
+        hits = self.alloc.prefix_hit_tokens(total, hashes) if hashes is not None and budget > 0 else 0
+        n = min(total, budget + hits)
         if n <= 0 or (not self.cfg.chunked_prefill and n < total):
             return 0
         return n

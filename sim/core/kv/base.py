@@ -108,6 +108,15 @@ class KVAllocator(ABC):
         that keep several groups (sim/core/kv/hybrid.py); empty for one group (see breakdown())."""
         return {}
 
+    def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
+        """Leading tokens of a new request already in the prefix cache (0: this allocator keeps none)."""
+        return 0
+
+    def pop_copy_ops(self) -> list[tuple[int, int]]:
+        """(src, dst) block copies the GPU backend must perform before the next step (copy-on-write);
+        allocators that never share blocks have none."""
+        return []
+
     def steps_until_free_rises(self, req_ids: Sequence[int]) -> int:
         """Decode steps these requests can take (one token each) before one of them gives blocks
         back while still running: the scheduler ends a skip-ahead run there, because a waiting
