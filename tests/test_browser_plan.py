@@ -29,8 +29,8 @@ def test_root_opens_on_plan_answered_and_shares(app_server, browser):  # noqa: F
 
     page.get_by_label("Snapshot name").fill("plan in the browser")
     page.get_by_role("button", name="Save snapshot and get a link").click()
-    page.wait_for_selector("text=Anyone on this server can open it", timeout=WAIT_MS)
-    link = page.locator('[data-testid="stCode"]').last.inner_text().strip()
+    page.wait_for_selector("text=Anyone with this read-only link can open it", timeout=WAIT_MS)
+    link = page.locator('[data-testid="stCode"]').filter(has_text="?snapshot=").last.inner_text().strip()
     assert "?snapshot=" in link
 
     other = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
