@@ -59,3 +59,5 @@ def test_simulated_run_holds_more_sequences_with_a_window():
     capped = simulate(trace, base.replace(kv_eviction="window:512"))
     assert capped.steps["num_running"].max() > 2 * plain.steps["num_running"].max()
     assert capped.summary["completed"] == plain.summary["completed"] == 200
+    assert capped.summary["kv_eviction"] == {"policy": "window:512", "note": QUALITY_NOTE}
+    assert "kv_eviction" not in plain.summary

@@ -106,6 +106,8 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['kv_cache_usage_perc']['mean']:.1%} peak {s['kv_cache_usage_perc']['peak']:.1%}",
         "KV breakdown (time-weighted): " + ", ".join(f"{k} {v:.1%}" for k, v in kv.items()),
     ]
+    if s.get("kv_eviction"):
+        lines.append(f"KV eviction {s['kv_eviction']['policy']}: {s['kv_eviction']['note']}")
     return "\n".join(lines)
 
 

@@ -149,6 +149,15 @@ def build(trace: Any, scenario: Any) -> Setup:
                  model_context=int(dep.spec.max_position_embeddings), deployment=dep)
 
 
+def eviction_summary(text: str | None) -> dict[str, Any]:
+    """Summary key `kv_eviction` (policy and the quality note) when the scenario caps KV per sequence."""
+    if not text:
+        return {}
+    from models.eviction import QUALITY_NOTE
+
+    return {"kv_eviction": {"policy": text, "note": QUALITY_NOTE}}
+
+
 class Simulation:
     """Runs one Setup on a SimPy clock (see the module docstring)."""
 
@@ -249,6 +258,7 @@ class Simulation:
             model_context_tokens=s.model_context, kv_budget_terms=s.budget_terms,
             num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
             kv_group_breakdown_mean=self.group_breakdown_mean(),
+            **eviction_summary(getattr(s.scenario, "kv_eviction", None)),
         )
         steps = self.rec.frame()
         info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED))
