@@ -23,7 +23,7 @@ if note:
 def show_snapshot(snap: Snapshot, key: str) -> None:
     sc = snap.scenario
     st.subheader(plain(snap.name or "unnamed snapshot"))
-    st.caption(plain(f"{sc.model} on {sc.gpu} x tp{sc.tp}, {sc.allocator}, KV {sc.kv_dtype}; trace digest "
+    st.caption(public_error(f"{sc.model} on {sc.gpu} x tp{sc.tp}, {sc.allocator}, KV {sc.kv_dtype}; trace digest "
                      f"{snap.trace_digest}; saved {snap.created_utc or 'n/a'} by kvsim {snap.app_version or '?'}"))
     if snap.plan is not None:
         st.markdown("**The search this run drills into**")
