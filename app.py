@@ -14,6 +14,7 @@ The favicon is a file in ui/assets: a material-icon favicon is fetched from an o
 import streamlit as st
 
 from ui.pages import PAGES, ROOT
+from ui.runner import server_stats
 from ui.server_notice import warn_if_exposed
 
 ICON = ROOT / "ui" / "assets" / "kvsim-icon.png"
@@ -30,3 +31,4 @@ def forward_from_root() -> None:
 pages = [st.Page(forward_from_root, title="kvsim", url_path="home", default=True, visibility="hidden")]
 pages += [st.Page(p.script, title=p.title, icon=p.icon, url_path=p.url_path) for p in PAGES.values() if p.available()]
 st.navigation(pages).run()
+st.sidebar.caption(server_stats().line())  # for an operator: workers busy, cache held against its bound

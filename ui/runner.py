@@ -1,43 +1,72 @@
-"""Run a scenario on a trace once per (trace digest, scenario) and keep the downsampled view.
+"""Run a scenario on a trace for a page: through the server's worker pool, with progress and a place in line.
 
-The st.cache_data key is the trace digest and the scenario's JSON (both content hashes), so the
-same link opened twice, or by two people, or the same scenario from two pages, reuses one run; the
-Trace object and the progress label are not hashed (leading underscore: Streamlit skips them).
-The progress bar is created inside the cached function (Streamlit replays elements made there)
-and emptied before it returns, so a cache hit shows nothing stale.
+The run itself happens in ui/server/pool.py's worker processes, keyed by (trace digest, scenario
+JSON): the same link opened twice, by two people or from two pages, is simulated once; the label
+a page shows is not part of the key. This thread only polls and draws: a progress bar while the
+run goes, its place in line while it waits, and a button that releases a queued run.
 """
 
 from __future__ import annotations
+
+import hashlib
+import time
 
 import streamlit as st
 
 from sim.out.snapshot import Snapshot
 from sim.scenario import Scenario
 from sim.trace import Trace
+from ui.server.pool import RunService, ServiceStats, run_key
+
+POLL_S = 0.1
 
 
-@st.cache_data(show_spinner=False, max_entries=64)
-def _run(trace_digest: str, scenario_json: str, _label: str, _trace: Trace) -> Snapshot:
-    from sim.run.engine import simulate  # imported late: the engine is the heavy part
+@st.cache_resource(show_spinner=False)
+def run_service() -> RunService:
+    """One pool per server process, shared by every session."""
+    return RunService.from_env()
 
-    scenario = Scenario.from_json(scenario_json)
-    label = _label
-    bar = st.progress(0.0, text=label)
-    shown = [0]
 
-    def progress(fraction: float) -> None:
-        pct = int(100 * min(max(float(fraction), 0.0), 1.0))
-        if pct >= shown[0] + 5:  # a few updates, not thousands
-            shown[0] = pct
-            bar.progress(pct / 100, text=f"{label}: {pct}% of the trace")
-
-    try:
-        result = simulate(_trace, scenario, progress=progress)
-    finally:
-        bar.empty()
-    return Snapshot.from_result(result, _trace)
+def server_stats() -> ServiceStats:
+    return run_service().stats()
 
 
 def run_scenario(trace: Trace, scenario: Scenario, label: str = "Simulating") -> Snapshot:
-    """The result view for this trace and scenario, with a progress bar while a new run goes."""
-    return _run(trace.digest(), scenario.to_json(), label, trace)
+    """The result view for this trace and scenario; raises what the run raised (one-line user errors)."""
+    service = run_service()
+    key = run_key(trace, scenario)
+    cancel_key = "cancel-run-" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    if st.session_state.get(cancel_key):  # clicked during the previous script run, which that click ended
+        st.info(f"{label}: cancelled. Change a setting or reload the page to run it again.")
+        st.stop()
+    service.submit(trace, scenario)
+    state = service.state(key)
+    if state.phase == "done" and state.snapshot is not None:
+        return state.snapshot
+    bar = st.progress(0.0, text=f"{label}: starting")
+    cancel = st.empty()
+    finished = button_drawn = False
+    try:
+        while True:
+            state = service.state(key)
+            if state.phase == "done" and state.snapshot is not None:
+                finished = True
+                return state.snapshot
+            if state.phase == "failed" and state.error is not None:
+                finished = True
+                raise state.error
+            if state.phase == "gone":  # released by every watcher: submit again
+                service.submit(trace, scenario)
+            elif state.phase == "queued":
+                bar.progress(0.0, text=f"{label}: queued, number {state.place} in line for a simulation worker")
+                if not button_drawn:  # one widget per script run; a click ends this run and reruns the page
+                    cancel.button("Cancel this queued run", key=cancel_key)
+                    button_drawn = True
+            else:
+                bar.progress(state.fraction, text=f"{label}: {int(100 * state.fraction)}% of the trace")
+            time.sleep(POLL_S)
+    finally:
+        bar.empty()
+        cancel.empty()
+        if not finished:  # the visitor left, changed a setting or cancelled: stop watching
+            service.release(key)

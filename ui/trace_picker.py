@@ -5,6 +5,7 @@ reopens the same workload; an upload is kept in the session so it survives page 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import streamlit as st
@@ -14,11 +15,14 @@ from sim.guard.text import plain, public_error
 from sim.trace import Trace, TraceError, load_trace, load_trace_bytes
 from sim.trace.synthetic import parse_synthetic_spec
 from ui.defaults import DEFAULT_SAMPLE
+from ui.server.lru import ByteLRU, cache_bytes_from_env
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 DEFAULT_SYNTH = "preset=sharegpt-like,n=500,rate=4,seed=1"
 UPLOAD_LIMIT_MB = 100
 SOURCES = ("sample", "upload", "synthetic")
+TRACE_CACHE_ENV = "KVSIM_TRACE_CACHE_MIB"
+DEFAULT_TRACE_CACHE_MIB = 256
 UPLOAD_KEY = "uploaded_trace"  # session_state: (name, bytes) of the last good upload
 
 
@@ -26,18 +30,22 @@ def sample_names() -> list[str]:
     return sorted(p.name for p in SAMPLES.iterdir() if p.suffix in (".csv", ".jsonl"))
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
+@st.cache_resource(show_spinner=False)
+def trace_cache() -> ByteLRU[Trace]:
+    """Parsed traces shared by every session of this server, bounded by bytes (KVSIM_TRACE_CACHE_MIB)."""
+    return ByteLRU(cache_bytes_from_env(TRACE_CACHE_ENV, DEFAULT_TRACE_CACHE_MIB))
+
+
 def _load_sample(name: str) -> Trace:
-    return load_trace(SAMPLES / name)
+    return trace_cache().get_or_make(("sample", name), lambda: load_trace(SAMPLES / name))
 
 
-@st.cache_data(show_spinner=False, max_entries=4)
 def _load_upload(data: bytes, name: str) -> Trace:
     """Parsed in bounded memory; at most MAX_UPLOAD_ROWS rows (the trace's warnings say so)."""
-    return load_trace_bytes(data, name, max_rows=MAX_UPLOAD_ROWS)
+    key = ("upload", hashlib.sha256(data).hexdigest(), name)
+    return trace_cache().get_or_make(key, lambda: load_trace_bytes(data, name, max_rows=MAX_UPLOAD_ROWS))
 
 
-@st.cache_data(show_spinner=False, max_entries=8)
 def _load_synthetic(spec: str) -> Trace:
     return synthetic_for_dashboard(spec)
 
@@ -48,7 +56,7 @@ def synthetic_for_dashboard(spec: str) -> Trace:
     if parsed.n > MAX_DASHBOARD_REQUESTS:  # a crafted link must not make the server generate 50M rows
         raise TraceError(f"synthetic spec: n={parsed.n:,} is over the dashboard's limit of {MAX_DASHBOARD_REQUESTS:,} "
                          "requests (the command line takes more)")
-    return parsed.generate()
+    return trace_cache().get_or_make(("synthetic", spec), parsed.generate)
 
 
 def _first(trace: Trace, n: int) -> Trace:

@@ -1,0 +1,230 @@
+"""Simulations for every visitor of one server, in a bounded pool of worker processes.
+
+Why: a run used to execute on the visitor's own Streamlit thread. With 16 people, page loads took
+23 s and one long Compare made everyone wait, because CPU-bound Python on the server's threads
+shares one GIL. Here runs go to `workers` processes (default: the core count); the server's
+threads only wait and draw progress, so pages stay responsive.
+
+- Identical runs are computed once: a run is keyed by (trace digest, scenario JSON); a second
+  request for a key in flight watches the same job, and a finished one is served from a
+  byte-bounded LRU (ui/server/lru.py).
+- A queued run knows its place in line and can be released; a job nobody watches any more is
+  cancelled if it has not started (a started one finishes and is cached).
+- Workers report progress through one queue; the first message says the run started.
+- All workers start when the service is made (and import the simulator then), never later from a
+  visitor's thread: see _stub_main for why that matters inside Streamlit.
+Settings (environment, read once per server): KVSIM_RUN_WORKERS, KVSIM_RESULT_CACHE_MIB.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import itertools
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sim.out.snapshot import Snapshot
+from sim.scenario import Scenario
+from sim.trace import Trace
+from ui.server.lru import ByteLRU, CacheStats, cache_bytes_from_env
+
+WORKERS_ENV = "KVSIM_RUN_WORKERS"
+CACHE_ENV = "KVSIM_RESULT_CACHE_MIB"
+DEFAULT_CACHE_MIB = 256
+MAX_WORKERS = 64
+RunKey = tuple[str, str]  # (trace digest, scenario JSON)
+
+_progress_queue: Any = None  # set in each worker by _init_worker
+
+
+def _init_worker(progress_queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
+
+
+def _warm_up(hold_s: float) -> None:
+    """Import the simulator and hold the worker briefly, so each warm-up call starts its own process."""
+    import sim.run.engine  # noqa: F401
+
+    time.sleep(hold_s)
+
+
+@contextmanager
+def _stub_main() -> Iterator[None]:
+    """multiprocessing re-runs the parent's __main__ in each new worker; inside Streamlit that is the
+    page script being run. A stub whose spec is named "__main__" is skipped by the workers."""
+    saved = sys.modules.get("__main__")
+    stub = types.ModuleType("__main__")
+    stub.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    sys.modules["__main__"] = stub
+    try:
+        yield
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
+def _simulate(key: RunKey, trace: Trace, scenario_json: str) -> Snapshot:
+    """Runs in a worker process: the simulation and its downsampled view, with progress messages."""
+    from sim.run.engine import simulate  # the heavy import, once per worker
+
+    _progress_queue.put((key, 0.0))
+    sent = [0]
+
+    def progress(fraction: float) -> None:
+        pct = int(100 * min(max(float(fraction), 0.0), 1.0))
+        if pct >= sent[0] + 5:  # a few messages, not thousands
+            sent[0] = pct
+            _progress_queue.put((key, pct / 100))
+
+    result = simulate(trace, Scenario.from_json(scenario_json), progress=progress)
+    return Snapshot.from_result(result, trace)
+
+
+def run_key(trace: Trace, scenario: Scenario) -> RunKey:
+    return trace.digest(), scenario.to_json()
+
+
+@dataclass
+class _Job:
+    future: Future
+    order: int
+    watchers: int = 1
+    fraction: float | None = None  # None: not started yet
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where one run is. `place`: 1 = next to start (queued only); `error`: the run's exception."""
+
+    phase: Literal["queued", "running", "done", "failed", "gone"]
+    place: int = 0
+    fraction: float = 0.0
+    snapshot: Snapshot | None = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class ServiceStats:
+    workers: int
+    running: int
+    queued: int
+    submitted: int  # jobs started in worker processes since the server started
+    cache: CacheStats
+
+    def line(self) -> str:
+        mib = 1 << 20
+        return (f"Server: {self.workers} simulation workers, {self.running} running, {self.queued} queued; "
+                f"results cache {self.cache.entries} runs, {self.cache.bytes / mib:,.1f} of "
+                f"{self.cache.max_bytes / mib:,.0f} MiB")
+
+
+def settings_from_env(env: dict[str, str] | None = None) -> tuple[int, int]:
+    """(workers, cache bytes) from the environment; a bad value is a one-line ValueError."""
+    env = dict(os.environ) if env is None else env
+    text = env.get(WORKERS_ENV, "").strip() or str(os.cpu_count() or 1)
+    if not text.isdigit() or not 1 <= int(text) <= MAX_WORKERS:
+        raise ValueError(f"{WORKERS_ENV}={text!r}: must be a whole number between 1 and {MAX_WORKERS}")
+    return int(text), cache_bytes_from_env(CACHE_ENV, DEFAULT_CACHE_MIB, env)
+
+
+class RunService:
+    """submit -> state (poll) -> done; release when a visitor stops waiting."""
+
+    def __init__(self, workers: int, cache_bytes: int) -> None:
+        ctx = mp.get_context("spawn")  # never fork a server that runs threads
+        self.workers = workers
+        self._progress = ctx.Queue()
+        self._pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
+                                         initargs=(self._progress,))
+        with _stub_main():  # every worker starts now, while __main__ is harmless
+            warm = [self._pool.submit(_warm_up, 0.2) for _ in range(workers)]
+        for future in warm:
+            future.result()
+        self.results: ByteLRU[Snapshot] = ByteLRU(cache_bytes)
+        self._jobs: dict[RunKey, _Job] = {}
+        self._lock = threading.Lock()
+        self._order = itertools.count()
+        self._submitted = 0
+
+    @classmethod
+    def from_env(cls) -> RunService:
+        return cls(*settings_from_env())
+
+    def submit(self, trace: Trace, scenario: Scenario) -> RunKey:
+        """Start (or join, or find cached) the run of `scenario` on `trace`; returns its key."""
+        key = run_key(trace, scenario)
+        if self.results.get(key) is not None:
+            return key
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None and not job.future.cancelled():
+                job.watchers += 1
+                return key
+            future = self._pool.submit(_simulate, key, trace, key[1])
+            self._jobs[key] = _Job(future, next(self._order))
+            self._submitted += 1
+        return key
+
+    def state(self, key: RunKey) -> RunState:
+        self._drain_progress()
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is not None and job.future.done():
+                del self._jobs[key]
+                if job.future.cancelled():
+                    return RunState("gone")
+                error = job.future.exception()
+                if error is not None:
+                    return RunState("failed", error=error)
+                return RunState("done", snapshot=self.results.put(key, job.future.result()))
+            if job is not None and job.fraction is None:
+                ahead = sum(1 for j in self._jobs.values() if j.fraction is None and j.order < job.order)
+                return RunState("queued", place=ahead + 1)
+            if job is not None:
+                return RunState("running", fraction=job.fraction or 0.0)
+        cached = self.results.get(key)
+        return RunState("done", snapshot=cached) if cached is not None else RunState("gone")
+
+    def release(self, key: RunKey) -> bool:
+        """One visitor stops waiting; the last one cancels the job if it has not started. True if cancelled."""
+        with self._lock:
+            job = self._jobs.get(key)
+            if job is None:
+                return False
+            job.watchers -= 1
+            if job.watchers > 0 or not job.future.cancel():
+                return False
+            del self._jobs[key]
+            return True
+
+    def stats(self) -> ServiceStats:
+        self._drain_progress()
+        with self._lock:
+            running = sum(1 for j in self._jobs.values() if j.fraction is not None and not j.future.done())
+            queued = sum(1 for j in self._jobs.values() if j.fraction is None and not j.future.done())
+            return ServiceStats(self.workers, running, queued, self._submitted, self.results.stats())
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _drain_progress(self) -> None:
+        with self._lock:
+            while True:
+                try:
+                    key, fraction = self._progress.get_nowait()
+                except queue_mod.Empty:
+                    return
+                job = self._jobs.get(key)
+                if job is not None:
+                    job.fraction = fraction
