@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TypeVar
 
 T = TypeVar("T")
+_BY_KIND: dict[str, Registry] = {}  # every registry, so entries added at run time can travel to workers
 
 
 class UnknownOption(ValueError):
@@ -32,6 +33,8 @@ class Registry(Mapping[str, T]):
         self._entries: dict[str, T] = {}
         for name, entry in entries:
             self.register(name, entry)
+        self._built_in = frozenset(self._entries)
+        _BY_KIND[kind] = self
 
     def register(self, name: str, entry: T) -> T:
         """Add one option; a name that is taken is an error (unregister it first to replace it)."""
@@ -78,3 +81,20 @@ class Registry(Mapping[str, T]):
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {self.choices_text()})"
+
+
+def added_entries() -> list[tuple[str, str, object]]:
+    """(kind, name, entry) of every option registered after its registry was built (plugins, tests).
+
+    The dashboard's worker processes import the project afresh and so know only the built-in
+    entries; the server sends these along with each run (apply_entries) so both sides agree."""
+    return [(kind, name, entry) for kind, reg in _BY_KIND.items()
+            for name, entry in reg._entries.items() if name not in reg._built_in]
+
+
+def apply_entries(entries: Iterable[tuple[str, str, object]]) -> None:
+    """Register what added_entries() listed in another process, skipping names already there."""
+    for kind, name, entry in entries:
+        registry = _BY_KIND.get(kind)
+        if registry is not None and name not in registry:
+            registry.register(name, entry)

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from models.registry import added_entries, apply_entries
 from sim.out.snapshot import Snapshot
 from sim.scenario import Scenario
 from sim.trace import Trace
@@ -74,10 +75,12 @@ def _stub_main() -> Iterator[None]:
             sys.modules["__main__"] = saved
 
 
-def _simulate(key: RunKey, trace: Trace, scenario_json: str) -> Snapshot:
-    """Runs in a worker process: the simulation and its downsampled view, with progress messages."""
+def _simulate(key: RunKey, trace: Trace, scenario_json: str, plugins: list[tuple[str, str, object]]) -> Snapshot:
+    """Runs in a worker process: the simulation and its downsampled view, with progress messages.
+    `plugins`: options the server registered at run time (models.registry.added_entries)."""
     from sim.run.engine import simulate  # the heavy import, once per worker
 
+    apply_entries(plugins)
     _progress_queue.put((key, 0.0))
     sent = [0]
 
@@ -171,7 +174,7 @@ class RunService:
             if job is not None and not job.future.cancelled():
                 job.watchers += 1
                 return key
-            future = self._pool.submit(_simulate, key, trace, key[1])
+            future = self._pool.submit(_simulate, key, trace, key[1], added_entries())
             self._jobs[key] = _Job(future, next(self._order))
             self._submitted += 1
         return key
