@@ -14,7 +14,7 @@ from sim.fidelity.validate import validate
 from sim.timing.profile import load_profile
 from sim.timing.profile_fit import v2_times
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "vllm_run"
+FIXTURE = Path(__file__).resolve().parent.parent / "samples" / "vllm_run"
 SHARED_RUN = Path(__file__).resolve().parents[1].parent / "shared" / "fidelity" / "rtx4090-llama-3.1-8b" / "run"
 
 

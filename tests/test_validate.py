@@ -16,7 +16,7 @@ from sim.fidelity.run_record import RunError, load_run_bytes, load_run_dir, load
 from sim.fidelity.validate import run_scenario, validate
 from sim.run.engine import build
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "vllm_run"
+FIXTURE = Path(__file__).resolve().parent.parent / "samples" / "vllm_run"
 SHARED_RUN = Path(__file__).resolve().parents[1].parent / "shared" / "fidelity" / "rtx4090-llama-3.1-8b" / "run"
 
 

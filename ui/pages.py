@@ -47,6 +47,8 @@ for _page in (
               "inspect, transform and download a trace"),
     PageEntry("capacity", "app_pages/capacity.py", "Capacity planner", ":material/calculate:",
               "how many requests fit, and how many GPUs N users need"),
+    PageEntry("validate", "app_pages/validate.py", "Validate", ":material/fact_check:",
+              "replay a measured vLLM run and compare measured with simulated"),
     PageEntry("snapshots", "app_pages/snapshots.py", "Snapshots", ":material/bookmarks:",
               "saved runs, shareable links"),
     PageEntry("gpu", "app_pages/gpu_run.py", "GPU run", ":material/developer_board:",
