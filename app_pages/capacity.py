@@ -8,6 +8,7 @@ from models.spec import SpecError, list_catalog
 from models.weight_dtypes import WEIGHT_DTYPES
 from sim.guard.text import public_error
 from sim.out import charts
+from ui import bounded
 from ui.capacity_view import answer, budget_parts, group_parts, planner_tables
 from ui.glossary import show_glossary
 
@@ -23,11 +24,12 @@ with st.sidebar:
     kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=["bf16"], key="cap_kv", bind=BIND)
     weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index("bf16"), key="cap_w", bind=BIND)
     tp = st.selectbox("Tensor parallel", (1, 2, 4, 8), key="cap_tp", bind=BIND)
-    util = st.slider("GPU memory utilisation", 0.5, 1.0, 0.9, 0.01, key="cap_util", bind=BIND)
+    util = bounded.number(st, "GPU memory utilisation", 0.5, 1.0, 0.9, step=0.01, key="cap_util", slider=True)
     st.subheader("GPUs required")
-    users = st.number_input("Concurrent users", 1, 10_000_000, 100, key="cap_users", bind=BIND)
-    context = st.number_input("Tokens per user (context)", 1, 1 << 21, 8192, step=1024, key="cap_ctx", bind=BIND)
+    users = bounded.number(st, "Concurrent users", 1, 10_000_000, 100, key="cap_users")
+    context = bounded.number(st, "Tokens per user (context)", 1, 1 << 21, 8192, step=1024, key="cap_ctx")
 
+bounded.show_link_problems()
 if not (models and gpus and kv_dtypes):
     st.info("Pick at least one model, one GPU and one KV dtype.")
     st.stop()

@@ -10,6 +10,7 @@ from sim.out.compare_words import comparison_rows, describe_differences
 from sim.out.served import load_verdict, not_served
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
+from ui.bounded import show_input_problems, show_link_problems
 from ui.glossary import show_glossary
 from ui.presets import PRESETS, preset_variants
 from ui.runner import run_scenario
@@ -20,8 +21,9 @@ st.title("Compare")
 trace = pick_trace("sidebar")
 base = scenario_sidebar("Base scenario")
 preset = st.selectbox("What to compare", PRESETS, key="preset", bind="query-params")
+show_link_problems()
 if trace is None or base is None:
-    st.info("Choose a trace and a valid base scenario in the sidebar.")
+    show_input_problems("Choose a trace and a valid base scenario in the sidebar.")
     st.stop()
 try:
     variants = preset_variants(preset, base)

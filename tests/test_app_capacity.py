@@ -59,3 +59,10 @@ def test_kv_groups_chart_for_a_sliding_window_model():
     assert at.dataframe[1].value.iloc[0][PER_TOKEN] == 36 * 8 * 64 * 2 * 2  # one token in every layer
     groups = at.get("plotly_chart")[2].proto.spec
     assert "sliding(128)" in groups and "full" in groups
+
+
+def test_out_of_range_users_in_a_link_are_named():
+    at = page(cap_users="99999999999")
+    assert at.warning[0].value == ("The link's cap_users=99999999999 is out of range (1 to 10,000,000); "
+                                   "using the default instead.")
+    assert "100 users" in at.markdown[0].value  # the fallback is the visible default

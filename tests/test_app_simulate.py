@@ -152,3 +152,21 @@ def test_load_dial_overloads_and_the_page_says_so():
     assert at.warning and at.warning[0].value.startswith("Overloaded: this configuration cannot keep up")
     calm = page(SIMULATE, trace_first="0")
     assert not calm.error and not calm.warning
+
+
+def test_bad_link_values_are_named_in_the_main_area_and_fall_back():
+    """The issue's links: kv_gib=99999999 and max_len=2000000 were ignored or run silently."""
+    at = page(SIMULATE, budget="explicit GiB", kv_gib="99999999", load="lots")
+    warnings = [w.value for w in at.warning]
+    assert "The link's kv_gib=99999999 is out of range (0.1 to 10,000); using the default instead." in warnings
+    assert "The link's load='lots' is not a number; using the default instead." in warnings
+    assert at.number_input(key="kv_gib").value == 20.0 and "kv_gib" not in at.query_params
+    assert any("(0.1 to 10,000)" in n.label for n in at.number_input)  # the bound is in the label
+    beyond = page(SIMULATE, max_len="2000000")
+    assert any("max_model_len 2,000,000 is above the model's context of 8,192" in w.value for w in beyond.warning)
+
+
+def test_a_bad_trace_is_explained_in_the_main_area():
+    at = page(SIMULATE, trace_src="synthetic", trace_synth="preset=nonsense")
+    assert at.main.error and at.main.error[0].value.startswith("Trace: ")
+    assert not any("Choose a trace" in i.value for i in at.main.info)

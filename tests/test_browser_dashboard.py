@@ -191,7 +191,9 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     report = tmp_path / "report.html"
     dl.value.save_as(report)
     text = report.read_text(encoding="utf-8")
-    assert "<script src=" not in text and "Plotly.newPlot" in text and numbers["throughput"] in text
+    assert "<script" not in text and text.count("<svg ") == 5 and numbers["throughput"] in text  # inline SVG charts
+    assert dl.value.suggested_filename == "browser-test-run.html"  # named after the snapshot
+    assert "Snapshot <b>browser test run</b>" in text and "Trace <b>" in text
     assert f"{INT8_BPT:,} bytes per token" in text
 
     colleague = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -211,6 +213,6 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     assert page.locator('[data-testid="stException"]').count() == 0
     shot(page, "compare")
     nav(page, "Capacity planner")
-    page.wait_for_selector("text=Max concurrent requests", timeout=WAIT_MS)
+    page.wait_for_selector("text=Concurrent sequences that fit", timeout=WAIT_MS)
     wait_idle(page)
     shot(page, "capacity")

@@ -6,16 +6,18 @@ what its author saw (same downsampled frames, same numbers).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import streamlit as st
 
 from sim.guard.text import public_error
 from sim.out import charts
 from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
-from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+from sim.out.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
 from sim.out.snapshot import Snapshot, SnapshotError, snapshot_link
 from sim.out.snapshot_store import open_store
 from ui.glossary import show_glossary
@@ -28,6 +30,9 @@ def show_verdicts(snap: Snapshot, apply_fix: Callable[[dict[str, Any]], None] | 
     verdict = load_verdict(summary)
     if verdict:
         st.warning(verdict, icon=":material/warning:")
+    beyond = context_warning(summary)
+    if beyond:
+        st.warning(beyond, icon=":material/straighten:")
     line, fix = not_served(summary), rejection_fix(summary)
     if fix is not None:
         st.warning(f"{line} {fix.text}", icon=":material/block:")
@@ -84,8 +89,21 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:60] or "kvsim"
 
 
+PUBLIC_URL_ENV = "KVSIM_PUBLIC_URL"  # e.g. https://kvsim.example.com/tools: the address colleagues use
+
+
+def public_link(public: str, page_url: str | None, snap_id: str, base_url_path: str = "") -> str:
+    """The share link: from the configured public base URL when it is an http(s) address (a proxy or a
+    tunnel hides the address the browser used), else from the page's own URL as before."""
+    parts = urlsplit(public.strip())
+    if parts.scheme in ("http", "https") and parts.netloc:
+        return snapshot_link(public.strip(), snap_id, parts.path)
+    return snapshot_link(page_url, snap_id, base_url_path)
+
+
 def share_link(snap_id: str) -> str:
-    return snapshot_link(st.context.url, snap_id, str(st.get_option("server.baseUrlPath") or ""))
+    return public_link(os.environ.get(PUBLIC_URL_ENV, ""), st.context.url, snap_id,
+                       str(st.get_option("server.baseUrlPath") or ""))
 
 
 def _ident(snap: Snapshot) -> str:
@@ -94,7 +112,10 @@ def _ident(snap: Snapshot) -> str:
 
 def show_sharing(snap: Snapshot, key: str = "res") -> None:
     """Download the snapshot or an HTML report; save a named snapshot to the store for a link."""
-    name = _slug(snap.name or f"{snap.scenario.model}-{snap.scenario.allocator}-{snap.scenario.digest()[:6]}")
+    label = str(st.session_state.get(f"{key}-save-name") or snap.name or "").strip()
+    if label and label != snap.name:
+        snap = snap.named(label)  # downloads carry the snapshot's name, in the file name and the report
+    name = _slug(label or f"{snap.scenario.model}-{snap.scenario.allocator}-{snap.scenario.digest()[:6]}")
     c1, c2 = st.columns(2)
     c1.download_button("Download snapshot (JSON)", data=snap.to_json, file_name=f"{name}.kvsim.json",
                        mime="application/json", key=f"{key}-dl-json", on_click="ignore")

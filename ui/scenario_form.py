@@ -16,11 +16,13 @@ from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
 from sim.guard.text import plain, public_error
 from sim.guard.uploads import store_config
 from sim.scenario import CHOICES, Scenario, ScenarioError
+from ui import bounded
 from ui.defaults import DEFAULT_SCENARIO
 
 DEFAULT = DEFAULT_SCENARIO  # the bundled default (ui/defaults.py): one where KV memory binds
 ATTENTION = ("native", "MHA", "MQA", "custom")
 BIND = "query-params"
+PROBLEM_KEY = "scenario_problem"  # session_state: why the last scenario_sidebar() returned None
 FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes
 
 
@@ -68,9 +70,10 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     """Draw the scenario form in the sidebar; the Scenario, or None after showing a one-line error."""
     sb = st.sidebar
     sb.header(title)
-    speedup = sb.number_input(
-        f"Load x K (trace rate times K, {MIN_SPEEDUP:g} to {MAX_SPEEDUP:g})", MIN_SPEEDUP, MAX_SPEEDUP, DEFAULT.speedup,
-        step=0.5, format="%g", key="load", bind=BIND,
+    st.session_state.pop(PROBLEM_KEY, None)
+    speedup = bounded.number(
+        sb, "Load x K (the trace's request rate times K)", MIN_SPEEDUP, MAX_SPEEDUP, DEFAULT.speedup,
+        step=0.5, format="%g", key="load",
         help="Replays the trace K times faster: every arrival time is divided by K (2 = twice the request rate). "
              "Lengths are untouched. The way to put pressure on a configuration with a light trace.")
     model_src = sb.radio("Model", ("catalog", "upload config.json"), key="model_src", horizontal=True, bind=BIND)
@@ -86,7 +89,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     gpu = sb.selectbox("GPU", gpus, index=_index(gpus, DEFAULT.gpu), key="gpu", bind=BIND)
     c1, c2 = sb.columns(2)
     tp = c1.selectbox("Tensor parallel", (1, 2, 4, 8), key="tp", bind=BIND)
-    replicas = c2.number_input("Replicas", 1, 64, DEFAULT.replicas, key="replicas", bind=BIND)
+    replicas = bounded.number(c2, "Replicas", 1, 64, DEFAULT.replicas, key="replicas")
     weight_dtype = _choice(c1, "Weights", "weight_dtype", key="wdtype")
     kv_dtype = _choice(c2, "KV dtype", "kv_dtype", key="kv_dtype")
 
@@ -111,10 +114,11 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     budget_mode = sb.radio("Budget", ("derived from the GPU", "explicit GiB"), key="budget", horizontal=True, bind=BIND)
     kv_budget_gib, mem_util = None, DEFAULT.gpu_mem_util
     if budget_mode == "explicit GiB":
-        kv_budget_gib = float(sb.number_input("KV budget per replica (GiB)", 0.1, 10_000.0, 20.0, step=1.0,
-                                              key="kv_gib", bind=BIND))
+        kv_budget_gib = float(bounded.number(sb, "KV budget per replica (GiB)", 0.1, 10_000.0, 20.0, step=1.0,
+                                             key="kv_gib"))
     else:
-        mem_util = sb.slider("GPU memory utilisation", 0.50, 1.00, DEFAULT.gpu_mem_util, 0.01, key="mem_util", bind=BIND)
+        mem_util = bounded.number(sb, "GPU memory utilisation", 0.50, 1.00, DEFAULT.gpu_mem_util, step=0.01,
+                                  key="mem_util", slider=True)
 
     sb.subheader("KV layout")
     paging = sb.radio("Allocator", CHOICES["allocator"].names(), key="paging", horizontal=True, bind=BIND,
@@ -130,12 +134,11 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     sb.subheader("Scheduler")
     chunked = sb.checkbox("Chunked prefill", DEFAULT.chunked_prefill, key="chunked", bind=BIND)
     preemption = _choice(sb, "Preemption", "preemption", key="preempt")
-    c1, c2 = sb.columns(2)
-    max_seqs = c1.number_input("max_num_seqs", 1, 4096, DEFAULT.max_num_seqs, key="max_seqs", bind=BIND)
-    max_tokens = c2.number_input("max_batched_tokens", 16, 1 << 20, DEFAULT.max_batched_tokens, step=512,
-                                 key="max_tokens", bind=BIND)
-    max_len = sb.number_input("max_model_len (0 = model's, at most 32768)", 0, 1 << 21, 0, step=1024,
-                              key="max_len", bind=BIND)
+    max_seqs = bounded.number(sb, "max_num_seqs", 1, 4096, DEFAULT.max_num_seqs, key="max_seqs")
+    max_tokens = bounded.number(sb, "max_batched_tokens", 16, 1 << 20, DEFAULT.max_batched_tokens, step=512,
+                                key="max_tokens")
+    max_len = bounded.number(sb, "max_model_len, tokens (0 = the model's context, capped at 32,768)", 0, 1 << 21, 0,
+                             step=1024, key="max_len")
     try:
         return Scenario(
             model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
@@ -146,4 +149,5 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         )
     except ScenarioError as exc:
         sb.error(public_error(exc))
+        st.session_state[PROBLEM_KEY] = public_error(exc)
         return None

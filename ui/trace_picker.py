@@ -14,6 +14,7 @@ from sim.guard.limits import MAX_DASHBOARD_REQUESTS, MAX_UPLOAD_ROWS
 from sim.guard.text import plain, public_error
 from sim.trace import Trace, TraceError, load_trace, load_trace_bytes
 from sim.trace.synthetic import parse_synthetic_spec
+from ui import bounded
 from ui.defaults import DEFAULT_SAMPLE
 from ui.server.lru import ByteLRU, cache_bytes_from_env
 
@@ -23,6 +24,7 @@ UPLOAD_LIMIT_MB = 100
 SOURCES = ("sample", "upload", "synthetic")
 TRACE_CACHE_ENV = "KVSIM_TRACE_CACHE_MIB"
 DEFAULT_TRACE_CACHE_MIB = 256
+PROBLEM_KEY = "trace_problem"  # session_state: why the last pick_trace() returned None, for the main area
 UPLOAD_KEY = "uploaded_trace"  # session_state: (name, bytes) of the last good upload
 
 
@@ -67,6 +69,7 @@ def _first(trace: Trace, n: int) -> Trace:
 def pick_trace(where: str = "main") -> Trace | None:
     """Draw the picker (in the main area or the sidebar) and return the chosen Trace, or None after an error."""
     box = st.sidebar.expander("Trace", expanded=False) if where == "sidebar" else st.container()
+    st.session_state.pop(PROBLEM_KEY, None)
     with box:
         source = st.radio("Trace source", SOURCES, key="trace_src", horizontal=True, bind="query-params")
         trace: Trace | None = None
@@ -96,10 +99,11 @@ def pick_trace(where: str = "main") -> Trace | None:
                 trace = _load_synthetic(spec)
         except TraceError as exc:
             st.error(public_error(exc))
+            st.session_state[PROBLEM_KEY] = public_error(exc)
             return None
         for warning in trace.warnings:
             if "rows capped" in warning:
                 st.warning(plain(public_error(warning)))
-        limit = st.number_input("Use only the first N requests (0 = all)", min_value=0, max_value=10_000_000,
-                                value=0, step=100, key="trace_first", bind="query-params")
+        limit = bounded.number(st, "Use only the first N requests (0 = all)", 0, 10_000_000, 0, step=100,
+                               key="trace_first")
         return _first(trace, int(limit))

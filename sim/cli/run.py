@@ -72,11 +72,11 @@ def write_outputs(result: Any, out: str) -> Path:
     return d
 
 
-def write_html(result: Any, path: str) -> None:
+def write_html(result: Any, path: str, trace: str | None = None) -> None:
     from sim.out.report import write_html_report
 
     try:
-        write_html_report(result, path)
+        write_html_report(result, path, trace=trace)
     except OSError as exc:
         raise CliError(f"{path}: cannot write the HTML report ({exc.strerror or exc})") from None
 
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         write_outputs(result, args.out)
     if args.html:
-        write_html(result, args.html)
+        write_html(result, args.html, args.trace or f"synthetic:{args.synthetic}")
     if args.json:
         print_json(result.summary)
     else:

@@ -1,6 +1,8 @@
-"""A self-contained HTML report of one result: headline figures, the scenario, and the same charts
-the dashboard shows. plotly.js is inlined once (not per chart), so the file opens offline and can
-be mailed or attached to a ticket. Accepts a SimResult or a Snapshot (same attribute names).
+"""A self-contained HTML report of one result: what was not served, headline figures, the scenario,
+and the same charts the dashboard shows, drawn as inline SVG (sim/out/svg.py) rather than with
+the 4.8 MB plotly.js, so a bundled sample's report is a few hundred KB, opens offline with no
+script, and can be mailed or attached to a ticket. Accepts a SimResult or a Snapshot (same
+attribute names); it names the trace and, for a snapshot, the snapshot.
 """
 
 from __future__ import annotations
@@ -9,10 +11,10 @@ import html
 from pathlib import Path
 from typing import Any
 
-import plotly.offline
-
 from sim.out import charts
+from sim.out.glossary import KV_PARTS
 from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+from sim.out.svg import figure_svg
 
 GIB = float(1 << 30)
 
@@ -117,20 +119,43 @@ def _notices(summary: dict[str, Any]) -> str:
     return "".join(f'<p class="notice">{html.escape(line)}</p>' for line in lines if line)
 
 
+def human(value: Any) -> str:
+    """A scenario or summary value as people read it: no raw None/False, thousands separated."""
+    if value is None:
+        return "default"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {human(v)}" for k, v in value.items()) or "none"
+    return str(value)
+
+
 def _table(rows: list[tuple[str, Any]]) -> str:
-    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(human(v))}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
 
 
-def html_report(result: Any, title: str = "kvsim report") -> str:
-    """The whole report as one HTML string (plotly.js inlined once)."""
+def trace_name(result: Any) -> str:
+    """The trace's file name (or synthetic spec) when the result knows it, else its digest."""
+    source = (getattr(result, "trace_summary", None) or {}).get("source") or getattr(result, "trace_source", "")
+    return str(source) if source else f"trace {result.trace_digest}"
+
+
+def html_report(result: Any, title: str = "kvsim report", trace: str | None = None) -> str:
+    """The whole report as one HTML string; charts are inline SVG (sim/out/svg.py), so no script at all.
+    `trace` names the trace when the result does not carry it (a SimResult from the CLI)."""
     figs = [charts.memory_timeline(result.steps, weights_bytes(result)), charts.queue_and_batch(result.steps),
             charts.kv_usage(result.steps), charts.latency_cdfs(result.requests), charts.preemptions(result.steps)]
-    divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{i}", config={"displaylogo": False})
-                     for i, f in enumerate(figs))  # fixed ids: the same result gives the same file
+    svgs = "\n".join(f'<figure id="chart-{i}">{figure_svg(f)}</figure>' for i, f in enumerate(figs))
     scenario_rows = [(k, v) for k, v in result.scenario.to_dict().items() if k != "extra"]
     name = getattr(result, "name", "") or ""
+    trace_label = trace or trace_name(result)
     heading = html.escape(f"{title}: {name}" if name else title)
+    snapshot = f"Snapshot <b>{html.escape(name)}</b>. " if name else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
 <style>
@@ -140,12 +165,13 @@ th, td {{ border-bottom: 1px solid #e5e7eb; padding: 0.25rem 0.75rem; text-align
 th {{ font-weight: 600; color: #4b5563; }}
 .notice {{ background: #fef3c7; border-left: 4px solid #f59e0b; padding: 0.4rem 0.75rem; }}
 .cols {{ display: flex; gap: 3rem; flex-wrap: wrap; }}
+figure {{ margin: 1rem 0; }}
+.small {{ color: #6b7280; font-size: 0.85rem; }}
 </style>
-<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script>
 </head><body>
 <h1>{heading}</h1>
-<p>Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
-<code>{html.escape(result.scenario.digest())}</code>.</p>
+<p>{snapshot}Trace <b>{html.escape(trace_label)}</b>; {html.escape(result.scenario.model)} on
+{html.escape(result.scenario.gpu)}, {html.escape(result.scenario.allocator)} KV.</p>
 <div class="cols">
 <div><h2>Headline</h2>{_notices(result.summary)}{_table(headline_metrics(result.summary))}
 <p>{html.escape(latency_basis(result.summary))}</p>
@@ -153,12 +179,16 @@ th {{ font-weight: 600; color: #4b5563; }}
 <div><h2>Scenario</h2>{_table(scenario_rows)}</div>
 </div>
 <h2>Charts</h2>
-{divs}
+{svgs}
+<h2>What the words mean</h2>
+<ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in KV_PARTS)}</ul>
+<p class="small">Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
+<code>{html.escape(result.scenario.digest())}</code> (the same pair reproduces these numbers).</p>
 </body></html>
 """
 
 
-def write_html_report(result: Any, path: str | Path, title: str = "kvsim report") -> Path:
+def write_html_report(result: Any, path: str | Path, title: str = "kvsim report", trace: str | None = None) -> Path:
     path = Path(path)
-    path.write_text(html_report(result, title), encoding="utf-8")
+    path.write_text(html_report(result, title, trace), encoding="utf-8")
     return path

@@ -108,3 +108,12 @@ def load_verdict(summary: Mapping[str, Any]) -> str | None:
     if binding:
         text += f". Binding resource: {BINDING_WORDS.get(str(binding), str(binding))}"
     return text + ". Latencies grow with the trace's length; serve less load (a smaller load x K, --speedup) or add capacity."
+
+
+def context_warning(summary: Mapping[str, Any]) -> str | None:
+    """max_model_len above the model's own context: the run is a what-if vLLM would refuse."""
+    limit, context = _int(summary, "max_model_len"), _int(summary, "model_context_tokens")
+    if context and limit > context:
+        return (f"max_model_len {limit:,} is above the model's context of {context:,} tokens: vLLM refuses such a "
+                "setting, and the model was never trained on positions that far.")
+    return None
