@@ -119,6 +119,7 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
         rejected=0, rejected_reasons={}, clamped=0, unfinished=int(requests["finish_s"].isna().sum()),
         longest_prompt_tokens=max((len(q.prompt) for q in reqs), default=0),
         model_context_tokens=spec.max_position_embeddings, **verdicts,
+        kv_group_breakdown_mean={},  # one full-attention group: the worker refuses other layouts, as the simulator reports it
         kv_capacity_bytes=cfg.num_blocks * cfg.block_size * bpt, num_blocks=cfg.num_blocks,
         block_size=cfg.block_size, bytes_per_token=bpt, replicas=1, routing="single",
         max_model_len=cfg.max_model_len, kv_budget_terms=None, num_steps=len(got.steps), sim_events=len(got.steps),
