@@ -38,6 +38,7 @@ run: $(STAMP)
 test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q
 	$(MAKE) gpu-bundle-check
 
@@ -54,6 +55,7 @@ gpu-bundle-check: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

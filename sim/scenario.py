@@ -136,7 +136,7 @@ class Scenario:
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Scenario:
+    def from_dict(cls, data: Any) -> Scenario:
         """Build from untrusted JSON data: unknown keys are an error, not silently dropped."""
         if not isinstance(data, dict):
             raise ScenarioError("scenario: expected a JSON object")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core.kv.base import KVAllocator
+from sim.core.kv.base import Ids, KVAllocator
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
 _all, _min, _sum, _count = np.logical_and.reduce, np.minimum.reduce, np.add.reduce, np.count_nonzero  # cheap on small batches
@@ -219,7 +219,7 @@ class Scheduler:
     def waiting_needs(self) -> list[int]:
         """Token slots the next waiting requests need (allocator external-fragmentation input)."""
         t = self.t
-        out = []
+        out: list[int] = []
         for q in (self.swapped, self.waiting):
             for r in q:
                 if len(out) >= EXTERNAL_FRAG_LOOKAHEAD:
@@ -492,7 +492,7 @@ class Scheduler:
         n = self._admission_chunk(r, self.cfg.max_batched_tokens - batch_size, hashes)
         return bool(n) and self._can_admit(r, n, hashes)
 
-    def _largest_fitting_growth(self, run: Sequence[int], k: int) -> int:
+    def _largest_fitting_growth(self, run: Ids, k: int) -> int:
         """Largest j in [0, k) such that growing every member by j tokens fits (binary search)."""
         lo, hi = 0, k
         while hi - lo > 1:

@@ -113,7 +113,7 @@ def describe_differences(summaries: Mapping[str, Mapping[str, Any]], baseline: s
     names = list(summaries)
     if len(names) < 2:
         return []
-    base_name = baseline if baseline in summaries else names[0]
+    base_name = baseline if baseline is not None and baseline in summaries else names[0]
     out: list[str] = []
     for name in names:
         if name != base_name:

@@ -249,7 +249,8 @@ class SnapshotStore:
         with self._connect() as db:
             rows = db.execute(f"SELECT id, name, created_utc, scenario_digest, trace_digest, length(body), {pub} "
                               f"FROM snapshots {where} ORDER BY created_utc DESC, rowid DESC", args).fetchall()
-        return [SnapshotInfo(*r[:6], public=bool(r[6])) for r in rows]
+        return [SnapshotInfo(id_, name, created, scenario_digest, trace_digest, size, public=bool(pub))
+                for id_, name, created, scenario_digest, trace_digest, size, pub in rows]
 
 
 def move_aside(path: str | Path) -> Path:

@@ -97,7 +97,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "gpus": gpus,
         "max_rate_per_s": rate,
         "level": found.lo,
-        "workload": workload.describe(found.lo) if met else None,
+        "workload": workload.describe(found.lo) if met and found.lo is not None else None,
         "tok_s_per_gpu": tok_s_per_gpu,
         "tok_s_per_user": 1.0 / tpot if met and tpot else None,
         "gpus_for_target": gpus_for_target(options.target_rate, rate, gpus),

@@ -30,6 +30,7 @@ import numpy as np
 import simpy
 
 from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
+from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
@@ -92,9 +93,8 @@ def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe:
                 never |= table.reserve == value
         return never
     final = table.prompt + table.output - 1
-    if dep.grouped:
-        peak = sum(m.pages * m.max_blocks(final, sc.max_batched_tokens) for m in probe.managers)  # type: ignore[attr-defined]
-        return peak > num_blocks
+    if isinstance(probe, HybridPagedAllocator):  # dep.grouped: pages per layer group
+        return probe.peak_pages(final, sc.max_batched_tokens) > num_blocks
     return -(-final // bs) > num_blocks
 
 

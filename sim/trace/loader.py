@@ -13,6 +13,7 @@ import csv
 import io
 import re
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +178,7 @@ def _lookup(columns: list[str]) -> dict[str, str]:
     return {c.lower(): c for c in columns}
 
 
-def _detect(raw: pd.DataFrame, kind: str, name: str, formats: dict[str, TraceFormat]) -> TraceFormat:
+def _detect(raw: pd.DataFrame, kind: str, name: str, formats: Mapping[str, TraceFormat]) -> TraceFormat:
     have = _lookup(list(raw.columns))
     candidates = [f for f in formats.values() if kind in f.kinds]
     for spec in candidates:

@@ -19,6 +19,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+Ids = Sequence[int] | np.ndarray  # request ids or token counts: a list or an int array
+
 BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
 
 
@@ -90,15 +94,20 @@ class KVAllocator(ABC):
         """Grow `req_id` by `num_new_tokens` written tokens; False (and no change) if it cannot fit."""
 
     @abstractmethod
-    def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
+    def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:
         """Total new blocks needed for each request to reach its new length (vectorised helper
         for the engine's skip-ahead over runs of decode steps)."""
 
     @abstractmethod
-    def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
+    def grow_many(self, req_ids: Ids, new_num_tokens: Ids) -> None:
         """Bring every request to its new length at once; caller checked blocks_to_grow fits."""
 
-    def grow_by(self, req_ids: Sequence[int], num_new_tokens: int) -> None:
+    @abstractmethod
+    def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
+        """Would `grow_by(req_ids, num_new_tokens)` fit now (blocks_to_grow <= num_free_blocks)?
+        Allocators answer it without the exact count where a bound proves it (the decode path)."""
+
+    def grow_by(self, req_ids: Ids, num_new_tokens: int) -> None:
         """Every request grows by the same `num_new_tokens` (a decode step or a run of them):
         grow_many's common case, which allocators may serve faster."""
         self.grow_many(req_ids, [self.num_tokens(int(r)) + num_new_tokens for r in req_ids])
@@ -117,7 +126,7 @@ class KVAllocator(ABC):
         allocators that never share blocks have none."""
         return []
 
-    def steps_until_free_rises(self, req_ids: Sequence[int]) -> int:
+    def steps_until_free_rises(self, req_ids: Ids) -> int:
         """Decode steps these requests can take (one token each) before one of them gives blocks
         back while still running: the scheduler ends a skip-ahead run there, because a waiting
         request may fit afterwards. Full-attention allocators never do: a very large number."""

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.core.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.core.kv.base import AllocationError, Ids, KVAllocator, KVBreakdown
 from sim.core.kv.paged import grown
 from sim.core.kv.placement import make_placement
 
@@ -109,23 +109,23 @@ class ContiguousAllocator(KVAllocator):
         self._ntok[req_id] = n + num_new_tokens
         return True
 
-    def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
+    def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:
         """0 when every request stays inside its reservation; otherwise num_blocks + 1, a count no
         pool can supply (a contiguous run never grows: the caller must preempt)."""
         ids = np.asarray(req_ids, dtype=np.intp)
         new = np.asarray(new_num_tokens, dtype=np.int64)
         return self.num_blocks + 1 if _any(new > self._held[ids] * self.block_size) else 0
 
-    def fits_growth(self, req_ids: Sequence[int], num_new_tokens: int) -> bool:
+    def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` inside its reservation now?"""
         ids = np.asarray(req_ids, dtype=np.intp)
         return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= self.num_free_blocks
 
-    def grow_by(self, req_ids: Sequence[int], num_new_tokens: int) -> None:
+    def grow_by(self, req_ids: Ids, num_new_tokens: int) -> None:
         ids = np.asarray(req_ids, dtype=np.intp)
         self.grow_many(ids, self._ntok[ids] + num_new_tokens)
 
-    def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
+    def grow_many(self, req_ids: Ids, new_num_tokens: Ids) -> None:
         ids = np.asarray(req_ids, dtype=np.intp)
         new = np.asarray(new_num_tokens, dtype=np.int64)
         if ids.size == 0:
@@ -141,7 +141,7 @@ class ContiguousAllocator(KVAllocator):
         self._sum_written_or_will += int(_sum(np.maximum(new, will) - np.maximum(old, will)))
         self._ntok[ids] = new
 
-    def headroom(self, req_ids: Sequence[int]) -> np.ndarray:
+    def headroom(self, req_ids: Ids) -> np.ndarray:
         """Tokens each request can still append inside its reservation."""
         ids = np.asarray(req_ids, dtype=np.intp)
         return self._held[ids] * self.block_size - self._ntok[ids]

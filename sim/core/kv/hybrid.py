@@ -24,11 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.core.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.core.kv.base import AllocationError, Ids, KVAllocator, KVBreakdown
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.paged import grown
 
-Ids = Sequence[int] | np.ndarray  # request ids or token counts, a list or an array
 PEAK_GRID_LIMIT = 1 << 20  # (steps x requests) evaluated exactly when checking a decode run
 
 
@@ -55,6 +54,11 @@ class HybridPagedAllocator(KVAllocator):
     def pages_for(self, num_tokens: int) -> int:
         """Pages one fresh request of `num_tokens` tokens takes at admission."""
         return sum(m.pages * int(m.blocks_for(num_tokens)) for m in self.managers)
+
+    def peak_pages(self, final_tokens: np.ndarray, chunk: int) -> np.ndarray:
+        """Most pages each request of `final_tokens` tokens holds at once, with prefill chunks of
+        up to `chunk` tokens: the engine rejects up front a request no empty pool could hold."""
+        return sum((m.pages * m.max_blocks(final_tokens, chunk) for m in self.managers), np.zeros_like(final_tokens))
 
     # --- admission ---------------------------------------------------------------------------
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.core.kv.base import AllocationError, KVAllocator, KVBreakdown
+from sim.core.kv.base import AllocationError, Ids, KVAllocator, KVBreakdown
 from sim.core.kv.prefix_cache import PrefixCache
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
@@ -175,7 +175,7 @@ class PagedAllocator(KVAllocator):
             self._register(req_id)
         return True
 
-    def blocks_to_grow(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> int:
+    def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:
         ids, new = self._as_arrays(req_ids, new_num_tokens)
         over = new > self._cap[ids]
         total = 0
@@ -186,7 +186,7 @@ class PagedAllocator(KVAllocator):
             total += self._copies_needed(ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist())
         return total
 
-    def fits_growth(self, req_ids: Sequence[int], num_new_tokens: int) -> bool:
+    def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` now, i.e. blocks_to_grow(req_ids, their
         lengths + num_new_tokens) <= num_free_blocks? Growing by g tokens takes at most
         ceil(g / block_size) new blocks (plus one copy of a shared tail), so while the pool has
@@ -198,7 +198,7 @@ class PagedAllocator(KVAllocator):
         ids = np.asarray(req_ids, dtype=np.intp)
         return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= free
 
-    def grow_many(self, req_ids: Sequence[int], new_num_tokens: Sequence[int]) -> None:
+    def grow_many(self, req_ids: Ids, new_num_tokens: Ids) -> None:
         """Vectorised: a handful of numpy ops over the batch, then a Python loop only over the
         requests that cross a block boundary (about 1 in block_size per decode step)."""
         ids, new = self._as_arrays(req_ids, new_num_tokens)
@@ -223,7 +223,7 @@ class PagedAllocator(KVAllocator):
             for r in ids[pending].tolist():
                 self._register(r)
 
-    def grow_by(self, req_ids: Sequence[int], num_new_tokens: int) -> None:
+    def grow_by(self, req_ids: Ids, num_new_tokens: int) -> None:
         """grow_many(req_ids, their lengths + num_new_tokens), the decode path: when no tail is
         shared, no request is keyed for the prefix cache and the growth is at most a block, each
         request crossing a block boundary takes exactly one block."""
@@ -262,7 +262,7 @@ class PagedAllocator(KVAllocator):
             pos = end
             cap[r] = nb * bs
 
-    def headroom(self, req_ids: Sequence[int]) -> np.ndarray:
+    def headroom(self, req_ids: Ids) -> np.ndarray:
         """Tokens each request can still append without taking a new block (0 when its last
         block is shared and would need a copy). The engine's skip-ahead uses it to find the next
         block boundary."""
