@@ -15,8 +15,10 @@ from sim.run.engine import build, simulate
 from sim.scenario import Scenario, ScenarioError
 from sim.trace.loader import load_trace
 from sim.trace.synthetic import synthetic
+from sim.trace.transforms import window
 from tests.test_engine import same
 
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 AZURE_CONV = Path(__file__).resolve().parents[2] / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 
 
@@ -57,9 +59,26 @@ def test_sliding_model_runs_more_sequences_than_all_full(tmp_path):
     assert (parts - hybrid.steps["capacity_bytes"]).abs().max() < 1e-6 * hybrid.steps["capacity_bytes"].max()
 
 
-def test_prefix_caching_is_refused_for_kv_groups():
-    with pytest.raises(ScenarioError, match="prefix caching is not modelled"):
-        build(trace(10), Scenario(model="gpt-oss-20b", kv_budget_gib=2.0, prefix_caching=True))
+def test_prefix_caching_per_group_on_a_prefix_sharing_trace(tmp_path):
+    """Mooncake sample (shared prefixes): the hybrid model hits the cache, skip-ahead equals
+    stepping, the groups plus free are the pool at every step, and the hit rate is at most that
+    of the same model made all-full (a sliding group can only shorten a hit, never lengthen it)."""
+    mooncake = load_trace(SAMPLES / "mooncake_small.jsonl")
+    mooncake = window(mooncake, 0.0, float(mooncake.df["arrival_s"].max()) / 3)  # 70 of its 200 rows
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=4.0, max_num_seqs=256,
+                  prefix_caching=True, max_model_len=131072)
+    fast, slow = simulate(mooncake, sc), simulate(mooncake, sc, skip_ahead=False)
+    same(fast, slow)
+    assert 0.1 < fast.summary["prefix_cache_hit_rate"] <= 1.0 and fast.summary["completed"] == len(mooncake.df)
+    parts = fast.steps[["token_states_bytes", "internal_frag_bytes", "free_bytes"]].sum(axis=1)
+    assert (parts - fast.steps["capacity_bytes"]).abs().max() < 1e-6 * fast.steps["capacity_bytes"].max()
+    full = simulate(mooncake, sc.replace(model=all_full_copy("gpt-oss-20b", tmp_path)))
+    assert fast.summary["prefix_cache_hit_rate"] <= full.summary["prefix_cache_hit_rate"] + 1e-9
+
+
+def test_prefix_caching_is_refused_for_state_groups_only():
+    with pytest.raises(ScenarioError, match=r"^scenario: prefix caching is not modelled for state .*switch it off$"):
+        build(trace(10), Scenario(model="qwen3-next-80b-a3b", kv_budget_gib=2.0, prefix_caching=True))
 
 
 @pytest.mark.slow

@@ -79,13 +79,13 @@ class Deployment:
     def make_allocator(self, prefix_block_size: int | None = None) -> KVAllocator:
         """A fresh, empty KV pool for one replica (prefix_block_size: the trace's hash granularity)."""
         if self.grouped:
-            return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes)
+            return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes, prefix_block_size)
         return make_allocator(self.scenario, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
 
 
-def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int) -> KVAllocator:
+def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> KVAllocator:
     try:
-        return make_group_allocator(scenario, spec.groups, budget)
+        return make_group_allocator(scenario, spec.groups, budget, prefix_block_size)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
 

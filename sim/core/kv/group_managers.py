@@ -13,15 +13,24 @@ share one pool of equal pages, as vLLM's hybrid allocator shares one BlockPool.
   the current chunk's start (c // chunk x chunk) are freed.
 - StateManager: one fixed slot (pages enough for the state) per running request, whatever its
   length (vLLM's MambaManager without prefix caching).
+
+Prefix caching (sim/core/kv/hybrid_prefix.py) asks each manager for its longest cache hit
+(`longest_hit`, vLLM's find_longest_cache_hit per manager): full attention needs every block of
+the prefix, a sliding window only the blocks the next token still attends to, chunked local
+attention only the blocks of the current chunk. A state group has no block-aligned snapshots here,
+so it has no hit (the registry refuses prefix caching for it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State
+
+Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holding it, or None
 
 
 class GroupManager:
@@ -53,6 +62,18 @@ class GroupManager:
         tokens (dropped blocks are freed at the start of the next step, so a chunk adds to the span)."""
         return self.blocks_for(final_tokens)
 
+    def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
+        """The longest cache hit of at most `max_blocks` blocks: (hit blocks n, first block
+        index the request still needs, cached blocks for indices first .. n - 1). Full
+        attention needs every block, so it is the longest run of cached keys from block 0."""
+        blocks: list[int] = []
+        for key in keys[:max_blocks]:
+            block = lookup(key)
+            if block is None:
+                break
+            blocks.append(block)
+        return len(blocks), 0, blocks
+
 
 class FullAttentionManager(GroupManager):
     kind = "full"
@@ -74,6 +95,21 @@ class SlidingWindowManager(GroupManager):
     def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
         return np.minimum(self.blocks_for(final_tokens), -(-(self.window - 1 + chunk) // self.block_size) + 1)
 
+    def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
+        """Scan from the right for ceil((window - 1) / block_size) consecutive cached blocks (the
+        next token attends to window - 1 tokens before it); the blocks before them need not be
+        cached. Without such a run, the cached run from block 0 is the hit (vLLM's rule)."""
+        need = -(-(self.window - 1) // self.block_size)
+        run = 0
+        for i in range(min(max_blocks, len(keys)) - 1, -1, -1):
+            if lookup(keys[i]) is None:
+                run = 0
+                continue
+            run += 1
+            if run >= need:
+                return i + run, i, [lookup(k) for k in keys[i : i + run]]  # type: ignore[misc]
+        return run, 0, [lookup(k) for k in keys[:run]]  # type: ignore[misc]
+
 
 class ChunkedLocalAttentionManager(GroupManager):
     kind = "chunked"
@@ -91,12 +127,28 @@ class ChunkedLocalAttentionManager(GroupManager):
     def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
         return np.minimum(self.blocks_for(final_tokens), -(-(self.chunk + chunk) // self.block_size) + 1)
 
+    def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
+        """Blocks before the chunk that holds the hit's end need no lookup (the next token does
+        not attend to them); from that chunk's first block on, the cached run counts."""
+        max_blocks = min(max_blocks, len(keys))
+        start = self.skipped_blocks(max_blocks * self.block_size)
+        blocks: list[int] = []
+        for key in keys[start:max_blocks]:
+            block = lookup(key)
+            if block is None:
+                break
+            blocks.append(block)
+        return start + len(blocks), start, blocks
+
 
 class StateManager(GroupManager):
     kind = "state"
 
     def blocks_for(self, tokens: Any) -> Any:
         return tokens * 0 + 1  # one slot from admission on
+
+    def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
+        raise ValueError("prefix caching is not modelled for state (Mamba / linear-attention) groups")
 
 
 def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int) -> GroupManager:

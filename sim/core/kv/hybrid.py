@@ -10,8 +10,8 @@ takes blocks for its new tokens in every group; a state group holds one slot per
 The books are counts (no page ids): per request and group, `first` (leading blocks dropped) and
 `end` (blocks taken so far), so the held blocks are end - first. Decode runs grow a whole batch
 with array arithmetic, as the paged allocator does. The GPU backend does not run these models,
-so `block_table` is refused; forks copy eagerly; prefix caching is not modelled here (the
-registry refuses it for hybrid models).
+so `block_table` is refused; forks copy eagerly. Prefix caching needs block identities: its
+subclass sim/core/kv/hybrid_prefix.py adds them.
 
 Accounting per group (`group_breakdown`): token_states = written slots in held blocks (a state
 slot counts as written), internal_frag = held slots never written plus the state's page

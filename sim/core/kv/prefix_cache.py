@@ -81,6 +81,10 @@ class PrefixCache:
             hits.append(block)
         return hits
 
+    def lookup(self, key: int) -> int | None:
+        """The cached block holding `key`, or None."""
+        return self._key_to_block.get(key)
+
     def register(self, key: int, block: int) -> bool:
         """Make a just-filled block findable by `key` (a block holds one key for life). A second
         block with a key already cached is cached too, behind the first."""

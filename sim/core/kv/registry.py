@@ -17,6 +17,7 @@ from sim.core.kv.base import KVAllocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.group_managers import make_manager, page_bytes_for
 from sim.core.kv.hybrid import HybridPagedAllocator
+from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 from sim.core.kv.paged import PagedAllocator
 
 if TYPE_CHECKING:
@@ -87,15 +88,20 @@ def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
     return len(groups) > 1 or groups[0].kind not in ("full", "mla") or groups[0].cap is not None
 
 
-def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int) -> HybridPagedAllocator:
+def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int,
+                         prefix_block_size: int | None = None) -> HybridPagedAllocator:
     """The per-group paged allocator (sim/core/kv/hybrid.py) over a replica's KV budget (bytes,
-    all its TP ranks). Prefix caching and contiguous reservations are not modelled for it."""
+    all its TP ranks); with prefix caching, its subclass sim/core/kv/hybrid_prefix.py (refused,
+    in one line, for state groups). prefix_block_size: as for make_allocator."""
     if scenario.allocator != "paged":
         raise ValueError(f"scenario: allocator={scenario.allocator!r}: models with several KV groups "
                          f"({', '.join(g.label() for g in groups)}) are simulated with the paged allocator only")
-    if scenario.prefix_caching:
-        raise ValueError("scenario: prefix caching is not modelled for models with several KV groups; switch it off")
     bs, dtype, tp = scenario.block_size, scenario.kv_dtype, scenario.tp
     page = page_bytes_for(groups, bs, dtype, tp)
     managers = [make_manager(g, bs, dtype, tp, page) for g in groups]
+    if scenario.prefix_caching:
+        try:
+            return HybridPrefixAllocator(managers, int(kv_budget_bytes) // page, bs, page, prefix_block_size)
+        except ValueError as exc:
+            raise ValueError(f"scenario: {exc}") from None
     return HybridPagedAllocator(managers, int(kv_budget_bytes) // page, bs, page)

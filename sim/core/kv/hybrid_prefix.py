@@ -1,0 +1,369 @@
+"""Prefix caching for models with several KV groups (vLLM's HybridKVCacheCoordinator).
+
+The count-only books of sim/core/kv/hybrid.py cannot share a block, so this subclass adds block
+ids on top of them: per group and request a table of block ids (-1 for the leading blocks a
+sliding or chunked group dropped or never needed), a refcount per block in use, and one
+PrefixCache (sim/core/kv/prefix_cache.py) for all groups, each group's keys salted with its index.
+The parent's per-request counts (`first`, `end`, tokens) still describe what each request holds,
+so its decode-run arithmetic (blocks_to_grow, headroom, steps_until_free_rises) is reused.
+
+A hit (`_find_hit`) is the longest prefix every group can serve, found as vLLM does by a fixed
+point: each group's manager (sim/core/kv/group_managers.py `longest_hit`) either accepts the
+candidate length or shortens it, until no group shortens it. Full attention needs every block of
+the prefix; a sliding window only the last ceil((window - 1) / block_size) blocks before the hit's
+end; chunked local attention only the blocks of the chunk holding the hit's end. A request then
+takes its hit blocks from `first` (what the group still attends to) and new blocks after them.
+Like the paged allocator, the last prompt token is always computed, hits are whole blocks, and a
+block is cached (keyed) once it is full and inside the trace's hashed range. Blocks a sliding or
+chunked group drops stay cached (refcount 0, evictable, least recently freed first), as vLLM's
+free queue keeps them; they count as free.
+
+Accounting is physical: a block shared by several requests counts once (shared blocks are always
+full: only full blocks are cached), so per group held = token_states + internal_frag, and the
+groups' held pages plus the free pages (clean + cached) are the pool. State groups are refused
+(vLLM caches Mamba state only in its 'align' mode, at block-aligned chunk ends; not modelled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sim.core.kv.base import AllocationError
+from sim.core.kv.group_managers import GroupManager
+from sim.core.kv.hybrid import HybridPagedAllocator
+from sim.core.kv.prefix_cache import PrefixCache
+
+Hit = tuple[int, list[tuple[int, list[int]]]]  # (hit tokens, per group (first block index, hit blocks))
+
+
+class HybridPrefixAllocator(HybridPagedAllocator):
+    """The per-group paged allocator with prefix caching (see the module docstring)."""
+
+    def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int,
+                 prefix_block_size: int | None = None) -> None:
+        super().__init__(managers, num_pages, block_size, page_bytes)
+        state = [m.label for m in self.managers if m.kind == "state"]
+        if state:
+            raise ValueError(f"prefix caching is not modelled for state (Mamba / linear-attention) groups "
+                             f"({', '.join(state)}); switch it off")
+        self.prefix_caching = True
+        self.cache = PrefixCache(self.block_size, prefix_block_size)
+        self._tables: list[dict[int, list[int]]] = [{} for _ in self.managers]
+        self._refs: dict[int, int] = {}  # blocks in use -> refcount (>= 1)
+        self._shared = [0] * len(self.managers)  # per group: sum of (refcount - 1) over blocks in use
+        self._parked_pages = 0  # pages of cached blocks nobody uses (part of _free_pages)
+        self._next_id = 0
+        self._gkeys: dict[int, list[list[int]]] = {}  # request -> its block keys, per group
+        self._nreg: list[dict[int, int]] = [{} for _ in self.managers]  # leading blocks offered to the cache
+        self._memo: tuple[object, list[list[int]]] = (None, [])
+        self.hit_blocks = {m.label: 0 for m in self.managers}  # blocks reused from the cache, per group
+
+    # --- hits ------------------------------------------------------------------------------------
+    def _group_keys(self, prefix_hashes: Sequence[int] | None) -> list[list[int]]:
+        """The request's chained block keys salted per group (memoised on the last hash list)."""
+        keys = self.cache.chain_keys(prefix_hashes)
+        if keys is self._memo[0]:
+            return self._memo[1]
+        out = [[hash((g, k)) for k in keys] for g in range(len(self.managers))] if keys else []
+        self._memo = (keys, out)
+        return out
+
+    def _find_hit(self, num_tokens: int, gkeys: list[list[int]]) -> Hit:
+        """The longest prefix every group serves (whole blocks, the last token never a hit)."""
+        groups = len(self.managers)
+        if num_tokens <= 1 or not gkeys:
+            return 0, [(0, [])] * groups
+        length = min((num_tokens - 1) // self.block_size, len(gkeys[0]))
+        found: list[tuple[int, list[int]]] = [(0, [])] * groups
+        lookup = self.cache.lookup
+        while True:
+            start = length
+            for g, m in enumerate(self.managers):
+                n, first, blocks = m.longest_hit(lookup, gkeys[g], length)
+                found[g] = (first, blocks)
+                length = min(length, n)
+            if length == start:
+                return length * self.block_size, found
+
+    def hit_by_group(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> dict[str, tuple[int, int]]:
+        """{group: (hit tokens, cached blocks reused)} for a new request now (no side effects):
+        the hit tokens are the same in every group; the blocks each group reuses differ."""
+        hit = self._find_hit(num_tokens, self._group_keys(prefix_hashes))
+        return {m.label: (hit[0], len(blocks)) for m, (_, blocks) in zip(self.managers, self._kept(hit), strict=True)}
+
+    def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
+        return self._find_hit(num_tokens, self._group_keys(prefix_hashes))[0]
+
+    def _kept(self, hit: Hit) -> list[tuple[int, list[int]]]:
+        """Per group (first block the request holds, the hit blocks it takes): a window or chunk
+        group holds only what the next token attends to, i.e. from skipped_blocks(hit tokens)."""
+        tokens, found = hit
+        hit_end = tokens // self.block_size
+        out = []
+        for m, (first, blocks) in zip(self.managers, found, strict=True):
+            first = max(first, int(m.skipped_blocks(tokens)))
+            out.append((first, blocks[len(blocks) - (hit_end - first):] if hit_end > first else []))
+        return out
+
+    def _admission_pages(self, num_tokens: int, hit: Hit) -> int:
+        """Pages a new request takes: its new blocks, plus hit blocks now cached-but-free."""
+        hit_end = hit[0] // self.block_size
+        need = 0
+        for m, (_, blocks) in zip(self.managers, self._kept(hit), strict=True):
+            new = int(m.blocks_for(num_tokens)) - hit_end
+            need += m.pages * (max(new, 0) + sum(1 for b in blocks if b not in self._refs))
+        return need
+
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
+        hit = self._find_hit(num_tokens, self._group_keys(prefix_hashes))
+        return self._admission_pages(num_tokens, hit) <= self._free_pages
+
+    def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
+                 prefix_hashes: Sequence[int] | None = None) -> int:
+        if num_tokens < 0:
+            raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
+        self._ensure(req_id)
+        if self._active[req_id]:
+            raise AllocationError(f"request {req_id} is already allocated")
+        gkeys = self._group_keys(prefix_hashes)
+        hit = self._find_hit(num_tokens, gkeys)
+        need = self._admission_pages(num_tokens, hit)
+        if need > self._free_pages:
+            raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
+        tokens, kept = hit[0], self._kept(hit)
+        for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
+            for b in blocks:  # every group's hits first, so no new block evicts a hit (vLLM #33775)
+                self._claim(g, b)
+            self.hit_blocks[m.label] += len(blocks)
+            self._tables[g][req_id] = [-1] * first + blocks
+        for g, (m, (first, _)) in enumerate(zip(self.managers, kept, strict=True)):
+            end = int(m.blocks_for(num_tokens))
+            table = self._tables[g][req_id]
+            table.extend(self._take(g) for _ in range(len(table), end))
+            self._first[g][req_id], self._end[g][req_id] = first, end
+            self._nreg[g][req_id] = tokens // self.block_size
+        self._ntok[req_id] = num_tokens
+        self._active[req_id] = True
+        if gkeys:
+            self._gkeys[req_id] = gkeys
+            self._register(req_id)
+        return tokens
+
+    # --- growth --------------------------------------------------------------------------------
+    def _shared_drops(self, ids: np.ndarray, firsts: list) -> int:
+        """Pages of blocks the requests would drop while another request still uses them (their
+        pages do not come back): added to the parent's need, which assumes every drop frees."""
+        if not any(self._shared):
+            return 0
+        pages = 0
+        for g, m in enumerate(self.managers):
+            if not self._shared[g]:
+                continue
+            tables, first, refs = self._tables[g], self._first[g], self._refs
+            stop = np.minimum(firsts[g], self._end[g][ids])
+            for k in np.flatnonzero(stop > first[ids]).tolist():  # only requests that drop blocks
+                r = int(ids[k])
+                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stop[k])] if refs[b] > 1)
+        return pages
+
+    def _step_need(self, ids: np.ndarray, computed: np.ndarray, new_tokens: np.ndarray) -> tuple[int, list, list]:
+        net, firsts, ends = super()._step_need(ids, computed, new_tokens)
+        return net + self._shared_drops(ids, firsts), firsts, ends
+
+    def blocks_to_grow(self, req_ids, new_num_tokens) -> int:
+        """The parent's peak, plus every shared block the run would drop (an upper bound)."""
+        need = super().blocks_to_grow(req_ids, new_num_tokens)
+        ids, new = np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
+        if ids.size == 0 or not any(self._shared):
+            return need
+        last = np.where(new > self._ntok[ids], new - 1, self._ntok[ids])
+        firsts = [np.maximum(f[ids], m.skipped_blocks(last)) for m, f in zip(self.managers, self._first, strict=True)]
+        return need + self._shared_drops(ids, firsts)
+
+    def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
+        """Move each request from its old [first, end) to the new one, in three passes so no pass
+        needs pages a later one frees: (1) register blocks that filled up and release dropped
+        ones (cached ones park); (2) blocks filled and left behind within this run are taken,
+        registered and released at once (skipped when not even one block is free); (3) take the
+        new blocks that stay."""
+        rows = self._moves(ids, new, firsts, ends)
+        for g, r, f0, e0, f1, _, keys, full in rows:
+            table = self._tables[g][r]
+            if keys:
+                self._offer(g, r, min(full, e0))
+            for j in range(f0, min(f1, e0)):
+                self._release(g, table[j])
+                table[j] = -1
+        for g, r, _, e0, f1, e1, keys, full in rows:
+            table = self._tables[g][r]
+            for j in range(e0, min(f1, e1)):
+                table.append(-1)
+                if j < full and self._free_pages >= self.managers[g].pages:
+                    block = self._take(g)
+                    self.cache.register(keys[j], block)
+                    self._release(g, block)
+        for g, r, _, e0, f1, e1, keys, full in rows:
+            table = self._tables[g][r]
+            for j in range(max(e0, f1), e1):
+                table.append(self._take(g))
+                if j < full:
+                    self.cache.register(keys[j], table[j])
+            self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
+            self._first[g][r], self._end[g][r] = f1, e1
+        self._ntok[ids] = new
+
+    def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[tuple]:
+        """(group, request, old first, old end, new first, new end, its keys, full keyed blocks)
+        for every request and group whose blocks change or fill up."""
+        rows = []
+        for g in range(len(self.managers)):
+            first, end, nreg = self._first[g], self._end[g], self._nreg[g]
+            for k, r in enumerate(ids.tolist()):
+                f0, e0, f1, e1 = int(first[r]), int(end[r]), int(firsts[g][k]), int(ends[g][k])
+                keys = self._gkeys[r][g] if r in self._gkeys else []
+                full = min(len(keys), int(new[k]) // self.block_size)
+                if f0 != f1 or e0 != e1 or full > nreg.get(r, 0):
+                    rows.append((g, r, f0, e0, f1, e1, keys, full))
+        return rows
+
+    # --- release and sharing --------------------------------------------------------------------
+    def free(self, req_id: int) -> None:
+        self._check(req_id)
+        for g in range(len(self.managers)):
+            table = self._tables[g].pop(req_id)
+            for b in reversed(table):  # tail first: the tail is evicted first
+                if b >= 0:
+                    self._release(g, b)
+            self._nreg[g].pop(req_id, None)
+            self._first[g][req_id] = self._end[g][req_id] = 0
+        self._gkeys.pop(req_id, None)
+        self._ntok[req_id] = 0
+        self._active[req_id] = False
+
+    def fork(self, parent_id: int, child_id: int) -> None:
+        """The child gets its own copy of every held block (no sharing across groups here)."""
+        if not self.can_fork(parent_id):
+            raise AllocationError(f"fork: no room to copy request {parent_id}")
+        self._ensure(child_id)
+        if self._active[child_id]:
+            raise AllocationError(f"fork: child {child_id} is already allocated")
+        for g in range(len(self.managers)):
+            f, e = int(self._first[g][parent_id]), int(self._end[g][parent_id])
+            self._tables[g][child_id] = [-1] * f + [self._take(g) for _ in range(f, e)]
+            self._first[g][child_id], self._end[g][child_id] = f, e
+            self._nreg[g][child_id] = self._nreg[g].get(parent_id, 0)  # the parent's blocks are the cached ones
+        if parent_id in self._gkeys:
+            self._gkeys[child_id] = self._gkeys[parent_id]
+        self._ntok[child_id] = self._ntok[parent_id]
+        self._active[child_id] = True
+
+    # --- blocks ----------------------------------------------------------------------------------
+    def _take(self, g: int) -> int:
+        """A fresh block of group g: clean pages first, else evict cached blocks LRU-first."""
+        pages = self.managers[g].pages
+        while self._free_pages - self._parked_pages < pages:
+            if not self.cache.num_parked:
+                raise AllocationError("hybrid prefix allocator: out of pages (check the need first)")
+            (old,) = self.cache.evict(1)
+            self._parked_pages -= self.managers[old % len(self.managers)].pages
+        self._free_pages -= pages
+        block = self._next_id * len(self.managers) + g  # the group is the id modulo the group count
+        self._next_id += 1
+        self._refs[block] = 1
+        return block
+
+    def _claim(self, g: int, block: int) -> None:
+        """A hit takes a cached block: shared if in use, else out of the free (cached) pool."""
+        if block in self._refs:
+            self._refs[block] += 1
+            self._shared[g] += 1
+            return
+        self.cache.unpark(block)
+        self._parked_pages -= self.managers[g].pages
+        self._free_pages -= self.managers[g].pages
+        self._refs[block] = 1
+
+    def _release(self, g: int, block: int) -> None:
+        refs = self._refs[block]
+        if refs > 1:
+            self._refs[block] = refs - 1
+            self._shared[g] -= 1
+            return
+        del self._refs[block]
+        pages = self.managers[g].pages
+        self._free_pages += pages
+        if self.cache.is_cached(block):
+            self.cache.park(block)
+            self._parked_pages += pages
+
+    def _offer(self, g: int, r: int, upto: int) -> None:
+        """Register the request's held blocks nreg .. upto - 1 of group g, now full."""
+        keys, table = self._gkeys[r][g], self._tables[g][r]
+        for j in range(self._nreg[g].get(r, 0), upto):
+            if table[j] >= 0:
+                self.cache.register(keys[j], table[j])
+
+    def _register(self, r: int) -> None:
+        full = int(self._ntok[r]) // self.block_size
+        for g in range(len(self.managers)):
+            upto = min(len(self._gkeys[r][g]), full, int(self._end[g][r]))
+            self._offer(g, r, upto)
+            self._nreg[g][r] = max(self._nreg[g].get(r, 0), upto)
+
+    # --- books ------------------------------------------------------------------------------------
+    def _held_pages(self, req_id: int) -> int:
+        return sum(m.pages * int(end[req_id] - first[req_id])
+                   for m, first, end in zip(self.managers, self._first, self._end, strict=True))
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes in cached-but-evictable blocks (a part of `free` in the breakdown)."""
+        return self._parked_pages * self.page_bytes
+
+    def group_breakdown(self) -> dict[str, dict[str, int]]:
+        """As the parent's, with each shared block counted once (shared blocks are full)."""
+        out = super().group_breakdown()
+        for m, shared in zip(self.managers, self._shared, strict=True):
+            parts = out[m.label]
+            parts["held"] -= shared * m.pages * self.page_bytes
+            parts["token_states"] -= shared * self.block_size * m.bytes_per_token
+            parts["internal_frag"] = parts["held"] - parts["token_states"]
+        return out
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the books disagree (tests and debugging)."""
+        refs = self._table_refs()
+        if refs != self._refs:
+            raise AssertionError("hybrid prefix allocator: refcounts disagree with the tables")
+        parked = self.cache.parked_blocks()
+        if any(b in refs or not self.cache.is_cached(b) for b in parked):
+            raise AssertionError("hybrid prefix allocator: a parked block is in use or has no key")
+        groups = len(self.managers)
+        pages = lambda blocks: sum(self.managers[b % groups].pages for b in blocks)  # noqa: E731
+        if pages(parked) != self._parked_pages or pages(refs) + self._free_pages != self.num_blocks:
+            raise AssertionError("hybrid prefix allocator: pages not conserved")
+        active = np.flatnonzero(self._active)
+        for m, end in zip(self.managers, self._end, strict=True):
+            if np.any(end[active] < m.blocks_for(self._ntok[active])):
+                raise AssertionError(f"hybrid prefix allocator: group {m.label} does not cover its tokens")
+
+    def _table_refs(self) -> dict[int, int]:
+        """Refcounts recounted from the tables (checking each table against first/end and the
+        per-group shared counts on the way)."""
+        refs: dict[int, int] = {}
+        for g, (m, tables) in enumerate(zip(self.managers, self._tables, strict=True)):
+            shared = 0
+            for r, table in tables.items():
+                f, e = int(self._first[g][r]), int(self._end[g][r])
+                if len(table) != e or any(b >= 0 for b in table[:f]) or any(b < 0 for b in table[f:]):
+                    raise AssertionError(f"hybrid prefix allocator: request {r} group {m.label} table vs counts")
+                if any(b % len(self.managers) != g for b in table[f:]):
+                    raise AssertionError(f"hybrid prefix allocator: request {r} holds another group's block")
+                for b in table[f:]:
+                    refs[b] = refs.get(b, 0) + 1
+                    shared += refs[b] > 1
+            if shared != self._shared[g]:
+                raise AssertionError(f"hybrid prefix allocator: group {m.label} shared count {self._shared[g]} != {shared}")
+        return refs

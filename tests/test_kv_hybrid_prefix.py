@@ -1,0 +1,191 @@
+"""Prefix caching per KV group (sim/core/kv/hybrid_prefix.py): hand-computed hits and a property test."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from models.kv_groups import ChunkedLocal, FullAttention, SlidingWindow, State
+from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
+from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
+
+BS = 4  # tokens per block; the trace's hash blocks are the same size here
+FULL = FullAttention(1, num_kv_heads=1, head_dim=4)  # 16 B/token: one block is one page
+SLIDING = SlidingWindow(1, num_kv_heads=1, head_dim=4, window=6)  # a hit needs ceil(5 / 4) = 2 blocks
+CHUNKED = ChunkedLocal(1, num_kv_heads=1, head_dim=4, chunk=8)  # two blocks per chunk
+
+
+def make(num_pages: int, groups=(SLIDING, FULL)) -> HybridPrefixAllocator:
+    page = page_bytes_for(groups, BS, "bf16", 1)
+    return HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page) for g in groups], num_pages, BS, page)
+
+
+def test_a_freed_prefix_is_hit_by_every_group():
+    a = make(100)
+    a.allocate(0, 20, 20, prefix_hashes=[1, 2, 3, 4, 5])  # 5 full blocks per group, all cached
+    a.free(0)
+    assert a.num_free_blocks == 100 and a.cached_bytes == 10 * a.page_bytes
+    # at most (20 - 1) // 4 = 4 blocks: full needs all 4; sliding the last 2 (window 6: tokens 11..15)
+    assert a.hit_by_group(20, [1, 2, 3, 4, 5]) == {"sliding(6)": (16, 2), "full": (16, 4)}
+    assert a.allocate(1, 20, 20, prefix_hashes=[1, 2, 3, 4, 5]) == 16
+    held = a.group_breakdown()
+    assert held["full"]["held"] == 5 * a.page_bytes  # 4 hit blocks + 1 new
+    assert held["sliding(6)"]["held"] == 3 * a.page_bytes  # blocks 2, 3 hit + 4 new; 0, 1 never taken
+    a.check_invariants()
+
+
+def test_a_diverging_prefix_hits_up_to_the_divergence():
+    a = make(100)
+    a.allocate(0, 20, 20, prefix_hashes=[1, 2, 3, 4, 5])
+    a.free(0)
+    # blocks 0..2 match: full reuses 3, sliding the 2 before token 12 (blocks 1, 2)
+    assert a.hit_by_group(24, [1, 2, 3, 9, 9, 9]) == {"sliding(6)": (12, 2), "full": (12, 3)}
+
+
+def test_the_sliding_group_shortens_the_hit_when_its_recent_blocks_were_evicted():
+    a = make(12)
+    a.allocate(0, 20, 20, prefix_hashes=[1, 2, 3, 4, 5])
+    a.free(0)  # parks sliding 4, 3, 2, 1, 0 then full 4 .. 0 (the sliding group is released first)
+    a.allocate(1, 8, 8)  # 4 pages: 2 clean + evicts the two least recently freed: sliding blocks 4, 3
+    # full alone would hit 5 blocks; sliding needs 2 consecutive cached blocks ending at the hit:
+    # blocks 1, 2 -> 12 tokens; then full is cut to 3 blocks (vLLM's fixed point)
+    assert a.hit_by_group(24, [1, 2, 3, 4, 5, 6]) == {"sliding(6)": (12, 2), "full": (12, 3)}
+    a.free(1)
+    assert a.allocate(2, 24, 24, prefix_hashes=[1, 2, 3, 4, 5, 6]) == 12
+    a.check_invariants()
+
+
+def test_a_chunked_group_needs_no_block_before_the_current_chunk():
+    a = make(100, groups=(FULL, CHUNKED))
+    a.allocate(0, 20, 20, prefix_hashes=[1, 2, 3, 4, 5])
+    a.free(0)
+    # 16 tokens hit: the next token (16) starts chunk [16, 24), so chunked reuses no block at all
+    assert a.hit_by_group(20, [1, 2, 3, 4, 5]) == {"full": (16, 4), "chunked(8)": (16, 0)}
+    # 12 tokens: the chunk [8, 16) holds block 2 (tokens 8..11), which must be cached
+    assert a.hit_by_group(13, [1, 2, 3, 4, 5]) == {"full": (12, 3), "chunked(8)": (12, 1)}
+
+
+def test_a_live_shared_block_counts_once():
+    a = make(100)
+    a.allocate(0, 20, 40, prefix_hashes=[1, 2, 3, 4, 5])
+    before = a.num_free_blocks  # 10 pages used
+    assert a.allocate(1, 20, 40, prefix_hashes=[1, 2, 3, 4, 5]) == 16
+    # request 1 shares 4 full and 2 sliding blocks with request 0, and takes one new block in each
+    assert before - a.num_free_blocks == 2
+    groups = a.group_breakdown()
+    assert groups["full"]["held"] == 6 * a.page_bytes and groups["full"]["token_states"] == 40 * 16 - 16 * 16
+    a.check_invariants()
+    # decoding drops the shared sliding blocks from request 1's window: request 0 still holds them
+    a.grow_by([0, 1], 8)
+    a.check_invariants()
+    a.free(0)
+    a.free(1)
+    assert a.num_free_blocks == 100
+    a.check_invariants()
+
+
+def test_state_groups_are_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"^prefix caching is not modelled for state .*\(state\); switch it off$"):
+        make(10, groups=(FULL, State(1, bytes_per_layer=64)))
+
+
+PREFIXES = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 9, 10, 11], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
+alloc = st.tuples(st.just("alloc"), st.integers(0, 40) | st.sampled_from([13, 25, 33]), st.integers(0, len(PREFIXES)))
+op = st.one_of(
+    alloc, alloc, alloc,  # admissions are what hit the cache: draw them more often
+    st.tuples(st.just("append"), st.integers(0, 50), st.integers(0, 9)),
+    st.tuples(st.just("grow"), st.lists(st.integers(0, 50), max_size=6), st.integers(0, 12)),
+    st.tuples(st.just("fork"), st.integers(0, 50)),
+    st.tuples(st.just("free"), st.integers(0, 50)),
+)
+
+
+def check(a: HybridPrefixAllocator) -> None:
+    a.check_invariants()
+    assert all(r >= 1 for r in a._refs.values())  # refcounts of blocks in use never drop below one
+    b = a.breakdown()
+    assert b.capacity == a.capacity_bytes and all(getattr(b, f) >= 0 for f in BREAKDOWN_FIELDS)
+    groups = a.group_breakdown()
+    assert sum(g["held"] for g in groups.values()) + b.free == a.capacity_bytes  # per group + free = the pool
+    assert all(g["token_states"] >= 0 and g["internal_frag"] >= 0 for g in groups.values())
+    assert 0 <= a.cached_bytes <= b.free
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(op, min_size=4, max_size=40), num_pages=st.integers(1, 80), chunked=st.booleans())
+def test_random_operations_with_prefix_hashes_keep_the_books(ops, num_pages, chunked):
+    run_ops(make(num_pages, groups=(SLIDING, FULL, CHUNKED) if chunked else (SLIDING, FULL)), ops)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_long_random_runs_share_and_evict(seed):
+    """Long seeded runs (hypothesis keeps its examples short): many admissions of few prefixes,
+    so blocks are shared, parked and evicted; the same checks after every operation."""
+    rng = random.Random(seed)
+    ops = []
+    for _ in range(300):
+        kind = rng.choice(["alloc", "alloc", "append", "grow", "fork", "free", "free"])
+        ops.append({"alloc": ("alloc", rng.choice([3, 13, 25, 33, rng.randint(0, 40)]), rng.randint(0, 3)),
+                    "append": ("append", rng.randint(0, 50), rng.randint(0, 9)),
+                    "grow": ("grow", [rng.randint(0, 50) for _ in range(4)], rng.randint(0, 12)),
+                    "fork": ("fork", rng.randint(0, 50)), "free": ("free", rng.randint(0, 50))}[kind])
+    a = make(rng.randint(20, 60), groups=(SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL))
+    run_ops(a, ops)
+    assert sum(a.hit_blocks.values()) > 0 and a.cache.evictions > 0  # the run did exercise the cache
+
+
+def run_ops(a: HybridPrefixAllocator, ops) -> None:
+    num_pages = a.num_blocks
+    tokens: dict[int, int] = {}
+    next_id = 0
+    for step in ops:
+        live = sorted(tokens)
+        if step[0] == "alloc":
+            n, p = step[1], step[2]
+            hashes = PREFIXES[p] if p < len(PREFIXES) else None
+            hit = a.prefix_hit_tokens(n, hashes)
+            if a.can_allocate(n, 0, hashes):
+                assert a.allocate(next_id, n, n + 5, prefix_hashes=hashes) == hit
+                assert hit % BS == 0 and (hit < n or n == 0)
+                tokens[next_id] = n
+            else:
+                with pytest.raises(AllocationError):
+                    a.allocate(next_id, n, n + 5, prefix_hashes=hashes)
+            next_id += 1
+        elif step[0] == "append" and live:
+            r, k = live[step[1] % len(live)], step[2]
+            predicted, free_before = a.can_append(r, k), a.num_free_blocks
+            assert a.append(r, k) is predicted
+            if predicted:
+                tokens[r] += k
+            else:
+                assert a.num_free_blocks == free_before
+        elif step[0] == "grow" and live:
+            ids = sorted({live[i % len(live)] for i in step[1]})
+            new = [tokens[r] + step[2] for r in ids]
+            need, free_before = a.blocks_to_grow(ids, new), a.num_free_blocks
+            if need <= free_before:
+                (a.grow_by(ids, step[2]) if step[2] % 2 else a.grow_many(ids, new))
+                tokens.update(zip(ids, new, strict=True))
+                assert free_before - a.num_free_blocks <= need
+        elif step[0] == "fork" and live:
+            parent = live[step[1] % len(live)]
+            if a.can_fork(parent):
+                a.fork(parent, next_id)
+                tokens[next_id] = tokens[parent]
+                next_id += 1
+        elif step[0] == "free" and live:
+            r = live[step[1] % len(live)]
+            a.free(r)
+            del tokens[r]
+        for r, n in tokens.items():
+            assert a.num_tokens(r) == n
+        check(a)
+    for r in list(tokens):
+        a.free(r)
+    check(a)
+    assert a.num_free_blocks == num_pages and a.breakdown().free == a.capacity_bytes
