@@ -21,23 +21,26 @@ Prefix-cache hit tokens (from the allocator) are not computed; the budget is cha
 tokens computed only. If a whole prompt is cached, its last token is still computed (a token must
 be sampled), as vLLM does.
 
-The engine's fast path (`decode_run_limit` / `advance_decode`) jumps over runs of pure-decode
-steps; it gives exactly what as many `schedule` + `complete_step` calls would (tests prove it).
+The engine's fast path over runs of pure-decode steps (`decode_run_limit` / `advance_decode`)
+is sim/core/decode_run.py: its contract says when a run may be taken in one go and what it books,
+so that it gives exactly what as many `schedule` + `complete_step` calls would (tests prove it).
+That module's `DecodeBatch` is also how this scheduler keeps its all-decoding batch across steps.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core.kv.base import Ids, KVAllocator
+from sim.core import decode_run
+from sim.core.decode_run import DecodeBatch
+from sim.core.kv.base import KVAllocator
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
-_all, _min, _sum, _count = np.logical_and.reduce, np.minimum.reduce, np.add.reduce, np.count_nonzero  # cheap on small batches
+_count = np.count_nonzero  # cheap on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
@@ -117,44 +120,6 @@ class StepPlan:
         return self.num_new_tokens, kv, pairs
 
 
-@dataclass
-class DecodeBatch:
-    """The running batch while every member is decoding (computes one token per step).
-
-    Valid for as long as the running ids array is the same object (admission, preemption and
-    finishes all replace it); the scheduler carries it across admissions and finishes. A decode
-    step adds one token to every member, so the summed context moves by a known amount and each
-    member's last step is known in advance: `finishes` is a heap of (clock value at which the
-    member samples its last token, request id), so finding who finishes needs no scan."""
-
-    run: np.ndarray  # the running ids it describes
-    context: int  # summed K/V tokens of the members (cost model input)
-    clock: int  # decode steps this batch (and the batches it grew from) has taken
-    finishes: list[tuple[int, int]]  # heap; shared with the batch it is carried into
-
-    @classmethod
-    def of(cls, run: np.ndarray, remaining: list[int], context: int) -> DecodeBatch:
-        heap = list(zip(remaining, run.tolist(), strict=True))
-        heapq.heapify(heap)
-        return cls(run, context, 0, heap)
-
-    @property
-    def min_remaining(self) -> int:
-        """Fewest output tokens a member has still to sample (0: someone is done)."""
-        return self.finishes[0][0] - self.clock
-
-    def advance(self, steps: int) -> None:
-        self.clock += steps
-        self.context += steps * self.run.size
-
-    def pop_done(self) -> set[int]:
-        """Members whose last token has been sampled, taken out of the heap."""
-        heap, clock, done = self.finishes, self.clock, set()
-        while heap and heap[0][0] <= clock:
-            done.add(heapq.heappop(heap)[1])
-        return done
-
-
 class Scheduler:
     """Continuous batching over one allocator. Requests are row ids of `table`.
 
@@ -204,12 +169,7 @@ class Scheduler:
         batch = self._decode_batch
         if batch is not None and batch.run is run:
             return batch
-        self._decode_batch = None
-        t = self.t
-        c, g = t.computed[run], t.generated[run]
-        if not run.size or not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
-            return None
-        self._decode_batch = DecodeBatch.of(run, (t.output[run] - g).tolist(), int(_sum(c)))
+        self._decode_batch = DecodeBatch.from_table(self.t, run)
         return self._decode_batch
 
     def add_request(self, r: int) -> None:
@@ -401,19 +361,9 @@ class Scheduler:
             else:
                 all_done = False
         if plan.prefill_ids:
-            self._decode_batch = self._joined(batch, plan) if all_done else None
+            self._decode_batch = (decode_run.joined(batch, t, self.running_ids(), plan.prefill_ids, plan.prefill_end)
+                                  if all_done else None)
         return self._finish_done(t_end)
-
-    def _joined(self, batch: DecodeBatch | None, plan: StepPlan) -> DecodeBatch:
-        """The decode batch after a step in which the old batch decoded and every prefill in
-        `plan` (appended to `running` in this order) finished its prompt: all now decode."""
-        t, run, ctx = self.t, self.running_ids(), sum(plan.prefill_end)
-        if batch is None:
-            return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in plan.prefill_ids], ctx)
-        heap, clock = batch.finishes, batch.clock
-        for r in plan.prefill_ids:
-            heapq.heappush(heap, (clock + int(t.output[r] - t.generated[r]), r))
-        return DecodeBatch(run, batch.context + ctx, clock, heap)
 
     def _finish_done(self, t_end: float) -> list[int]:
         t = self.t
@@ -438,85 +388,40 @@ class Scheduler:
         return done.tolist()
 
     def _finish_batch(self, batch: DecodeBatch, t_end: float) -> list[int]:
-        """_finish_done for an all-decoding batch: the heap says who is done; the rest are
-        carried into the next batch."""
-        if batch.min_remaining > 0:
+        """_finish_done for an all-decoding batch: its heap says who is done (no scan of the
+        batch); the rest are carried into the next batch."""
+        done = batch.leave(self.running)
+        if not done:
             return []
-        gone = batch.pop_done()
         t, context = self.t, batch.context
-        if len(gone) == 1:  # the common case: no scan of the batch in Python
-            done = list(gone)
-            self.running.remove(done[0])
-        else:
-            done = [r for r in self.running if r in gone]  # running order: frees happen in this order
-            self.running = [r for r in self.running if r not in gone]
-        for r in done:
+        for r in done:  # running order: frees happen in this order
             t.finish_s[r] = t_end
             t.status[r] = FINISHED
             context -= int(t.computed[r])
             self.alloc.free(r)
         self._run_arr = None
         if self.running:
-            self._decode_batch = DecodeBatch(self.running_ids(), context, batch.clock, batch.finishes)
+            self._decode_batch = batch.carried(self.running_ids(), context)
         return done
 
-    # --- fast path for the simulator's skip-ahead -----------------------------------------------
-    def decode_run_limit(self) -> int:
-        """How many next steps are pure decode steps in which nothing but token counts changes
-        (no admission, no finish before the last of them, no allocation failure); 0 = take the
-        general path. Only valid while no new request arrives."""
-        if self.swapped or not self.running:
-            return 0
-        cfg = self.cfg
-        b = len(self.running)
-        if b > cfg.max_batched_tokens:
-            return 0
-        if self.waiting and b < cfg.max_num_seqs and self._head_admissible(b):
-            return 0  # admission may happen this step: general path
-        batch = self.decode_batch()
-        if batch is None:
-            return 0
-        k, run = batch.min_remaining, batch.run
-        if self.waiting and b < cfg.max_num_seqs:  # a waiting request may fit once blocks are dropped
-            k = min(k, self.alloc.steps_until_free_rises(run))
-            if k == 0:
-                return 0
-        if self.alloc.fits_growth(run, k):  # the allocator holds `computed` tokens of each
-            return k
-        return self._largest_fitting_growth(run, k)
-
-    def _head_admissible(self, batch_size: int) -> bool:
+    # --- admission test for the decode fast path ---------------------------------------------------
+    def head_admissible(self, batch_size: int) -> bool:
         """Could the head of the waiting queue be admitted next to a decode batch of this size?"""
         r = self.waiting[0]
         hashes = self.prefix_hashes(r)
         n = self._admission_chunk(r, self.cfg.max_batched_tokens - batch_size, hashes)
         return bool(n) and self._can_admit(r, n, hashes)
 
-    def _largest_fitting_growth(self, run: Ids, k: int) -> int:
-        """Largest j in [0, k) such that growing every member by j tokens fits (binary search)."""
-        lo, hi = 0, k
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if self.alloc.fits_growth(run, mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
+    # --- skip-ahead over runs of decode steps: the machinery and its contract are in decode_run --
+    def decode_run_limit(self) -> int:
+        """How many next steps may be taken in one go (0: take the general path)."""
+        return decode_run.run_limit(self)
 
     def decode_context_tokens(self) -> int:
         """Summed K/V tokens of the running batch (cost model input for decode runs)."""
-        batch = self.decode_batch()
-        return batch.context if batch is not None else int(_sum(self.t.computed[self.running_ids()]))
+        return decode_run.context_tokens(self)
 
     def advance_decode(self, k: int, t_end: float) -> list[int]:
         """Apply k pure-decode steps at once (k <= decode_run_limit()); returns finished ids."""
-        t = self.t
-        run = self.running_ids()
-        batch = self.decode_batch()  # before the table moves on: it is advanced below
-        self.alloc.grow_by(run, k)
-        self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
-        t.computed[run] += k
-        t.generated[run] += k
-        if batch is not None:
-            batch.advance(k)
+        decode_run.grow(self, k)
         return self._finish_done(t_end)

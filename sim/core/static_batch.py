@@ -5,8 +5,10 @@ longest output is done: every step computes a token for every member, finished o
 joins until the whole batch ends. A member's own finish time is the step that produced its last
 real token (that is what its user sees), but its K/V stays held until the batch ends.
 
-Same API as sim.core.scheduler.Scheduler (schedule / complete_step / decode_run_limit /
-advance_decode), so the engine and the GPU backend drive either one unchanged. No preemption:
+Same API as sim.core.scheduler.Scheduler (schedule / complete_step, and the skip-ahead side
+decode_run_limit / decode_context_tokens / advance_decode of sim.core.decode_run.SkipAhead), so the
+engine and the GPU backend drive either one unchanged. Its decode run limit is simpler than the
+continuous scheduler's: nobody joins a static batch, so a run ends only at a member's last token. No preemption:
 the batch is admitted only if its padded K/V (longest prompt + longest output) fits.
 """
 

@@ -2,12 +2,10 @@
 time from the cost model, and applies it.
 
 Events: at most one SimPy timeout per engine step, and far fewer with skip-ahead: a run of pure
-decode steps in which nothing changes but token counts is one timeout. The run ends at the first
-of: a request finishing, the allocator running out of blocks (the scheduler's
-`decode_run_limit`), the step that reaches the next arrival (only when that arrival could be
-admitted, i.e. the waiting queue is empty), the next metrics grid point, or `step_limit`. Step
-times inside the run come from `CostModel.decode_step_times` and a sequential cumsum, the very
-numbers that stepping one at a time produces, so `skip_ahead=False` gives identical results.
+decode steps in which nothing changes but token counts is one timeout. When a run may be taken and
+what it must book so that `skip_ahead=False` gives identical results is the contract of
+sim/core/decode_run.py; the engine asks it for a run (`plan_run`), waits the run's end and books
+it (`_decode_run`).
 
 Arrivals: the trace is replayed by each replica's arrival feed (requests routed round-robin by
 trace order, so replicas never wait on each other's timing); an engine takes every arrival up to
@@ -29,6 +27,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from sim.core import decode_run
 from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.reserve import reserve_tokens_array
@@ -41,7 +40,6 @@ from sim.timing.cost_model import CostModel
 
 GiB = 1 << 30
 PROGRESS_EVERY_S = 0.2
-SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
 
 
 @dataclass
@@ -289,9 +287,9 @@ class Simulation:
         env, sched, cost = self.env, rep.sched, self.s.cost
         while not self._out_of_steps():
             self.admit_arrivals(rep, rep.t)
-            k = sched.decode_run_limit() if self.skip_ahead and sched.has_work else 0
-            if k:
-                yield from self._decode_run(rep, k)
+            run = self._plan_decode_run(rep) if self.skip_ahead and sched.has_work else None
+            if run is not None:
+                yield from self._decode_run(rep, run)
                 continue
             plan = sched.schedule(rep.t) if sched.has_work else None
             if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
@@ -313,61 +311,29 @@ class Simulation:
             self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
         rep.done = True
 
-    def _decode_run(self, rep: Replica, k: int):
-        """Jump over k' <= k pure-decode steps with one timeout (cuts: see module docstring)."""
-        sched, rec = rep.sched, self.rec
-        b = sched.num_running
-        horizon = rec.next_grid
-        if not sched.num_waiting and rep.ptr < len(rep.times):
-            horizon = min(horizon, rep.times[rep.ptr])
-        if self.step_limit is not None:
-            k = min(k, self.step_limit - self.total_steps)
-        ends = self._run_ends(rep.t, k, b, sched.decode_context_tokens(), horizon)
-        k = len(ends)
-        t_end = ends[-1]
+    def _plan_decode_run(self, rep: Replica) -> decode_run.DecodeRun | None:
+        steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
+        return decode_run.plan_run(rep.sched, self.s.cost, rep.t, next_sample=self.rec.next_grid,
+                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
+
+    def _decode_run(self, rep: Replica, run: decode_run.DecodeRun):
+        """Take a decode run with one timeout and book it as its contract says (decode_run.py)."""
+        sched, rec, b = rep.sched, self.rec, run.batch
         self.events += 1
-        yield self.env.timeout(t_end - rep.t)
-        early = 0  # steps booked at the second-to-last end: only when it falls in another bucket
-        if k > 1:
-            self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
-            if rec.bucket(ends[-2]) != rec.bucket(t_end):
-                early = k - 1
-                rec.add_counts(ends[-2], early, 0, early * b, 0)
-        rep.t = t_end
-        finished = sched.advance_decode(k, t_end)
+        yield self.env.timeout(run.t_end - rep.t)
+        if run.steps > 1:
+            self.admit_arrivals(rep, run.ends[-2])  # arrivals behind a blocked queue, as stepping adds them
+        for t_book, steps in run.bookings(rec.bucket):
+            rec.add_counts(t_book, steps, 0, steps * b, 0)
+        rep.t = run.t_end
+        finished = sched.advance_decode(run.steps, run.t_end)
         rep.last_batch = b
-        rep.steps += k
-        self.total_steps += k
-        rec.add_counts(t_end, k - early, 0, (k - early) * b, 0)
-        if rec.needs_sample(t_end):
-            rec.sample_until(t_end, self.gauges())
+        rep.steps += run.steps
+        self.total_steps += run.steps
+        if rec.needs_sample(run.t_end):
+            rec.sample_until(run.t_end, self.gauges())
         if finished:
             self._finished(len(finished))
-
-    def _run_ends(self, t: float, k: int, b: int, ctx: int, horizon: float) -> list[float]:
-        """End times of up to k decode steps of a batch of b from `t` (summed context ctx),
-        stopping at the first step that reaches `horizon`. Each end is the previous end plus the
-        step's time, the very floats that stepping one at a time produces. Most runs end within a
-        few steps (the next arrival), so they are summed in Python; longer ones with numpy."""
-        step = self.s.cost.decode_time
-        ends: list[float] = []
-        for j in range(min(k, SHORT_RUN)):
-            kv = ctx + j * b
-            t += step(b, kv)
-            ends.append(t)
-            if t >= horizon:
-                return ends
-        k -= len(ends)
-        if k <= 0:
-            return ends
-        ctx += len(ends) * b
-        first = step(b, ctx)  # step times only grow along a run: bounds the steps that fit
-        if first > 0:
-            k = min(k, int((horizon - t) / first) + 2)
-        dts = self.s.cost.decode_step_times(k, b, ctx)
-        rest = np.cumsum(np.concatenate(([t], dts)))[1:]  # sequential, like the loop above
-        k = int(np.searchsorted(rest, horizon, side="left")) + 1
-        return ends + rest[:k].tolist()
 
     def run(self) -> None:
         for rep in self.s.replicas:

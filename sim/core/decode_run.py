@@ -1,0 +1,291 @@
+"""The decode fast path: k pure-decode steps taken in one go, with exactly the outcome of k steps.
+
+Most engine steps of a busy replay are pure decode steps (every running request computes one
+token and samples the next) in which nothing changes but token counts. The simulator jumps over
+a run of them with one SimPy timeout instead of k. Everything that makes the jump exact lives
+here; the scheduler (sim/core/scheduler.py) stays the policy it implements and the engine
+(sim/run/engine.py) only asks `plan_run` for a run, waits its end and books it.
+
+When a run of k steps may be taken in one go (all must hold; `run_limit` + `plan_run`):
+1. every running request is decoding (prompt all in K/V, one token sampled), nothing is swapped
+   out, and the batch fits the token budget (`max_batched_tokens`): each step is the same batch;
+2. no request finishes before the last step: k <= the fewest output tokens a member has still to
+   sample (a finish changes the batch; one at the last step is applied at the run's end);
+3. no block shortage: the allocator can grow every member by k tokens (`fits_growth(run, k)`),
+   else k is cut to the largest growth that fits (the step after it preempts: general path);
+4. no waiting request could be admitted: the head of the waiting queue does not fit now (the
+   scheduler's own admission test, `head_admissible`), or `max_num_seqs` is reached; and while
+   one waits behind free room, no step of the run releases blocks (a sliding-window or chunked
+   group dropping blocks, `steps_until_free_rises`) after which it might fit;
+5. no arrival the scheduler could act on: with an empty waiting queue the run ends at the first
+   step that reaches the next arrival (that step still runs: arrivals join between steps); with a
+   blocked queue arrivals only queue behind the head (rule 4 holds for them too);
+6. no gauge sample inside the run: it ends at the first step that reaches the next metrics grid
+   point, so gauges are sampled from the state at the step end, as when stepping;
+7. the engine's `step_limit` is not passed.
+A scheduler that cannot say (the general case) answers 0 and the engine takes one general step.
+
+What must be booked for the k steps, so that the result is identical to stepping one by one:
+- times: step j ends at the end of step j-1 plus `cost.decode_time(b, ctx + j*b)` (b members,
+  ctx the summed K/V tokens at the start), summed sequentially: the very floats that k single
+  steps give (`step_ends`; `CostModel.decode_step_times` is bit-identical to `decode_time`);
+- tokens: every member computes and samples k tokens (`computed`, `generated` += k); the members
+  whose last token is sampled at the last step finish at its end (`finish_s`, status, K/V freed
+  in running order) and are returned to the caller;
+- KV growth: the allocator grows every member by k tokens at once (`grow_by`), the same books as
+  k appends; the peak of blocks in use is taken after the growth (it only rises along a run);
+- counters (steps, decode tokens) go to the metrics bucket in which each step ends; all steps but
+  the last end before the next grid point, so they share one bucket (`DecodeRun.bookings`);
+- gauges: sampled once, at the run's end, from the state after it (rule 6 makes that the state
+  stepping would sample); the last batch size is b;
+- arrivals behind a blocked queue that arrive by the start of the last step are queued before it,
+  as stepping would (the engine does it; they count in the waiting gauge at the run's end).
+tests/test_decode_run.py checks the contract (runs stop before an arrival, a finish, a block
+shortage) and tests/test_engine.py that skip-ahead and stepping give identical frames.
+
+`DecodeBatch` is the scheduler's all-decoding batch kept across steps (who finishes when, the
+summed context), so that neither the fast path nor a single decode step scans the batch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from sim.core.request import RequestTable
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sim.core.kv.base import Ids, KVAllocator
+    from sim.core.scheduler import Scheduler
+
+_all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
+SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
+
+
+class SkipAhead(Protocol):
+    """What the engine needs from a scheduler to take decode runs (Scheduler, StaticBatchScheduler)."""
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    def decode_run_limit(self) -> int: ...
+
+    def decode_context_tokens(self) -> int: ...
+
+    def advance_decode(self, k: int, t_end: float) -> list[int]: ...
+
+
+class DecodeCost(Protocol):
+    """The step-time source's pure-decode part (sim.timing.cost_model.CostModel)."""
+
+    def decode_time(self, decode_seqs: int, decode_kv: int) -> float: ...
+
+    def decode_step_times(self, k: int, batch: int, context_tokens_start: int) -> np.ndarray: ...
+
+
+# --- the all-decoding batch -------------------------------------------------------------------
+@dataclass
+class DecodeBatch:
+    """The running batch while every member is decoding (computes one token per step).
+
+    Valid for as long as the running ids array is the same object (admission, preemption and
+    finishes all replace it); the scheduler carries it across admissions and finishes. A decode
+    step adds one token to every member, so the summed context moves by a known amount and each
+    member's last step is known in advance: `finishes` is a heap of (clock value at which the
+    member samples its last token, request id), so finding who finishes needs no scan."""
+
+    run: np.ndarray  # the running ids it describes
+    context: int  # summed K/V tokens of the members (cost model input)
+    clock: int  # decode steps this batch (and the batches it grew from) has taken
+    finishes: list[tuple[int, int]]  # heap; shared with the batch it is carried into
+
+    @classmethod
+    def of(cls, run: np.ndarray, remaining: list[int], context: int) -> DecodeBatch:
+        heap = list(zip(remaining, run.tolist(), strict=True))
+        heapq.heapify(heap)
+        return cls(run, context, 0, heap)
+
+    @classmethod
+    def from_table(cls, t: RequestTable, run: np.ndarray) -> DecodeBatch | None:
+        """The batch of `run` if every member is decoding now, else None."""
+        c, g = t.computed[run], t.generated[run]
+        if not run.size or not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
+            return None
+        return cls.of(run, (t.output[run] - g).tolist(), int(_sum(c)))
+
+    @property
+    def min_remaining(self) -> int:
+        """Fewest output tokens a member has still to sample (0: someone is done)."""
+        return self.finishes[0][0] - self.clock
+
+    def advance(self, steps: int) -> None:
+        self.clock += steps
+        self.context += steps * self.run.size
+
+    def leave(self, running: list[int]) -> list[int]:
+        """Members whose last token has been sampled, in running order, taken out of the heap
+        and out of `running` (changed in place); [] while nobody is done."""
+        if self.finishes[0][0] > self.clock:
+            return []
+        heap, clock, gone = self.finishes, self.clock, set()
+        while heap and heap[0][0] <= clock:
+            gone.add(heapq.heappop(heap)[1])
+        if len(gone) == 1:  # the common case: no scan of the batch in Python
+            done = list(gone)
+            running.remove(done[0])
+            return done
+        done = [r for r in running if r in gone]
+        running[:] = [r for r in running if r not in gone]
+        return done
+
+    def carried(self, run: np.ndarray, context: int) -> DecodeBatch:
+        """This batch after some members left: `run` the rest, `context` their summed K/V."""
+        return DecodeBatch(run, context, self.clock, self.finishes)
+
+
+def joined(batch: DecodeBatch | None, t: RequestTable, run: np.ndarray, prefill_ids: list[int],
+           prefill_end: list[int]) -> DecodeBatch:
+    """The decode batch after a step in which `batch` (None: there was none) decoded and every
+    prefill (appended to `run` in this order) finished its prompt: all of `run` now decode."""
+    ctx = sum(prefill_end)
+    if batch is None:
+        return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in prefill_ids], ctx)
+    heap, clock = batch.finishes, batch.clock
+    for r in prefill_ids:
+        heapq.heappush(heap, (clock + int(t.output[r] - t.generated[r]), r))
+    return DecodeBatch(run, batch.context + ctx, clock, heap)
+
+
+# --- the continuous-batching scheduler's side: how far, and the k steps applied -----------------
+def run_limit(sched: Scheduler) -> int:
+    """Rules 1-4 of the module docstring for `sched`: how many next steps may be taken in one go
+    (0: take the general path). Only valid while no new request arrives."""
+    if sched.swapped or not sched.running:
+        return 0
+    cfg = sched.cfg
+    b = len(sched.running)
+    if b > cfg.max_batched_tokens:
+        return 0
+    room = bool(sched.waiting) and b < cfg.max_num_seqs
+    if room and sched.head_admissible(b):
+        return 0  # admission may happen this step: general path
+    batch = sched.decode_batch()
+    if batch is None:
+        return 0
+    k, run, alloc = batch.min_remaining, batch.run, sched.alloc
+    if room:  # a waiting request may fit once blocks are dropped
+        k = min(k, alloc.steps_until_free_rises(run))
+        if k == 0:
+            return 0
+    if alloc.fits_growth(run, k):  # the allocator holds `computed` tokens of each
+        return k
+    return largest_fitting_growth(alloc, run, k)
+
+
+def largest_fitting_growth(alloc: KVAllocator, run: Ids, k: int) -> int:
+    """Largest j in [0, k) such that growing every member by j tokens fits (binary search; the
+    caller knows k does not fit, and growth needs only rise with j)."""
+    lo, hi = 0, k
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if alloc.fits_growth(run, mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def context_tokens(sched: Scheduler) -> int:
+    """Summed K/V tokens of the running batch (cost model input for decode runs)."""
+    batch = sched.decode_batch()
+    return batch.context if batch is not None else int(_sum(sched.t.computed[sched.running_ids()]))
+
+
+def grow(sched: Scheduler, k: int) -> None:
+    """The K/V and token books of k decode steps of the running batch (k <= run_limit(sched));
+    the caller then releases the members that finished."""
+    t = sched.t
+    run = sched.running_ids()
+    batch = sched.decode_batch()  # before the table moves on: it is advanced below
+    sched.alloc.grow_by(run, k)
+    sched.peak_used_blocks = max(sched.peak_used_blocks, sched.alloc.num_used_blocks)
+    t.computed[run] += k
+    t.generated[run] += k
+    if batch is not None:
+        batch.advance(k)
+
+
+# --- the engine's side: the run's step times and its books -------------------------------------
+@dataclass(frozen=True)
+class DecodeRun:
+    """k = len(ends) pure-decode steps of `batch` sequences, step j ending at ends[j]."""
+
+    batch: int
+    ends: list[float]
+
+    @property
+    def steps(self) -> int:
+        return len(self.ends)
+
+    @property
+    def t_end(self) -> float:
+        return self.ends[-1]
+
+    def bookings(self, bucket: Callable[[float], int]) -> list[tuple[float, int]]:
+        """(time, steps) pairs to book the counters at: every step in the bucket its end falls in.
+        All steps but the last end before the next grid point (rule 6), so they share a bucket:
+        the k-1 early ones are booked at the second-to-last end when its bucket differs."""
+        k, t_end = len(self.ends), self.ends[-1]
+        if k > 1 and bucket(self.ends[-2]) != bucket(t_end):
+            return [(self.ends[-2], k - 1), (t_end, 1)]
+        return [(t_end, k)]
+
+
+def plan_run(sched: SkipAhead, cost: DecodeCost, t: float, *, next_sample: float,
+             next_arrival: float | None, max_steps: int | None) -> DecodeRun | None:
+    """The decode run the engine may take from time t (rules 1-7), or None: take a general step.
+    next_sample: the next metrics grid point; next_arrival: the next request routed to this
+    replica (None: no more); max_steps: steps left before the step limit (None: no limit)."""
+    k = sched.decode_run_limit()
+    if not k:
+        return None
+    horizon = next_sample
+    if next_arrival is not None and not sched.num_waiting and next_arrival < horizon:
+        horizon = next_arrival
+    if max_steps is not None:
+        k = min(k, max_steps)
+    b = sched.num_running
+    return DecodeRun(b, step_ends(cost, t, k, b, sched.decode_context_tokens(), horizon))
+
+
+def step_ends(cost: DecodeCost, t: float, k: int, b: int, ctx: int, horizon: float) -> list[float]:
+    """End times of up to k decode steps of a batch of b from `t` (summed context ctx),
+    stopping at the first step that reaches `horizon`. Each end is the previous end plus the
+    step's time, the very floats that stepping one at a time produces. Most runs end within a
+    few steps (the next arrival), so they are summed in Python; longer ones with numpy."""
+    step = cost.decode_time
+    ends: list[float] = []
+    for j in range(min(k, SHORT_RUN)):
+        t += step(b, ctx + j * b)
+        ends.append(t)
+        if t >= horizon:
+            return ends
+    k -= len(ends)
+    if k <= 0:
+        return ends
+    ctx += len(ends) * b
+    first = step(b, ctx)  # step times only grow along a run: bounds the steps that fit
+    if first > 0:
+        k = min(k, int((horizon - t) / first) + 2)
+    dts = cost.decode_step_times(k, b, ctx)
+    rest = np.cumsum(np.concatenate(([t], dts)))[1:]  # sequential, like the loop above
+    k = int(np.searchsorted(rest, horizon, side="left")) + 1
+    return ends + rest[:k].tolist()
