@@ -16,6 +16,11 @@ Roofline v2 (per TP rank; ranks run in parallel; docs/CALIBRATION.md explains ev
                eff = prefill_efficiency when the step has prefill tokens, else decode_efficiency
     attn     = max(attn_flops x Pp / (peak x attn_eff), (Kp + P) x kv_bytes / (bw x mem_eff))   prefill
              + max(attn_flops x Kd / (peak x attn_eff), (Kd + D) x kv_bytes / (bw x mem_eff))   decode
+               summed per KV group where groups read less than the context (sliding, chunked,
+               state, eviction caps: sim/timing/attention_groups.py); MLA prefill runs the
+               decompressed multi-head attention (prefill_attn_flops_per_pair)
+    weights  = streamed non-expert bytes + routed-expert bytes x (1 - (1 - k/E)^T) for an MoE (the
+               experts T tokens are routed to, uniform routing: a decode step of few tokens reads few)
     elementw = elementwise_bytes x T / (bw x mem_eff)
     comm     = 2 all-reduces per layer: latency + bytes x 2 (tp-1)/tp / bus bandwidth (NVLink or PCIe)
     step     = linear + attn + elementw + comm + layers x per_layer + step_overhead + per_seq x S
@@ -33,6 +38,7 @@ import numpy as np
 from models.gpus import GPUSpec, get_gpu
 from models.spec import ModelSpec, load_spec
 from sim.timing import roofline as rl
+from sim.timing.attention_groups import AttnGroup
 from sim.timing.measured_db import CONTEXTS, interp_row
 from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's historic home)
     COEFFICIENTS,
@@ -78,6 +84,10 @@ class CostModel:
     source: str = "roofline"
     source_detail: str = ""
     warnings: tuple[str, ...] = field(default=())
+    prefill_attn_flops_per_pair: float = 0.0  # 0 = attn_flops_per_pair (MLA: the decompressed prefill kernel)
+    attn_groups: tuple[AttnGroup, ...] = ()  # per-group attention terms; () = every layer reads its whole context
+    expert_weight_bytes: float = 0.0  # routed experts per rank (MoE), streamed as far as tokens touch them
+    expert_share: float = 0.0  # experts_per_tok / num_experts
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
@@ -85,7 +95,7 @@ class CostModel:
         """The step-time source for a scenario: its profile when set, else roofline v2.
 
         `overrides` replace any field (tests and calibration use it)."""
-        spec = spec or load_spec(scenario.model)
+        spec = spec or load_spec(scenario.model).with_eviction(getattr(scenario, "kv_eviction", None))
         if scenario.kv_heads and spec.num_kv_heads != scenario.kv_heads:
             spec = spec.with_kv_heads(scenario.kv_heads)
         gpu = gpu or get_gpu(scenario.gpu)
@@ -110,8 +120,7 @@ class CostModel:
         from sim.timing import measured_db
 
         try:
-            table, notes = measured_db.measured_table(spec, gpu.name, scenario.tp, scenario.weight_dtype,
-                                                      scenario.kv_dtype, roof)
+            table, notes = measured_db.measured_table(spec, gpu.name, scenario, roof)
         except measured_db.NotCovered as exc:
             if required:
                 raise ProfileError(f"cost_source measured-db: {exc}") from None
@@ -157,6 +166,8 @@ class CostModel:
             return base + 0.0 * kd
         if row is None:
             return base + self.decode_attention(d, kd, np.maximum if isinstance(kd, np.ndarray) else max)
+        if self.table.attn_groups:
+            return base + self.table.grouped_decode(row, d, kd, np.maximum if isinstance(kd, np.ndarray) else max)
         if isinstance(kd, np.ndarray):
             return base + interp_row(CONTEXTS, row, kd / d)
         x = kd / d  # the scalar case of interp_row, inlined: this runs once per simulated decode step
@@ -207,16 +218,43 @@ class CostModel:
         peak, bw = self.peak_flops, self.hbm_bandwidth * self.memory_efficiency
         eff = self.prefill_efficiency if p > 0 else self.decode_efficiency
         linear = maximum((self.matmul_flops_per_token * t + self.head_flops_per_seq * s) / (peak * eff),
-                         self.weight_bytes / bw)
-        attn_peak = peak * self.attention_efficiency
-        attn = (maximum(self.attn_flops_per_pair * pp / attn_peak, (kp + p) * self.kv_bytes_per_token / bw)
-                + self.decode_attention(d, kd, maximum))
+                         self.streamed_weight_bytes(t) / bw)
+        attn = self.prefill_attention(p, kp, pp, s - d, maximum) + self.decode_attention(d, kd, maximum)
         return linear + attn + self.elementwise_bytes_per_token * t / bw + self.allreduce(t)
 
+    def streamed_weight_bytes(self, t: Any) -> Any:
+        """Weight bytes one step of t tokens reads: all of a dense model; of an MoE the non-expert
+        weights and the routed experts at least one of its tokens is sent to (expected share under
+        uniform routing)."""
+        if not self.expert_weight_bytes:
+            return self.weight_bytes
+        return self.weight_bytes + self.expert_weight_bytes * (1.0 - (1.0 - self.expert_share) ** t)
+
+    def prefill_attention(self, p: Any, kp: Any, pp: Any, np_: Any, maximum: Callable[[Any, Any], Any]) -> Any:
+        """Roofline attention of the step's prompt chunks (p tokens after kp cached, pp pairs, np_ chunks)."""
+        attn_peak = self.peak_flops * self.attention_efficiency
+        bw = self.hbm_bandwidth * self.memory_efficiency
+        flops = self.prefill_attn_flops_per_pair or self.attn_flops_per_pair
+        if not self.attn_groups:
+            return maximum(flops * pp / attn_peak, (kp + p) * self.kv_bytes_per_token / bw)
+        if not p > 0:
+            return 0.0
+        return sum(g.prefill_seconds(p, kp, pp, np_, attn_peak, bw, maximum) for g in self.attn_groups)
+
     def decode_attention(self, d: Any, kd: Any, maximum: Callable[[Any, Any], Any]) -> Any:
-        """Roofline decode attention of d sequences reading kd K/V tokens: max(compute, memory)."""
-        return maximum(self.attn_flops_per_pair * kd / (self.peak_flops * self.attention_efficiency),
-                       (kd + d) * self.kv_bytes_per_token / (self.hbm_bandwidth * self.memory_efficiency))
+        """Roofline decode attention of d sequences reading kd K/V tokens: max(compute, memory),
+        per KV group when the groups read less than the context (mean context kd / d)."""
+        attn_peak = self.peak_flops * self.attention_efficiency
+        bw = self.hbm_bandwidth * self.memory_efficiency
+        if not self.attn_groups:
+            return maximum(self.attn_flops_per_pair * kd / attn_peak, (kd + d) * self.kv_bytes_per_token / bw)
+        if not d > 0:
+            return 0.0 * kd
+        x = kd / d
+        total = 0.0 * kd
+        for g in self.attn_groups:
+            total = total + g.decode_seconds(d, x, attn_peak, bw, maximum)
+        return total
 
     def allreduce(self, t: Any) -> Any:
         """Roofline TP all-reduces of a step of t tokens (0 at TP 1)."""

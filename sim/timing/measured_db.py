@@ -14,6 +14,13 @@ Per step (the same decomposition as the package's own mixed-step estimate):
         + logits of the S sampled sequences
 kvsim adds its own CPU terms (the database has none: docs/CALIBRATION.md).
 
+MoE models use the package's measured MoE kernels (experts split over the TP ranks, or placed
+whole with expert_parallel; its own power-law routing), MLA models its MLA module tables, and the
+expert dtype the checkpoint ships under weight_dtype "native" (mxfp4 for gpt-oss, fp8 blocks for
+DeepSeek). Models with KV groups (sliding, chunked, state, eviction caps) get attention tables of
+ONE full-attention layer, which each group scales by its layers at the context it reads
+(sim/timing/attention_groups.py); state layers have no measured kernel and use the roofline.
+
 Limits respected (../shared/notes/aiconfigurator.md): decode attention tables cover at most 8 KV
 heads per GPU, so beyond that the decode attention term is the roofline's; TP all-reduce over
 PCIe is measured only on the RTX PRO 6000, so other PCIe GPUs use the roofline's all-reduce;
@@ -24,6 +31,7 @@ the reason in `cost_model.detail`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -41,12 +49,15 @@ import numpy as np
 
 # kvsim GPU -> aiconfigurator system with vLLM kernel tables (notes: coverage table).
 SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "l40s": "l40s",
-           "rtx-pro-6000": "rtx_pro_6000_server"}
+           "rtx-pro-6000": "rtx_pro_6000_server", "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200"}
 PCIE_ALLREDUCE_MEASURED = {"rtx-pro-6000"}
 MAX_MEASURED_KV_HEADS = 8
 BACKEND = "vllm"
 KV_QUANT = {"bf16": None, "fp16": None, "fp8": "fp8"}
-WEIGHT_DTYPES = ("bf16", "fp16")
+# kvsim weight dtype -> aiconfigurator GEMM / MoE quant mode; None = what the checkpoint's
+# quantization_config says (aiconfigurator reads it: mxfp4 experts for gpt-oss, fp8 blocks for DeepSeek).
+WEIGHT_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "native": None}
+WEIGHT_DTYPES = tuple(WEIGHT_QUANT)
 # Table grids. Tokens: every step size up to 16k; sequences: vLLM's batch sizes; contexts: 16-128k.
 TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
           6144, 8192, 12288, 16384)
@@ -54,7 +65,11 @@ SEQS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 7
 CONTEXTS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 65536,
             131072)
 PREFIXES = (0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+# Op kinds by name (aiconfigurator's op lists): attention kernels (MLA: the whole attention module),
+# communication (TP all-reduces; vLLM's MoE pre/post dispatch are all-reduces too), the logits GEMM.
+ATTENTION_TYPES = ("ContextAttention", "GenerationAttention")
+COMM_SUFFIXES = ("_ar", "_ar_1", "_ar_2", "_p2p", "_allreduce", "_dispatch")
 
 
 class NotCovered(Exception):
@@ -74,6 +89,9 @@ class MeasuredTable:
     gen_attn: np.ndarray | None  # [SEQS, CONTEXTS] decode attention; None = the roofline's (outside range)
     roofline: Any = None  # CostModel pieces used where the table stops (decode attention, PCIe all-reduce)
     roofline_allreduce: bool = False
+    # Per-group attention (sim/timing/attention_groups.py): when set, ctx_attn and gen_attn hold ONE
+    # full-attention layer and each group scales them by its layers at the context it reads.
+    attn_groups: tuple[Any, ...] = ()
 
     def decode_parts(self, d: float) -> tuple[float, np.ndarray | None]:
         """A pure-decode step of d sequences: (GPU seconds apart from decode attention, the decode
@@ -86,6 +104,35 @@ class MeasuredTable:
         row = self.gen_attn[i] + w * (self.gen_attn[i + 1] - self.gen_attn[i])
         return base, row
 
+    def grouped_decode(self, row: np.ndarray, d: float, kd: Any, maximum: Callable[[Any, Any], Any]) -> Any:
+        """Decode attention summed over the groups: each attention group's layers at the mean context
+        it reads (the measured per-layer row); a state group (no measured kernel) from the roofline."""
+        x = kd / d
+        total = 0.0 * kd
+        for g in self.attn_groups:
+            if g.kind == "state":
+                total = total + g.decode_seconds(d, x, *self._roofline_rates(), maximum)
+            else:
+                total = total + g.layers * interp_row(CONTEXTS, row, g.reads_per_seq(x, d))
+        return total
+
+    def _roofline_rates(self) -> tuple[float, float]:
+        r = self.roofline
+        return r.peak_flops * r.attention_efficiency, r.hbm_bandwidth * r.memory_efficiency
+
+    def _prefill_attention(self, p: float, kp: float, pp: float, np_: float, maximum: Callable[[Any, Any], Any]) -> Any:
+        q, cached = p / np_, kp / np_
+        if not self.attn_groups:
+            return np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, q, cached)
+        layer = np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, q, cached)
+        total = 0.0
+        for g in self.attn_groups:
+            if g.kind == "state":
+                total += g.prefill_seconds(p, kp, pp, np_, *self._roofline_rates(), maximum)
+            else:  # a windowed or chunked group does its share of the all-full chunk's pairs
+                total += g.layers * layer * g.pair_share(q, cached)
+        return total
+
     def step_seconds(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any,
                      maximum: Callable[[Any, Any], Any]) -> Any:
         """GPU seconds of a step shape; d and the prefill arguments are scalars, kd may be an array."""
@@ -93,16 +140,18 @@ class MeasuredTable:
         if p > 0:
             other = _interp1(TOKENS, self.ctx_other, t)
             comm = _interp1(TOKENS, self.ctx_comm, t)
-            attn = np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, p / np_, kp / np_)
+            attn = self._prefill_attention(p, kp, pp, np_, maximum)
         else:
             other = _interp1(SEQS, self.gen_other, d)
             comm = _interp1(SEQS, self.gen_comm, d)
             attn = 0.0
         if d > 0:
-            if self.gen_attn is not None:
-                attn = attn + _interp2(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
-            else:
+            if self.gen_attn is None:
                 attn = attn + self.roofline.decode_attention(d, kd, maximum)
+            elif self.attn_groups:
+                attn = attn + self.grouped_decode(self.decode_parts(d)[1], d, kd, maximum)
+            else:
+                attn = attn + _interp2(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
         s = d + np_
         logits = _interp1(SEQS, self.logits, s) if s > 0 else 0.0
         if self.roofline_allreduce:
@@ -170,7 +219,7 @@ def coverage(gpu_name: str, tp: int, weight_dtype: str, kv_dtype: str) -> str:
     if system is None:
         raise NotCovered(f"no measured vLLM kernels for GPU {gpu_name} (measured: {', '.join(SYSTEMS)})")
     if weight_dtype not in WEIGHT_DTYPES:
-        raise NotCovered(f"weights {weight_dtype}: measured tables used for bf16/fp16 only")
+        raise NotCovered(f"weights {weight_dtype}: measured tables used for {'/'.join(WEIGHT_DTYPES)} only")
     if kv_dtype not in KV_QUANT:
         raise NotCovered(f"KV {kv_dtype}: no measured attention kernels")
     if tp not in (1, 2, 4, 8):
@@ -183,9 +232,35 @@ def cache_dir() -> Path:
     return Path(base) / "measured_db"
 
 
-def table_key(config: dict[str, Any], system: str, tp: int, weight_dtype: str, kv_dtype: str) -> str:
-    text = json.dumps({"v": CACHE_VERSION, "pkg": package_version(), "system": system, "backend": BACKEND,
-                       "tp": tp, "w": weight_dtype, "kv": kv_dtype, "config": config}, sort_keys=True, default=str)
+@dataclass(frozen=True)
+class Deployment:
+    """What the tables are queried for (the cache key): one aiconfigurator compile."""
+
+    system: str
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    moe: bool = False  # an MoE model: experts split over the TP ranks (moe_tp) or placed whole (moe_ep)
+    expert_parallel: bool = False
+    grouped: bool = False  # attention tables per full-attention layer (models with KV groups)
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"tp_size": self.tp}
+        if self.moe:
+            kwargs["moe_ep_size" if self.expert_parallel else "moe_tp_size"] = self.tp
+        quant = WEIGHT_QUANT[self.weight_dtype]
+        if quant:
+            kwargs["gemm_quant_mode"] = quant
+            if self.moe:
+                kwargs["moe_quant_mode"] = quant
+        if KV_QUANT[self.kv_dtype]:
+            kwargs["kvcache_quant_mode"] = KV_QUANT[self.kv_dtype]
+        return kwargs
+
+
+def table_key(config: dict[str, Any], dep: Deployment) -> str:
+    text = json.dumps({"v": CACHE_VERSION, "pkg": package_version(), "backend": BACKEND, "dep": dataclasses.asdict(dep),
+                       "config": config}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -193,7 +268,7 @@ ARRAYS = ("ctx_other", "gen_other", "ctx_comm", "gen_comm", "logits", "ctx_attn"
 
 
 @lru_cache(maxsize=32)
-def _cached_arrays(key: str, config_json: str, system: str, tp: int, kv_dtype: str) -> dict[str, np.ndarray]:
+def _cached_arrays(key: str, config_json: str, dep: Deployment) -> dict[str, np.ndarray]:
     path = cache_dir() / f"{key}.npz"
     if path.is_file():
         try:
@@ -202,7 +277,7 @@ def _cached_arrays(key: str, config_json: str, system: str, tp: int, kv_dtype: s
         except (OSError, ValueError, KeyError):
             pass  # a damaged cache file is rebuilt
     try:
-        arrays = query_tables(json.loads(config_json), system, tp, kv_dtype)
+        arrays = query_tables(json.loads(config_json), dep)
     except NotCovered:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. PerfDataNotAvailableError: a shape the tables lack
@@ -221,88 +296,135 @@ def _cached_arrays(key: str, config_json: str, system: str, tp: int, kv_dtype: s
 _NOT_COVERED: dict[str, str] = {}  # key -> reason: an uncovered model is not compiled again in this process
 
 
-def load_arrays(config: dict[str, Any], system: str, tp: int, weight_dtype: str, kv_dtype: str) -> dict[str, np.ndarray]:
-    key = table_key(config, system, tp, weight_dtype, kv_dtype)
+def load_arrays(config: dict[str, Any], dep: Deployment) -> dict[str, np.ndarray]:
+    key = table_key(config, dep)
     if key in _NOT_COVERED:
         raise NotCovered(_NOT_COVERED[key])
     try:
-        return _cached_arrays(key, json.dumps(config, sort_keys=True, default=str), system, tp, kv_dtype)
+        return _cached_arrays(key, json.dumps(config, sort_keys=True, default=str), dep)
     except NotCovered as exc:
         _NOT_COVERED[key] = str(exc)
         raise
 
 
-def query_tables(config: dict[str, Any], system: str, tp: int, kv_dtype: str) -> dict[str, np.ndarray]:
+def classify_ops(ops: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """Indices of one phase's ops (aiconfigurator's op JSON, in spec order) by kind: attention (all
+    attention ops, MLA's module included), full_attention (unwindowed attention kernels: one layer of
+    them is what a KV group scales), comm, logits and other."""
+    kinds: dict[str, list[int]] = {"attention": [], "full_attention": [], "comm": [], "logits": [], "other": []}
+    for i, op in enumerate(ops):
+        kind, body = next(iter(op.items()))
+        name = str(body.get("name", ""))
+        if kind in ATTENTION_TYPES or "mla" in name or name.endswith("_attention"):
+            kinds["attention"].append(i)
+            if kind in ATTENTION_TYPES and not body.get("window_size"):
+                kinds["full_attention"].append(i)
+        elif name.endswith(COMM_SUFFIXES):
+            kinds["comm"].append(i)
+        elif name.endswith("logits_gemm"):
+            kinds["logits"].append(i)
+        else:
+            kinds["other"].append(i)
+    return kinds
+
+
+def _layers(ops: list[dict[str, Any]], indices: list[int]) -> float:
+    return sum(float(next(iter(ops[i].values())).get("scale_factor", 0.0)) for i in indices)
+
+
+def query_tables(config: dict[str, Any], dep: Deployment) -> dict[str, np.ndarray]:
     """Ask the database once for every grid point of this deployment (about 0.1 s after a ~2 s compile)."""
-    handle = _compile(config, system, tp, kv_dtype)
-    ctx_ops, gen_ops = handle.run_static_per_op(batch_size=1, isl=128, osl=2)
-    ctx_names, gen_names = [op[0] for op in ctx_ops], [op[0] for op in gen_ops]
-    try:
-        c_att, g_att = ctx_names.index("context_attention"), gen_names.index("generation_attention")
-        c_log, g_log = ctx_names.index("context_logits_gemm"), gen_names.index("generation_logits_gemm")
-    except ValueError as exc:
-        raise NotCovered(f"unexpected op list from aiconfigurator-core ({exc})") from None
-    c_comm = [i for i, n in enumerate(ctx_names) if n.endswith(("_ar", "_ar_1", "_ar_2", "_p2p"))]
-    g_comm = [i for i, n in enumerate(gen_names) if n.endswith(("_ar", "_ar_1", "_ar_2", "_p2p"))]
-    c_other = [i for i in range(len(ctx_names)) if i not in (c_att, c_log, *c_comm)]
-    g_other = [i for i in range(len(gen_names)) if i not in (g_att, g_log, *g_comm)]
+    handle, ctx_ops, gen_ops = _compile(config, dep)
+    c, g = classify_ops(ctx_ops), classify_ops(gen_ops)
+    if not c["attention"] or not g["attention"] or not g["logits"]:
+        raise NotCovered("unexpected op list from aiconfigurator-core (no attention or logits op)")
+    c_att, g_att = c["attention"], g["attention"]
+    if dep.grouped:  # one full-attention layer; the KV groups scale it (MeasuredTable.attn_groups)
+        if not c["full_attention"] or not g["full_attention"]:
+            raise NotCovered("aiconfigurator-core has no full-attention kernel for this model's layers")
+        c_att, g_att = c["full_attention"], g["full_attention"]
+        c_per, g_per = 1.0 / _layers(ctx_ops, c_att), 1.0 / _layers(gen_ops, g_att)
+    else:
+        c_per = g_per = 1.0
+    c_other, g_other = c["other"], g["other"]  # the context logits are not used: logits of sampled sequences only
 
     def total(ops: list[Any]) -> float:
         return sum(float(op[1]) for op in ops) * 1e-3  # ms -> s
 
     ctx_other = np.array([total(handle.evaluate_context_ops(c_other, batch_size=1, s=t)) for t in TOKENS])
     gen_other = np.array([total(handle.evaluate_generation_ops(g_other, batch_size=b, s=1024)) for b in SEQS])
-    ctx_comm = np.array([total(handle.evaluate_context_ops(c_comm, batch_size=1, s=t)) if c_comm else 0.0
+    ctx_comm = np.array([total(handle.evaluate_context_ops(c["comm"], batch_size=1, s=t)) if c["comm"] else 0.0
                          for t in TOKENS])
-    gen_comm = np.array([total(handle.evaluate_generation_ops(g_comm, batch_size=b, s=1024)) if g_comm else 0.0
+    gen_comm = np.array([total(handle.evaluate_generation_ops(g["comm"], batch_size=b, s=1024)) if g["comm"] else 0.0
                          for b in SEQS])
-    logits = np.array([total(handle.evaluate_generation_ops([g_log], batch_size=b, s=1024)) for b in SEQS])
-    ctx_attn = np.array([[total(handle.evaluate_context_ops([c_att], batch_size=1, s=q, prefix=p)) for p in PREFIXES]
-                         for q in TOKENS])
-    gen_attn = np.array([[total(handle.evaluate_generation_ops([g_att], batch_size=b, s=c)) for c in CONTEXTS]
+    logits = np.array([total(handle.evaluate_generation_ops(g["logits"], batch_size=b, s=1024)) for b in SEQS])
+    ctx_attn = np.array([[c_per * total(handle.evaluate_context_ops(c_att, batch_size=1, s=q, prefix=p))
+                          for p in PREFIXES] for q in TOKENS])
+    gen_attn = np.array([[g_per * total(handle.evaluate_generation_ops(g_att, batch_size=b, s=x)) for x in CONTEXTS]
                          for b in SEQS])
     return {"ctx_other": ctx_other, "gen_other": gen_other, "ctx_comm": ctx_comm, "gen_comm": gen_comm,
             "logits": logits, "ctx_attn": ctx_attn, "gen_attn": gen_attn}
 
 
-def _compile(config: dict[str, Any], system: str, tp: int, kv_dtype: str) -> Any:
+def _compile(config: dict[str, Any], dep: Deployment) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
+    """(engine handle, context op JSON, generation op JSON): the op lists in the compiled spec's
+    order, which evaluate_*_ops index (run_static_per_op folds ops of the same name)."""
     try:
-        from aiconfigurator_core.sdk.engine import EngineHandle
+        from aiconfigurator_core.sdk import engine as aic_engine
     except ImportError as exc:
         raise NotCovered(f"aiconfigurator-core cannot be imported ({exc})") from None
+    kwargs = dep.compile_kwargs()
     with tempfile.TemporaryDirectory(prefix="kvsim-aic-") as d:
         Path(d, "config.json").write_text(json.dumps(config), encoding="utf-8")
-        kwargs: dict[str, Any] = {"tp_size": tp}
-        if KV_QUANT[kv_dtype]:
-            kwargs["kvcache_quant_mode"] = KV_QUANT[kv_dtype]
         quiet = logging.getLogger("aiconfigurator_core")
         level = quiet.level
         quiet.setLevel(logging.ERROR)
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                return EngineHandle.compile(d, system, BACKEND, **kwargs)
+                handle = aic_engine.EngineHandle.compile(d, dep.system, BACKEND, **kwargs)
+                model_config = aic_engine.build_model_config(
+                    tp_size=dep.tp, pp_size=1, attention_dp_size=1, moe_tp_size=kwargs.get("moe_tp_size", 1),
+                    moe_ep_size=kwargs.get("moe_ep_size", 1), gemm_quant_mode=kwargs.get("gemm_quant_mode"),
+                    kvcache_quant_mode=kwargs.get("kvcache_quant_mode"), fmha_quant_mode=None,
+                    moe_quant_mode=kwargs.get("moe_quant_mode"), comm_quant_mode=None, forward_model=None,
+                    attention_backend=None)
+                aic_engine.apply_nextn(model_config, 0)
+                model = aic_engine.get_model(d, model_config, BACKEND)
+                ctx_ops = json.loads(aic_engine.build_ops_json(model.context_ops))
+                gen_ops = json.loads(aic_engine.build_ops_json(model.generation_ops))
         except Exception as exc:  # noqa: BLE001 - the package raises many kinds; all mean "not covered"
-            raise NotCovered(f"aiconfigurator-core cannot compile this model for {system}: "
+            raise NotCovered(f"aiconfigurator-core cannot compile this model for {dep.system}: "
                              f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}") from None
         finally:
             quiet.setLevel(level)
+    return handle, ctx_ops, gen_ops
 
 
-def measured_table(spec: Any, gpu_name: str, tp: int, weight_dtype: str, kv_dtype: str,
-                   roofline: Any) -> tuple[MeasuredTable, tuple[str, ...]]:
+def measured_table(spec: Any, gpu_name: str, scenario: Any, roofline: Any) -> tuple[MeasuredTable, tuple[str, ...]]:
     """The table for a deployment and the notes on where the roofline stands in; NotCovered if none."""
+    tp, weight_dtype, kv_dtype = scenario.tp, scenario.weight_dtype, scenario.kv_dtype
     system = coverage(gpu_name, tp, weight_dtype, kv_dtype)
-    arrays = load_arrays(dict(spec.config), system, tp, weight_dtype, kv_dtype)
+    groups = roofline.attn_groups
+    dep = Deployment(system, tp, weight_dtype, kv_dtype, moe=spec.moe is not None,
+                     expert_parallel=bool(getattr(scenario, "expert_parallel", False)) and spec.moe is not None,
+                     grouped=bool(groups))
+    arrays = load_arrays(dict(spec.config), dep)
     notes = []
     gen_attn: np.ndarray | None = arrays["gen_attn"]
     kv_heads = max(spec.num_kv_heads // tp, 1)
-    if kv_heads > MAX_MEASURED_KV_HEADS:
+    if kv_heads > MAX_MEASURED_KV_HEADS and spec.mla is None:
         gen_attn = None
         notes.append(f"decode attention: {kv_heads} KV heads per GPU is outside the measured 1-"
                      f"{MAX_MEASURED_KV_HEADS}; roofline for that term")
+    if groups:
+        notes.append("attention per KV group: one measured full-attention layer at the context each group reads"
+                     + ("; state layers from the roofline" if any(g.kind == "state" for g in groups) else ""))
+    if dep.moe and float(getattr(scenario, "expert_imbalance", 1.0)) != 1.0:
+        notes.append("expert load: the measured MoE kernels' own power-law routing (alpha 1.2); "
+                     "expert_imbalance applies to the roofline only")
     pcie_roofline = tp > 1 and roofline.allreduce_link == "pcie" and gpu_name not in PCIE_ALLREDUCE_MEASURED
     if pcie_roofline:
         notes.append("TP all-reduce over PCIe is not measured for this GPU; roofline for that term")
     table = MeasuredTable(arrays["ctx_other"], arrays["gen_other"], arrays["ctx_comm"], arrays["gen_comm"],
-                          arrays["logits"], arrays["ctx_attn"], gen_attn, roofline, pcie_roofline)
+                          arrays["logits"], arrays["ctx_attn"], gen_attn, roofline, pcie_roofline, groups)
     return table, tuple(notes)

@@ -11,6 +11,8 @@ from typing import Any
 
 from models.gpus import GPUSpec
 from models.spec import ModelSpec
+from models.weight_dtypes import WEIGHT_BYTES
+from sim.timing.attention_groups import attention_groups, mla_prefill_flops_per_pair
 
 # Efficiencies (fractions of the datasheet peak) -- docs/CALIBRATION.md, "Roofline v2 defaults".
 PREFILL_EFFICIENCY = 0.8  # large bf16 GEMMs: median of the measured GPUs in models/gpus.py (0.64-1.0)
@@ -46,6 +48,17 @@ def allreduce_terms(spec: ModelSpec, gpu: GPUSpec, tp: int, act_bytes: int) -> t
     return 2 * spec.num_layers * latency, per_token, link
 
 
+def streamed_weight_terms(spec: ModelSpec, weight_dtype: str, streamed: int, tp: int) -> tuple[float, float]:
+    """(non-expert weight bytes streamed per step, routed-expert bytes) per rank. A dense model's
+    expert bytes are 0; an MoE's experts are read only as far as the step's tokens touch them."""
+    total = spec.weight_bytes(weight_dtype)
+    if spec.moe is None:
+        return total * streamed / spec.num_params / tp, 0.0
+    experts = spec.expert_params * WEIGHT_BYTES[spec.weight_dtypes(weight_dtype)[1]]
+    other = spec.num_params - spec.expert_params
+    return (total - experts) * (streamed - spec.expert_params) / other / tp, experts / tp
+
+
 def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, Any]:
     """Per-rank work coefficients of the scenario's model on its GPU at its TP and dtypes."""
     from sim.memory.capacity import kv_bytes_per_token_per_gpu
@@ -57,6 +70,7 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, An
     streamed = spec.num_params - parts["embedding"] - parts["lm_head"] + head_params  # the embedding is a lookup
     act_bytes = 4 if scenario.weight_dtype == "fp32" else 2
     fixed, per_token, link = allreduce_terms(spec, gpu, tp, act_bytes)
+    weights, experts = streamed_weight_terms(spec, scenario.weight_dtype, streamed, tp)
     # Elementwise traffic per token per layer: activation (read gate+up, write) and two fused add+norms.
     elementwise = spec.num_layers * (3 * spec.intermediate_size / tp + 4 * spec.hidden_size) * act_bytes
     return dict(
@@ -64,10 +78,13 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, An
             tp, getattr(scenario, "expert_parallel", False), getattr(scenario, "expert_imbalance", 1.0)),
         head_flops_per_seq=2.0 * head_params / tp,
         attn_flops_per_pair=spec.attention_flops_per_pair(tp),  # MLA: absorbed latent attention
-        weight_bytes=spec.weight_bytes(scenario.weight_dtype) * streamed / spec.num_params / tp,
+        prefill_attn_flops_per_pair=mla_prefill_flops_per_pair(spec, tp),
+        attn_groups=attention_groups(spec, scenario.kv_dtype, tp),  # sliding / chunked / state / capped groups
+        weight_bytes=weights, expert_weight_bytes=experts,
+        expert_share=spec.moe.experts_per_tok / spec.moe.num_experts if spec.moe else 0.0,
         kv_bytes_per_token=float(kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, tp)),
         elementwise_bytes_per_token=float(elementwise),
-        peak_flops=gpu.peak_flops(compute_dtype(scenario.weight_dtype)), hbm_bandwidth=gpu.hbm_bandwidth,
+        peak_flops=gpu.peak_flops(compute_dtype(spec.weight_dtypes(scenario.weight_dtype)[0])), hbm_bandwidth=gpu.hbm_bandwidth,
         allreduce_s_per_token=per_token, allreduce_fixed_s=fixed, allreduce_link=link,
         layer_overhead_s=spec.num_layers * PER_LAYER_S,
         prefill_efficiency=gpu.gemm_efficiency or PREFILL_EFFICIENCY,
