@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from models.spec import CATALOG_DIR
+from sim.core.kv import BREAKDOWN_FIELDS
+from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.run.engine import build, simulate
 from sim.scenario import Scenario, ScenarioError
@@ -74,6 +76,32 @@ def test_prefix_caching_per_group_on_a_prefix_sharing_trace(tmp_path):
     assert (parts - fast.steps["capacity_bytes"]).abs().max() < 1e-6 * fast.steps["capacity_bytes"].max()
     full = simulate(mooncake, sc.replace(model=all_full_copy("gpt-oss-20b", tmp_path)))
     assert fast.summary["prefix_cache_hit_rate"] <= full.summary["prefix_cache_hit_rate"] + 1e-9
+
+
+def test_contiguous_reservations_per_group_hold_more_sequences(tmp_path):
+    """Under a max_len reservation each gpt-oss request reserves its 128-token window in the
+    sliding layers, not 8,192 tokens: about half the bytes, about twice the sequences."""
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=4.0, max_num_seqs=512, max_model_len=8192,
+                  allocator="contiguous", reserve="max")
+    assert isinstance(build(trace(10), sc).replicas[0].alloc, GroupedContiguousAllocator)
+    grouped = simulate(trace(), sc)
+    full = simulate(trace(), sc.replace(model=all_full_copy("gpt-oss-20b", tmp_path)))
+    assert grouped.steps["num_running"].max() >= 1.8 * full.steps["num_running"].max()
+    parts = grouped.steps[[f"{f}_bytes" for f in BREAKDOWN_FIELDS]].sum(axis=1)
+    assert (parts - grouped.steps["capacity_bytes"]).abs().max() < 1e-6 * grouped.steps["capacity_bytes"].max()
+    groups = grouped.summary["kv_group_breakdown_mean"]
+    assert groups["sliding(128)"]["held"] < 0.05 * groups["full"]["held"]  # 128 of 8,192 tokens reserved
+    assert groups["full"]["reserved"] > 0 and groups["full"]["internal_frag"] > groups["full"]["token_states"]
+
+
+@pytest.mark.parametrize(("allocator", "kind"), [("paged", HybridPagedAllocator), ("contiguous", GroupedContiguousAllocator)])
+def test_static_batches_keep_per_group_pools(allocator, kind):
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=2.0, max_model_len=8192, allocator=allocator,
+                  static_batch=16)
+    assert type(build(trace(10), sc).replicas[0].alloc) is kind
+    run = simulate(trace(100), sc)
+    assert run.summary["completed"] + run.summary["rejected"] == 100 and run.summary["rejected_reasons"]["over_kv_pool"] == 0
+    assert set(run.summary["kv_group_breakdown_mean"]) == {"full", "sliding(128)"}
 
 
 def test_prefix_caching_is_refused_for_state_groups_only():

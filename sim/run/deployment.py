@@ -48,7 +48,7 @@ class Deployment:
     budget_terms: dict[str, Any] | None  # the derived budget's terms; None for an explicit budget
     bytes_per_token: int
     num_blocks: int
-    grouped: bool  # one paged manager per KV layer group (sliding, state, mixed models)
+    grouped: bool  # one manager per KV layer group (sliding, state, mixed models), any allocator
     max_model_len: int
     cost: CostModel
 
@@ -62,9 +62,9 @@ class Deployment:
             budget -= spec.kv_fixed_bytes(scenario.kv_dtype)  # fp8 scales (the derived budget has them out)
         else:
             terms = scenario_memory_budget(scenario, spec, gpu).as_dict()
-        # Paged KV of a model with several KV groups: one manager per group over a shared pool. The
-        # static-batch and contiguous baselines treat every layer as full attention (conservative).
-        grouped = needs_group_pools(spec.groups) and scenario.allocator == "paged" and not scenario.static_batch
+        # A model with several KV groups: one manager per group over a shared pool of pages, for
+        # every allocator (paged, contiguous) and the static-batch baseline alike.
+        grouped = needs_group_pools(spec.groups)
         if grouped:
             probe = _group_allocator(scenario, spec, budget)
             num_blocks, bpt = probe.num_blocks, probe.bytes_per_token

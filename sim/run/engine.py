@@ -82,17 +82,19 @@ class Setup:
 def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: KVAllocator) -> np.ndarray:
     """Requests whose K/V could not fit an empty pool (rejected up front, as vLLM does)."""
     sc, bs, num_blocks = dep.scenario, dep.scenario.block_size, dep.num_blocks
-    if sc.static_batch:
-        return -(-(table.prompt + table.output) // bs) > num_blocks
-    if dep.allocator.reserves_up_front:
+    if dep.allocator.reserves_up_front and (dep.grouped or not sc.static_batch):
+        reserve = table.prompt + table.output if sc.static_batch else table.reserve
         never = np.zeros(len(table), dtype=bool)
-        for value in np.unique(table.reserve[~reject]).tolist():  # few distinct sizes
+        for value in np.unique(reserve[~reject]).tolist():  # few distinct sizes
             if not probe.can_allocate(0, value):
-                never |= table.reserve == value
+                never |= reserve == value
         return never
+    if sc.static_batch and not dep.grouped:
+        return -(-(table.prompt + table.output) // bs) > num_blocks
     final = table.prompt + table.output - 1
     if isinstance(probe, HybridPagedAllocator):  # dep.grouped: pages per layer group
-        return probe.peak_pages(final, sc.max_batched_tokens) > num_blocks
+        chunk = table.prompt if sc.static_batch else sc.max_batched_tokens  # static: the prompt in one step
+        return probe.peak_pages(final, chunk) > num_blocks  # type: ignore[arg-type]
     return -(-final // bs) > num_blocks
 
 

@@ -47,6 +47,7 @@ class ContiguousAllocator(KVAllocator):
         self._ntok = np.zeros(size, dtype=np.int64)
         self._start = np.zeros(size, dtype=np.int64)
         self._held = np.zeros(size, dtype=np.int64)  # blocks held (after placement rounding)
+        self._cap = np.zeros(size, dtype=np.int64)  # tokens the run can hold (held x block_size here)
         self._will = np.zeros(size, dtype=np.int64)  # min(held slots, final tokens)
         self._active = np.zeros(size, dtype=bool)
         self._sum_tokens = 0  # sum of n
@@ -86,6 +87,7 @@ class ContiguousAllocator(KVAllocator):
         slots = held * self.block_size
         will = min(slots, int(final_tokens))
         self._ntok[req_id], self._start[req_id], self._held[req_id] = num_tokens, start, held
+        self._cap[req_id] = slots
         self._will[req_id] = will
         self._active[req_id] = True
         self._sum_tokens += num_tokens
@@ -95,7 +97,7 @@ class ContiguousAllocator(KVAllocator):
     # --- growth --------------------------------------------------------------------------------
     def can_append(self, req_id: int, num_new_tokens: int) -> bool:
         self._check(req_id)
-        return bool(self._ntok[req_id] + num_new_tokens <= self._held[req_id] * self.block_size)
+        return bool(self._ntok[req_id] + num_new_tokens <= self._cap[req_id])
 
     def append(self, req_id: int, num_new_tokens: int) -> bool:
         if num_new_tokens < 0:
@@ -114,7 +116,7 @@ class ContiguousAllocator(KVAllocator):
         pool can supply (a contiguous run never grows: the caller must preempt)."""
         ids = np.asarray(req_ids, dtype=np.intp)
         new = np.asarray(new_num_tokens, dtype=np.int64)
-        return self.num_blocks + 1 if _any(new > self._held[ids] * self.block_size) else 0
+        return self.num_blocks + 1 if _any(new > self._cap[ids]) else 0
 
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` inside its reservation now?"""
@@ -134,7 +136,7 @@ class ContiguousAllocator(KVAllocator):
         grow = new - old
         if _min(grow) < 0:
             raise AllocationError("grow_many: a request cannot shrink")
-        if _any(new > self._held[ids] * self.block_size):  # also catches ids not allocated
+        if _any(new > self._cap[ids]):  # also catches ids not allocated
             raise AllocationError("grow_many: a request would outgrow its reservation")
         will = self._will[ids]
         self._sum_tokens += int(_sum(grow))
@@ -144,7 +146,7 @@ class ContiguousAllocator(KVAllocator):
     def headroom(self, req_ids: Ids) -> np.ndarray:
         """Tokens each request can still append inside its reservation."""
         ids = np.asarray(req_ids, dtype=np.intp)
-        return self._held[ids] * self.block_size - self._ntok[ids]
+        return self._cap[ids] - self._ntok[ids]
 
     # --- release and sharing --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
@@ -155,7 +157,7 @@ class ContiguousAllocator(KVAllocator):
         self._sum_written_or_will -= max(n, will)
         self._sum_held_slots -= held * self.block_size
         self._active[req_id] = False
-        self._ntok[req_id] = self._held[req_id] = self._will[req_id] = 0
+        self._ntok[req_id] = self._held[req_id] = self._will[req_id] = self._cap[req_id] = 0
 
     def can_fork(self, parent_id: int) -> bool:
         """A contiguous child needs its own run of the parent's size (nothing can be shared)."""
@@ -222,7 +224,7 @@ class ContiguousAllocator(KVAllocator):
             s, h = int(self._start[r]), int(self._held[r])
             need(h >= 1 and s >= 0 and s + h <= self.num_blocks, f"request {r} run out of range")
             need(bool((owner[s : s + h] == -1).all()), f"request {r} overlaps another run")
-            need(int(self._ntok[r]) <= h * self.block_size, f"request {r} outgrew its run")
+            need(int(self._ntok[r]) <= int(self._cap[r]), f"request {r} outgrew its run")
             owner[s : s + h] = r
         for s, length in self.placement.holes():
             need(bool((owner[s : s + length] == -1).all()), f"hole at {s} overlaps a run")
@@ -241,7 +243,7 @@ class ContiguousAllocator(KVAllocator):
             raise AllocationError(f"request ids must be >= 0, got {req_id}")
         if req_id >= len(self._active):
             size = max(2 * len(self._active), req_id + 1)
-            for name in ("_ntok", "_start", "_held", "_will", "_active"):
+            for name in ("_ntok", "_start", "_held", "_cap", "_will", "_active"):
                 setattr(self, name, grown(getattr(self, name), size))
 
     def _check(self, req_id: int) -> None:

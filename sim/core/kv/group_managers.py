@@ -14,6 +14,11 @@ share one pool of equal pages, as vLLM's hybrid allocator shares one BlockPool.
 - StateManager: one fixed slot (pages enough for the state) per running request, whatever its
   length (vLLM's MambaManager without prefix caching).
 
+A contiguous reservation of R tokens (sim/core/kv/contiguous_groups.py) asks each manager how
+many blocks it needs (`contiguous_blocks`): full attention R; a window or chunk only min(R, span)
+as a ring buffer; a state one slot. `token_cap` is how long a request may grow in those blocks
+and `kept` how many of its n tokens the group holds.
+
 Prefix caching (sim/core/kv/hybrid_prefix.py) asks each manager for its longest cache hit
 (`longest_hit`, vLLM's find_longest_cache_hit per manager): full attention needs every block of
 the prefix, a sliding window only the blocks the next token still attends to, chunked local
@@ -31,6 +36,7 @@ import numpy as np
 from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State
 
 Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holding it, or None
+UNBOUNDED = 1 << 62  # token_cap of a group that never limits a request's length
 
 
 class GroupManager:
@@ -62,6 +68,18 @@ class GroupManager:
         tokens (dropped blocks are freed at the start of the next step, so a chunk adds to the span)."""
         return self.blocks_for(final_tokens)
 
+    def contiguous_blocks(self, reserve_tokens: Any) -> Any:
+        """Blocks a contiguous reservation of `reserve_tokens` tokens takes in this group."""
+        return self.blocks_for(reserve_tokens)
+
+    def token_cap(self, blocks: Any) -> Any:
+        """Most tokens a request may reach in `blocks` contiguous blocks of this group."""
+        return blocks * self.block_size
+
+    def kept(self, tokens: Any) -> Any:
+        """Tokens of a request of `tokens` tokens this group holds (written token states)."""
+        return tokens
+
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
         """The longest cache hit of at most `max_blocks` blocks: (hit blocks n, first block
         index the request still needs, cached blocks for indices first .. n - 1). Full
@@ -88,6 +106,15 @@ class SlidingWindowManager(GroupManager):
 
     def skipped_blocks(self, computed: Any) -> Any:
         return np.maximum(computed - self.window + 1, 0) // self.block_size
+
+    def contiguous_blocks(self, reserve_tokens: Any) -> Any:
+        return self.blocks_for(np.minimum(reserve_tokens, self.window))  # a ring of the window
+
+    def token_cap(self, blocks: Any) -> Any:
+        return np.where(blocks * self.block_size >= self.window, UNBOUNDED, blocks * self.block_size)
+
+    def kept(self, tokens: Any) -> Any:
+        return np.minimum(tokens, self.window)
 
     def first_drop_computed(self, first: Any) -> Any:
         return (first + 1) * self.block_size + self.window - 1
@@ -121,6 +148,16 @@ class ChunkedLocalAttentionManager(GroupManager):
     def skipped_blocks(self, computed: Any) -> Any:
         return (computed // self.chunk) * self.chunk // self.block_size
 
+    def contiguous_blocks(self, reserve_tokens: Any) -> Any:
+        return self.blocks_for(np.minimum(reserve_tokens, self.chunk))  # a ring of one chunk
+
+    def token_cap(self, blocks: Any) -> Any:
+        return np.where(blocks * self.block_size >= self.chunk, UNBOUNDED, blocks * self.block_size)
+
+    def kept(self, tokens: Any) -> Any:
+        """The tokens of the chunk the last token belongs to."""
+        return np.where(tokens > 0, tokens - (tokens - 1) // self.chunk * self.chunk, 0)
+
     def first_drop_computed(self, first: Any) -> Any:
         return -(-((first + 1) * self.block_size) // self.chunk) * self.chunk
 
@@ -146,6 +183,12 @@ class StateManager(GroupManager):
 
     def blocks_for(self, tokens: Any) -> Any:
         return tokens * 0 + 1  # one slot from admission on
+
+    def contiguous_blocks(self, reserve_tokens: Any) -> Any:
+        return reserve_tokens * 0 + 1
+
+    def token_cap(self, blocks: Any) -> Any:
+        return blocks * 0 + UNBOUNDED
 
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
         raise ValueError("prefix caching is not modelled for state (Mamba / linear-attention) groups")

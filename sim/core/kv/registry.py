@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 from models.registry import Registry
 from sim.core.kv.base import KVAllocator
 from sim.core.kv.contiguous import ContiguousAllocator
-from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
+from sim.core.kv.group_managers import GroupManager, make_manager, page_bytes_for
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 from sim.core.kv.paged import PagedAllocator
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
     from sim.scenario import Scenario
 
 AllocatorFactory = Callable[["Scenario", int, int, "int | None"], KVAllocator]
+# (scenario, one manager per KV group, pool pages, page bytes, prefix_block_size) -> allocator
+GroupAllocatorFactory = Callable[["Scenario", list[GroupManager], int, int, "int | None"], KVAllocator]
 
 
 def _paged(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
@@ -42,20 +45,35 @@ def _contiguous(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefi
     return ContiguousAllocator(num_blocks, scenario.block_size, bytes_per_token, placement=scenario.placement)
 
 
+def _paged_groups(scenario: Scenario, managers: list[GroupManager], num_pages: int, page_bytes: int,
+                  prefix_block_size: int | None) -> KVAllocator:
+    if scenario.prefix_caching:  # refused in one line for state groups
+        return HybridPrefixAllocator(managers, num_pages, scenario.block_size, page_bytes, prefix_block_size)
+    return HybridPagedAllocator(managers, num_pages, scenario.block_size, page_bytes)
+
+
+def _contiguous_groups(scenario: Scenario, managers: list[GroupManager], num_pages: int, page_bytes: int,
+                       prefix_block_size: int | None) -> KVAllocator:
+    return GroupedContiguousAllocator(managers, num_pages, scenario.block_size, page_bytes, scenario.placement)
+
+
 @dataclass(frozen=True)
 class AllocatorKind:
-    """One allocator: its factory, and whether the contiguous knobs (reserve, placement) apply."""
+    """One allocator: its factory, its factory for models with several KV groups (None: such
+    models are refused), and whether the contiguous knobs (reserve, placement) apply."""
 
     name: str
     build: AllocatorFactory
     description: str = ""
     reserves_up_front: bool = False  # True: the reserve policy and placement knobs apply
+    build_groups: GroupAllocatorFactory | None = None
 
 
 ALLOCATORS: Registry[AllocatorKind] = Registry("allocator", ((k.name, k) for k in (
-    AllocatorKind("paged", _paged, "fixed-size blocks on demand (vLLM's PagedAttention); prefix caching"),
+    AllocatorKind("paged", _paged, "fixed-size blocks on demand (vLLM's PagedAttention); prefix caching",
+                  build_groups=_paged_groups),
     AllocatorKind("contiguous", _contiguous, "one contiguous run per request, reserved at admission",
-                  reserves_up_front=True),
+                  reserves_up_front=True, build_groups=_contiguous_groups),
 )))
 
 
@@ -89,19 +107,19 @@ def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
 
 
 def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int,
-                         prefix_block_size: int | None = None) -> HybridPagedAllocator:
-    """The per-group paged allocator (sim/core/kv/hybrid.py) over a replica's KV budget (bytes,
-    all its TP ranks); with prefix caching, its subclass sim/core/kv/hybrid_prefix.py (refused,
-    in one line, for state groups). prefix_block_size: as for make_allocator."""
-    if scenario.allocator != "paged":
-        raise ValueError(f"scenario: allocator={scenario.allocator!r}: models with several KV groups "
-                         f"({', '.join(g.label() for g in groups)}) are simulated with the paged allocator only")
+                         prefix_block_size: int | None = None) -> KVAllocator:
+    """The scenario's allocator for a model with several KV groups, over a replica's KV budget
+    (bytes, all its TP ranks): one manager per group over a shared pool of equal pages (paged:
+    sim/core/kv/hybrid.py, with prefix caching hybrid_prefix.py; contiguous: contiguous_groups.py).
+    prefix_block_size: as for make_allocator. Errors are one line starting "scenario:"."""
+    kind = ALLOCATORS.lookup(scenario.allocator)
+    if kind.build_groups is None:
+        raise ValueError(f"scenario: allocator={scenario.allocator!r} has no per-group form: models with several "
+                         f"KV groups ({', '.join(g.label() for g in groups)}) cannot use it")
     bs, dtype, tp = scenario.block_size, scenario.kv_dtype, scenario.tp
     page = page_bytes_for(groups, bs, dtype, tp)
     managers = [make_manager(g, bs, dtype, tp, page) for g in groups]
-    if scenario.prefix_caching:
-        try:
-            return HybridPrefixAllocator(managers, int(kv_budget_bytes) // page, bs, page, prefix_block_size)
-        except ValueError as exc:
-            raise ValueError(f"scenario: {exc}") from None
-    return HybridPagedAllocator(managers, int(kv_budget_bytes) // page, bs, page)
+    try:
+        return kind.build_groups(scenario, managers, int(kv_budget_bytes) // page, page, prefix_block_size)
+    except ValueError as exc:
+        raise ValueError(f"scenario: {exc}") from None
