@@ -31,6 +31,8 @@ CASES = {
     "unknown_format.csv": ["unknown format", "time", "generic (arrival_s"],
     "bad_timestamp.csv": ["data row 2", "unparseable timestamp", "18:17:0x"],
     "ragged.csv": ["line 3", "malformed CSV", "4 fields"],
+    # Issue 17: a text file that is no trace was reported as "line 3: malformed CSV (4 fields, the header has 2)"
+    "random_text.txt": ["unknown format", "header ['Meeting notes'", "generic (arrival_s"],
 }
 
 
@@ -43,6 +45,14 @@ def test_bad_file_gives_one_line_error_with_file_row_and_problem(name: str) -> N
     assert message.startswith(f"{name}: ")
     for piece in CASES[name]:
         assert piece in message, (piece, message)
+
+
+def test_a_text_file_that_is_no_trace_is_not_called_a_malformed_csv() -> None:
+    """The header decides the format before any row is read, so the message names the formats."""
+    for data in ((DATA / "random_text.txt").read_bytes(), b"just some words\nand, more, words\n"):
+        with pytest.raises(TraceError) as info:
+            load_trace_bytes(data, "notes.txt")
+        assert "malformed" not in str(info.value) and "unknown format" in str(info.value)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -13,7 +13,7 @@ import csv
 import io
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,10 @@ def load_trace_bytes(
     if kind == "jsonl":
         raw, row_label, spec, warnings = parse_jsonl(data, name, choose, max_rows)
     else:
-        raw, row_label, warnings = _parse_csv(data, name, max_rows)
+        # Without a format, the header alone must name one before any row is read: a text file that is
+        # no trace (notes, a log) is told so, not reported as a "malformed CSV" at its first odd line.
+        on_header = None if fmt else (lambda header: choose(pd.DataFrame(columns=header)))
+        raw, row_label, warnings = _parse_csv(data, name, max_rows, on_header)
         spec = choose(raw)
     return _normalise(raw, spec, name, row_label, {k: v for k, v in options.items() if v is not None}, warnings)
 
@@ -112,7 +115,8 @@ def _check_utf8(data: bytes, name: str) -> None:
 
 
 # ----- bytes -> raw frame (index = row number for messages) -----------------------------------------
-def _parse_csv(data: bytes, name: str, max_rows: int | None = None) -> tuple[pd.DataFrame, str, list[str]]:
+def _parse_csv(data: bytes, name: str, max_rows: int | None = None,
+               on_header: Callable[[list[str]], object] | None = None) -> tuple[pd.DataFrame, str, list[str]]:
     # Token and numeric-time columns are parsed as numbers by the C parser (fast); a column holding
     # anything else comes back as text and _integers/_seconds name the bad cell. All other columns
     # stay text (session ids keep leading zeros).
@@ -125,6 +129,8 @@ def _parse_csv(data: bytes, name: str, max_rows: int | None = None) -> tuple[pd.
     first = data[start : end if end >= 0 else len(data)].decode("utf-8-sig").rstrip("\r")
     header = next(csv.reader([first], skipinitialspace=True), [])
     _check_header(header, name)
+    if on_header is not None:
+        on_header([c.strip() for c in header])
     numeric = _numeric_column_names()
     dtype = {col: str for col in header if col.strip().lower() not in numeric}
     nrows = None if max_rows is None else max_rows + 1
