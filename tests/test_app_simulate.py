@@ -170,3 +170,37 @@ def test_a_bad_trace_is_explained_in_the_main_area():
     at = page(SIMULATE, trace_src="synthetic", trace_synth="preset=nonsense")
     assert at.main.error and at.main.error[0].value.startswith("Trace: ")
     assert not any("Choose a trace" in i.value for i in at.main.info)
+
+
+def test_digests_come_below_the_result():
+    """Issue 17: the trace and scenario digests cluttered the top of every result."""
+    at = page(SIMULATE, trace_first="20")
+    captions = [c.value for c in at.main.caption]
+    assert "digest" not in captions[0] and captions[-1].startswith("To reproduce: trace digest")
+    assert all("digest" not in c for c in captions[:-1])
+
+
+def test_max_batched_tokens_label_has_the_sidebar_width():
+    """Issue 17: "max_batched_tok/ens" wrapped mid-word in a half-width sidebar column."""
+    at = page(SIMULATE, trace_first="20")
+    assert at.sidebar.number_input(key="max_tokens").label.startswith("max_batched_tokens")
+    for column in at.sidebar.columns:
+        assert not [n for n in column.number_input if n.key == "max_tokens"]
+
+
+def test_int8_pool_caption_and_glossary_explain_the_scale_bytes():
+    """Issue 17: int8's bytes per token exceed fp8's, and nothing on the page said why."""
+    at = page(SIMULATE, kv_dtype="int8", trace_first="20")
+    pool = next(c.value for c in at.caption if c.value.startswith("KV pool:"))
+    assert "67,584 bytes per token (int8, one fp32 scale per token per kv head" in pool
+    glossary = next(e for e in at.expander if e.label == "What the words mean")
+    assert any("int8 vs fp8 KV" in m.value for m in glossary.markdown)
+
+
+def test_compare_explains_each_kv_part():
+    """Issue 17: nothing on Compare explained internal fragmentation vs reserved."""
+    at = page(COMPARE, trace_first="20")
+    glossary = next(e for e in at.expander if e.label == "What the words mean")
+    text = " ".join(m.value for m in glossary.markdown)
+    for part in ("token states", "reserved (not yet written)", "internal fragmentation", "external fragmentation"):
+        assert f"**{part}**" in text

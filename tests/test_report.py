@@ -7,7 +7,7 @@ import re
 import plotly.offline
 import pytest
 
-from sim.out.report import TOKEN_SHARE_LABEL, headline_metrics, html_report, write_html_report
+from sim.out.report import TOKEN_SHARE_LABEL, headline_metrics, html_report, kv_pool_line, write_html_report
 from sim.out.snapshot import Snapshot
 from sim.run.engine import simulate
 from sim.scenario import Scenario
@@ -71,3 +71,43 @@ def test_share_links_use_the_configured_public_url():
         "https://kvsim.example.com/tools/?snapshot=abc"
     assert public_link("", "http://10.0.0.5:8501/simulate", "abc") == "http://10.0.0.5:8501/?snapshot=abc"
     assert public_link("not a url", "http://h:1/x", "abc", "base") == "http://h:1/base/?snapshot=abc"
+
+
+def _chat_run(**fields):
+    return simulate(load_trace(SAMPLES / "chat_small.csv", max_rows=20), Scenario(**fields))
+
+
+def test_kv_pool_line_counts_a_contiguous_pool_in_token_slots():
+    """Issue 17: "28,006 blocks of 16 tokens" was shown for a contiguous run, which has no blocks."""
+    contiguous = _chat_run(allocator="contiguous").summary
+    line = kv_pool_line(contiguous, "contiguous")
+    slots = contiguous["num_blocks"] * contiguous["block_size"]
+    assert f"({slots:,} token slots per replica, reserved contiguously)" in line and "blocks of" not in line
+    paged = _chat_run().summary
+    assert f"({paged['num_blocks']:,} blocks of 16 tokens per replica)" in kv_pool_line(paged, "paged")
+
+
+def test_quantised_kv_says_how_it_stores_its_scales():
+    """Issue 17: int8 showed more bytes per token than fp8 with no word why."""
+    int8, fp8 = _chat_run(kv_dtype="int8"), _chat_run(kv_dtype="fp8")
+    assert int8.summary["bytes_per_token"] > fp8.summary["bytes_per_token"]
+    int8_line = kv_pool_line(int8.summary, "paged", "int8")
+    assert f"{int8.summary['bytes_per_token']:,} bytes per token (int8, " in int8_line
+    assert "scale per token per kv head" in int8_line
+    assert "one fp32 scale per layer" in kv_pool_line(fp8.summary, "paged", "fp8")
+    assert "(bf16" not in kv_pool_line(_chat_run().summary, "paged", "bf16")  # nothing to explain without scales
+    text = html_report(int8)
+    assert "scale per token per kv head" in text and "int8 vs fp8 KV" in text.split("What the words mean")[1]
+
+
+def test_downloads_are_named_after_the_snapshot():
+    """Issue 17: a live run's downloads ignored the snapshot name typed in the form."""
+    from ui.result_view import named_for_download
+
+    live = Snapshot.from_result(make_result(), None)
+    snap, stem = named_for_download(live, " peak hour / EU ")
+    assert stem == "peak-hour-EU" and snap.name == "peak hour / EU"
+    assert "Snapshot <b>peak hour / EU</b>" in html_report(snap)
+    assert named_for_download(live.named("saved"), "")[1] == "saved"  # a reopened snapshot keeps its name
+    model, allocator = live.scenario.model, live.scenario.allocator
+    assert named_for_download(live, "")[1] == f"{model}-{allocator}-{live.scenario.digest()[:6]}"

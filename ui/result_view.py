@@ -50,7 +50,7 @@ def show_metrics(snap: Snapshot) -> None:
         for col, (label, value) in zip(cols, rows[start:start + 4], strict=False):
             col.metric(label, value)
     st.caption(latency_basis(snap.summary))
-    pool = kv_pool_line(snap.summary, snap.scenario.allocator)
+    pool = kv_pool_line(snap.summary, snap.scenario.allocator, snap.scenario.kv_dtype)
     if pool:
         st.caption(pool)
     st.caption(step_time_line(snap.summary))
@@ -110,12 +110,18 @@ def _ident(snap: Snapshot) -> str:
     return f"{snap.trace_digest}/{snap.scenario.digest()}"
 
 
+def named_for_download(snap: Snapshot, typed: str) -> tuple[Snapshot, str]:
+    """The snapshot as the downloads carry it and their file stem: named after the snapshot name typed in
+    the form (or the one it was saved under), else after the model, allocator and scenario digest."""
+    label = (typed or snap.name or "").strip()
+    if label and label != snap.name:
+        snap = snap.named(label)  # the report shows the name too
+    return snap, _slug(label or f"{snap.scenario.model}-{snap.scenario.allocator}-{snap.scenario.digest()[:6]}")
+
+
 def show_sharing(snap: Snapshot, key: str = "res") -> None:
     """Download the snapshot or an HTML report; save a named snapshot to the store for a link."""
-    label = str(st.session_state.get(f"{key}-save-name") or snap.name or "").strip()
-    if label and label != snap.name:
-        snap = snap.named(label)  # downloads carry the snapshot's name, in the file name and the report
-    name = _slug(label or f"{snap.scenario.model}-{snap.scenario.allocator}-{snap.scenario.digest()[:6]}")
+    snap, name = named_for_download(snap, str(st.session_state.get(f"{key}-save-name") or ""))
     c1, c2 = st.columns(2)
     c1.download_button("Download snapshot (JSON)", data=snap.to_json, file_name=f"{name}.kvsim.json",
                        mime="application/json", key=f"{key}-dl-json", on_click="ignore")

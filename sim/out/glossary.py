@@ -15,11 +15,15 @@ KV_PARTS = (
     ("free", "Memory no request holds (with prefix caching, cached blocks that can be evicted count as free)."),
 )
 
-# The capacity planner's nouns and units.
+# The capacity planner's nouns.
 TERMS = (
     ("sequence", "One request's context held in the KV cache: its prompt plus the tokens generated so far."),
     ("user", "Someone with one conversation open: one sequence at the chosen context length at a time, so N users "
      "need N concurrent sequences."),
+)
+
+# What a token costs in the pool: shown wherever bytes per token are (every page's glossary, the report).
+KV_BYTES = (
     ("KV bytes per token", "Memory one token's keys and values take on one GPU (all layers; split across the "
      "tensor-parallel GPUs)."),
     ("int8 vs fp8 KV", "Both store one byte per value. int8 adds a 4-byte scale for K and for V per token, kv head "

@@ -11,8 +11,9 @@ import html
 from pathlib import Path
 from typing import Any
 
+from models.kv_dtypes import get_kv_dtype
 from sim.out import charts
-from sim.out.glossary import KV_PARTS
+from sim.out.glossary import KV_BYTES, KV_PARTS
 from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
 from sim.out.svg import figure_svg
 
@@ -71,20 +72,30 @@ def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def kv_pool_line(summary: dict[str, Any], allocator: str = "paged") -> str | None:
+def kv_pool_line(summary: dict[str, Any], allocator: str = "paged", kv_dtype: str | None = None) -> str | None:
     """The KV pool as the run sized it (bytes per token, capacity, blocks): the figures GQA and the KV dtype
     move. Read from the summary, never recomputed here, so the page shows what the engine used. A
-    contiguous pool is counted in token slots: it has no blocks."""
+    contiguous pool is counted in token slots: it has no blocks. A KV dtype with scales says how it
+    stores them (int8's per-token scales are why its bytes per token exceed fp8's)."""
     per_token, capacity = summary.get("bytes_per_token"), summary.get("kv_capacity_bytes")
     if not per_token or capacity is None:
         return None  # a snapshot from a backend that does not report them
-    line = f"KV pool: {int(per_token):,} bytes per token, {float(capacity) / GIB:,.2f} GiB capacity"
+    line = f"KV pool: {int(per_token):,} bytes per token{_scales(kv_dtype)}, {float(capacity) / GIB:,.2f} GiB capacity"
     blocks, block_size = summary.get("num_blocks"), summary.get("block_size")
     if blocks and block_size and allocator == "contiguous":
         line += f" ({int(blocks) * int(block_size):,} token slots per replica, reserved contiguously)"
     elif blocks and block_size:
         line += f" ({int(blocks):,} blocks of {int(block_size)} tokens per replica)"
     return line
+
+
+def _scales(kv_dtype: str | None) -> str:
+    """' (int8, one fp32 scale per token ...)' for a dtype with scales: its registry description."""
+    try:
+        dtype = get_kv_dtype(kv_dtype) if kv_dtype else None
+    except ValueError:  # a snapshot naming a dtype this server does not register
+        return ""
+    return f" ({dtype.description})" if dtype and dtype.scale_layout else ""
 
 
 def _fraction(summary: dict[str, Any], key: str) -> str:
@@ -175,13 +186,13 @@ figure {{ margin: 1rem 0; }}
 <div class="cols">
 <div><h2>Headline</h2>{_notices(result.summary)}{_table(headline_metrics(result.summary))}
 <p>{html.escape(latency_basis(result.summary))}</p>
-<p>{html.escape(kv_pool_line(result.summary, result.scenario.allocator) or "")}</p></div>
+<p>{html.escape(kv_pool_line(result.summary, result.scenario.allocator, result.scenario.kv_dtype) or "")}</p></div>
 <div><h2>Scenario</h2>{_table(scenario_rows)}</div>
 </div>
 <h2>Charts</h2>
 {svgs}
 <h2>What the words mean</h2>
-<ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in KV_PARTS)}</ul>
+<ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in KV_PARTS + KV_BYTES)}</ul>
 <p class="small">Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
 <code>{html.escape(result.scenario.digest())}</code> (the same pair reproduces these numbers).</p>
 </body></html>
