@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -174,3 +175,5 @@ def test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks():
     cap = charts.concurrency_curves(curves, context_tokens=8192)
     assert cap.layout.xaxis.dtick == 1 and cap.layout.xaxis.tickformat == "~s"  # 1, 10, 100, 1k
     assert cap.layout.shapes[0].x0 == 8192 and "8,192" in cap.layout.annotations[0].text
+    # on a log axis an annotation sits at log10(x): at x=8192 it was drawn at 10^8192, off the chart (issue 17)
+    assert cap.layout.annotations[0].x == pytest.approx(math.log10(8192)) and cap.layout.annotations[0].yref == "paper"

@@ -7,6 +7,7 @@ draw what the simulator or the GPU backend measured. Bytes are shown in GiB (2^3
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -228,8 +229,10 @@ def concurrency_curves(curves: pd.DataFrame, context_tokens: int | None = None) 
     fig.update_xaxes(type="log", dtick=1, tickformat="~s", minor=dict(showgrid=True))
     fig.update_yaxes(type="log", dtick=1, tickformat="~s", minor=dict(showgrid=True))
     if context_tokens:
-        fig.add_vline(x=context_tokens, line=dict(color="#111827", dash="dash", width=1.5),
-                      annotation_text=f"your context: {context_tokens:,}", annotation_position="top")
+        fig.add_vline(x=context_tokens, line=dict(color="#111827", dash="dash", width=1.5))
+        # an annotation on a log axis is placed in log10 units (add_vline's own label is not: it lands off-chart)
+        fig.add_annotation(x=math.log10(context_tokens), xref="x", y=1, yref="paper", yanchor="bottom",
+                           text=f"your context: {context_tokens:,}", showarrow=False)
     fig.update_layout(hovermode="closest")
     return fig
 
