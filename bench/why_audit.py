@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 MALFORMED_FIX = "subject:Trace loader: without a format, the header must name one"
 INT8_FIX = "subject:int8 vs fp8 explained where the bytes are"
 LATER_TESTS = INT8_FIX  # the same commit added tests for Why items fixed earlier without one
+GLOSSARY_TEST = "subject:Compare's glossary test in its own file"
+CONTEXT_LABEL_FIX = "subject:Capacity chart: the 'your context' label is drawn where the dashed line is"
 
 # (Why item, fixing commit, test node[, commit the test file comes from when not the fix itself])
 AUDIT: list[tuple[str, ...]] = [
@@ -66,8 +68,10 @@ AUDIT: list[tuple[str, ...]] = [
      "tests/test_app_simulate.py::test_int8_pool_caption_and_glossary_explain_the_scale_bytes"),
     ("7 '28,006 blocks of 16 tokens' on a contiguous run", "9dd0b82",
      "tests/test_report.py::test_kv_pool_line_counts_a_contiguous_pool_in_token_slots", LATER_TESTS),
-    ("4 fragmentation kinds unexplained", "8da72e2", "tests/test_app_simulate.py::test_compare_explains_each_kv_part",
-     LATER_TESTS),
+    ("4 fragmentation kinds unexplained", "8da72e2", "tests/test_glossary.py::test_compare_explains_each_kv_part",
+     GLOSSARY_TEST),
+    ("5 user's context unmarked (its label was off the chart)", CONTEXT_LABEL_FIX,
+     "tests/test_charts.py::test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks"),
     ("7 digests clutter the top", "9b498c0", "tests/test_app_simulate.py::test_digests_come_below_the_result", LATER_TESTS),
     ("7 'max_batched_tok/ens' wraps", "9b498c0",
      "tests/test_app_simulate.py::test_max_batched_tokens_label_has_the_sidebar_width", LATER_TESTS),
@@ -112,7 +116,11 @@ def run_tests(where: Path, nodes: list[str]) -> dict[str, str]:
             node = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '').split('[')[0]}"
             bad = [child for child in case if child.tag in ("failure", "error")]
             if bad:
-                message = " ".join((bad[0].get("message") or bad[0].tag).split())[:90].replace("|", "/")
+                message = bad[0].get("message") or bad[0].tag
+                if message == "collection failure":  # name the import that failed
+                    lines = [ln[1:].strip() for ln in (bad[0].text or "").splitlines() if ln.startswith("E ")]
+                    message = f"does not import: {lines[-1] if lines else message}"
+                message = " ".join(message.split())[:110].replace("|", "/")
                 state = f"fails: {message}"
                 if not case.get("classname"):  # a module that does not import
                     collect_error = state

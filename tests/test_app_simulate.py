@@ -196,11 +196,3 @@ def test_int8_pool_caption_and_glossary_explain_the_scale_bytes():
     glossary = next(e for e in at.expander if e.label == "What the words mean")
     assert any("int8 vs fp8 KV" in m.value for m in glossary.markdown)
 
-
-def test_compare_explains_each_kv_part():
-    """Issue 17: nothing on Compare explained internal fragmentation vs reserved."""
-    at = page(COMPARE, trace_first="20")
-    glossary = next(e for e in at.expander if e.label == "What the words mean")
-    text = " ".join(m.value for m in glossary.markdown)
-    for part in ("token states", "reserved (not yet written)", "internal fragmentation", "external fragmentation"):
-        assert f"**{part}**" in text
