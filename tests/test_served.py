@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.out.report import headline_metrics, html_report
-from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.run.engine import simulate
 from sim.run.verdict import MIN_QUEUE_GROWTH, OVERLOAD_MARGIN, load, overloaded
 from sim.scenario import Scenario, ScenarioError
@@ -124,3 +124,12 @@ def test_no_fix_below_one_percent():
                "rejected_reasons": {"over_max_model_len": 5, "over_kv_pool": 0}, "longest_prompt_tokens": 9000,
                "model_context_tokens": 32768}
     assert rejection_fix(summary) is None and "5 rejected (0.5%)" in not_served(summary)
+
+
+def test_one_rejected_of_a_long_trace_is_not_zero_percent():
+    """Seen on the loaded screenshot: 1 of 19,366 rejected read "1 (0.0%)"."""
+    summary = {"requests": 19366, "completed": 19365, "rejected": 1, "unfinished": 0,
+               "rejected_reasons": {"over_max_model_len": 1, "over_kv_pool": 0}}
+    assert "1 rejected (<0.1%)" in not_served(summary)
+    assert dict(headline_metrics(summary))["rejected"] == "1 (<0.1%)"
+    assert share(416, 19366) == "2.1%" and share(0, 10) == "0.0%" and share(5, 10000) == "0.1%"

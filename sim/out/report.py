@@ -14,7 +14,7 @@ from typing import Any
 from models.kv_dtypes import get_kv_dtype
 from sim.out import charts
 from sim.out.glossary import KV_BYTES, KV_PARTS
-from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.out.svg import figure_svg
 
 GIB = float(1 << 30)
@@ -52,7 +52,7 @@ def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
         n = summary.get(key)
         if n is None:
             return "n/a"
-        return f"{int(n):,}" + (f" ({100 * int(n) / int(total):.1f}%)" if n and total else "")
+        return f"{int(n):,}" + (f" ({share(int(n), int(total))})" if n and total else "")
 
     return [
         (f"completed (of {num(total, ',.0f')})", num(summary.get("completed"), ",.0f")),

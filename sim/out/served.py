@@ -60,7 +60,10 @@ def not_served(summary: Mapping[str, Any]) -> str:
 
 
 def share(n: int, total: int) -> str:
-    return f"{100 * n / total:.1f}%" if total else "n/a"
+    """n of total in percent, one decimal; a few requests of a long trace read "<0.1%", never "0.0%"."""
+    if not total:
+        return "n/a"
+    return "<0.1%" if 0 < 100 * n / total < 0.05 else f"{100 * n / total:.1f}%"
 
 
 def latency_basis(summary: Mapping[str, Any]) -> str:
