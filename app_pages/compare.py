@@ -7,7 +7,7 @@ from models.spec import SpecError
 from sim.guard.text import public_error
 from sim.out import charts
 from sim.out.compare_words import comparison_rows, describe_differences
-from sim.out.served import load_verdict, not_served
+from sim.out.served import compared_verdicts
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.bounded import show_input_problems, show_link_problems
@@ -46,11 +46,8 @@ if len(snaps) < 2:
     st.stop()
 
 summaries = {k: s.summary for k, s in snaps.items()}
-for label, summary in summaries.items():
-    if summary.get("overloaded"):
-        st.warning(f"{label}: {load_verdict(summary)}", icon=":material/warning:")
-    if summary.get("rejected") or summary.get("unfinished"):
-        st.warning(f"{label}: {not_served(summary)}", icon=":material/block:")
+for verdict in compared_verdicts(summaries):
+    st.warning(verdict, icon=":material/warning:" if verdict.startswith("Overloaded") else ":material/block:")
 st.subheader("In words")
 for sentence in describe_differences(summaries):
     st.markdown(f"- {sentence}")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.out.report import headline_metrics, html_report
-from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix, share
+from sim.out.served import compared_verdicts, latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.run.engine import simulate
 from sim.run.verdict import MIN_QUEUE_GROWTH, OVERLOAD_MARGIN, load, overloaded
 from sim.scenario import Scenario, ScenarioError
@@ -133,3 +133,21 @@ def test_one_rejected_of_a_long_trace_is_not_zero_percent():
     assert "1 rejected (<0.1%)" in not_served(summary)
     assert dict(headline_metrics(summary))["rejected"] == "1 (<0.1%)"
     assert share(416, 19366) == "2.1%" and share(0, 10) == "0.0%" and share(5, 10000) == "0.1%"
+
+
+def test_a_comparison_says_overload_and_unserved_once():
+    """The loaded Compare screenshot: four runs gave eight warning boxes above the comparison."""
+    base = {"requests": 100, "completed": 90, "rejected": 10, "unfinished": 0,
+            "rejected_reasons": {"over_max_model_len": 10, "over_kv_pool": 0}}
+    slow = dict(base, overloaded=True, binding="kv", load={"arrival_rate_rps": 16.16, "started_rate_rps": 1.48})
+    fast = dict(base, overloaded=True, binding="compute", load={"arrival_rate_rps": 16.16, "started_rate_rps": 2.61})
+    over, unserved = compared_verdicts({"max": slow, "pow2": fast})
+    assert over.startswith("Overloaded: All runs cannot keep up") and "16.16 requests/s arrived" in over
+    assert "max (1.48 requests/s started; KV cache memory binds)" in over
+    assert "pow2 (2.61 requests/s started; GPU compute binds)" in over
+    assert unserved == "Every run: 90 of 100 requests completed; 10 rejected (10.0%): 10 because the prompt is at least max_model_len."
+    calm = dict(base, rejected=0, completed=100, rejected_reasons={})
+    words = compared_verdicts({"max": slow, "paged": calm})
+    assert len(words) == 2 and words[0].startswith("Overloaded: 1 of 2 runs") and "paged" not in words[0]
+    assert words[1].startswith("Not served: max: 90 of 100") and "paged" not in words[1]
+    assert compared_verdicts({"a": calm, "b": calm}) == []

@@ -120,3 +120,33 @@ def context_warning(summary: Mapping[str, Any]) -> str | None:
         return (f"max_model_len {limit:,} is above the model's context of {context:,} tokens: vLLM refuses such a "
                 "setting, and the model was never trained on positions that far.")
     return None
+
+
+def compared_verdicts(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """At most two warnings for a comparison (Compare): the runs that cannot keep up, in one sentence
+    with each one's started rate and binding resource, then what was not served, said once when every
+    run left the same requests unserved. Eight near-identical boxes pushed the comparison off screen."""
+    out = []
+    over = {name: s for name, s in summaries.items() if s.get("overloaded")}
+    if over:
+        each = []
+        for name, s in over.items():
+            load, binding = s.get("load") or {}, s.get("binding")
+            started = load.get("started_rate_rps")
+            rate = f" {started:,.2f} requests/s started" if isinstance(started, (int, float)) else ""
+            binds = f"{';' if rate else ''} {BINDING_WORDS.get(str(binding), str(binding))} binds" if binding else ""
+            each.append(f"{name} ({(rate + binds).strip()})" if rate or binds else name)
+        arrive = next(((s.get("load") or {}).get("arrival_rate_rps") for s in over.values()), None)
+        arrived = f" while {arrive:,.2f} requests/s arrived" if isinstance(arrive, (int, float)) else ""
+        whom = "All runs" if len(over) == len(summaries) else f"{len(over)} of {len(summaries)} runs"
+        out.append(f"Overloaded: {whom} cannot keep up with the trace (the queue was still growing when arrivals "
+                   f"stopped){arrived}: {', '.join(each)}. Their latencies grow with the trace's length; serve less "
+                   "load (a smaller load x K) or add capacity.")
+    unserved = {name: not_served(s) for name, s in summaries.items() if _int(s, "rejected") or _int(s, "unfinished")}
+    if unserved:
+        lines = set(unserved.values())
+        if len(lines) == 1 and len(unserved) == len(summaries):
+            out.append(f"Every run: {lines.pop()}")
+        else:
+            out.append("Not served: " + " ".join(f"{name}: {line}" for name, line in unserved.items()))
+    return out
