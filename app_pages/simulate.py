@@ -3,11 +3,11 @@
 import streamlit as st
 
 from models.spec import SpecError
-from sim.guard.text import plain, public_error
+from sim.guard.text import public_error
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.bounded import show_input_problems, show_link_problems
-from ui.result_view import show_result
+from ui.result_view import reproduce_line, run_caption, show_result
 from ui.runner import run_scenario
 from ui.scenario_form import apply_changes, scenario_sidebar
 from ui.trace_picker import pick_trace
@@ -20,12 +20,11 @@ if trace is None or scenario is None:
     show_input_problems("Choose a trace and a valid scenario in the sidebar.")
     st.stop()
 
-load = f", replayed at {scenario.speedup:g}x its rate" if scenario.speedup != 1 else ""
-st.caption(f"Trace {plain(trace.source)} ({len(trace):,} requests{load}); {scenario.model} on {scenario.gpu}")
+st.caption(run_caption(scenario, trace.source, len(trace)))
 try:
     snap = run_scenario(trace, scenario)
 except (SpecError, ScenarioError, TraceError, ValueError) as exc:
     st.error(public_error(exc))
     st.stop()
 show_result(snap, key="sim", apply_fix=apply_changes)
-st.caption(f"To reproduce: trace digest {trace.digest()}; scenario {scenario.digest()}")
+st.caption(reproduce_line(trace.digest(), scenario))

@@ -8,7 +8,7 @@ from sim.guard.text import plain, public_error
 from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
 from sim.out.snapshot_store import open_store
 from ui.plan_view import show_plan
-from ui.result_view import MINE_KEY, share_link, show_result
+from ui.result_view import MINE_KEY, reproduce_line, run_caption, share_link, show_result
 
 st.title("Snapshots")
 try:
@@ -23,8 +23,9 @@ if note:
 def show_snapshot(snap: Snapshot, key: str) -> None:
     sc = snap.scenario
     st.subheader(plain(snap.name or "unnamed snapshot"))
-    st.caption(public_error(f"{sc.model} on {sc.gpu} x tp{sc.tp}, {sc.allocator}, KV {sc.kv_dtype}; trace digest "
-                     f"{snap.trace_digest}; saved {snap.created_utc or 'n/a'} by kvsim {snap.app_version or '?'}"))
+    trace = snap.trace_summary or {}
+    st.caption(run_caption(sc, str(trace.get("source") or "?"), int(trace.get("rows") or 0))
+               + f"; saved {snap.created_utc or 'n/a'} by kvsim {snap.app_version or '?'}")
     if snap.plan is not None:
         st.markdown("**The search this run drills into**")
         show_plan(snap.plan, key=f"{key}-plan")
@@ -33,6 +34,7 @@ def show_snapshot(snap: Snapshot, key: str) -> None:
     with st.expander("Scenario and trace"):
         st.json(sc.to_dict(), expanded=False)
         st.json(snap.trace_summary, expanded=False)
+    st.caption(reproduce_line(snap.trace_digest, sc))
 
 
 snap_id = st.query_params.get("snapshot")

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from sim.out.report import headline_metrics
 from sim.out.snapshot import Snapshot
 from sim.out.snapshot_store import SnapshotStore
+from sim.scenario import Scenario
 from tests.test_charts import make_result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,3 +129,16 @@ def test_app_navigation_and_snapshot_link(store):
     at.query_params["snapshot"] = snap_id
     at.run()
     assert at.title[0].value == "Snapshots" and at.subheader[0].value == "linked"
+
+
+def test_link_says_what_ran_and_keeps_digests_below(store):
+    """The loaded screenshot: a snapshot of a run at load x 3 with max_model_len 4,096 said neither, and
+    its first line was a trace digest."""
+    result = make_result()
+    result.scenario = Scenario(speedup=3.0, max_model_len=4096)
+    snap_id = store.save(Snapshot.from_result(result, None), "loaded run")
+    at = page(snapshot=snap_id)
+    captions = [c.value for c in at.caption]
+    assert "replayed at 3x its rate" in captions[0] and "max_model_len 4,096" in captions[0]
+    reproduce = f"To reproduce: trace digest {result.trace_digest}; scenario {result.scenario.digest()}"
+    assert reproduce in captions and all("digest" not in c for c in captions[:captions.index(reproduce)])

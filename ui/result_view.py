@@ -14,13 +14,26 @@ from urllib.parse import urlsplit
 
 import streamlit as st
 
-from sim.guard.text import public_error
+from sim.guard.text import plain, public_error
 from sim.out import charts
 from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
 from sim.out.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
 from sim.out.snapshot import Snapshot, SnapshotError, snapshot_link
 from sim.out.snapshot_store import open_store
 from ui.glossary import show_glossary
+
+
+def run_caption(sc: Any, source: str, requests: int) -> str:
+    """What ran, in one line above the result: the trace (and its load), the model, GPU and the choices
+    that change the answer. Digests are for reproducing, so they go below (reproduce_line)."""
+    load = f", replayed at {sc.speedup:g}x its rate" if sc.speedup != 1 else ""
+    limit = f", max_model_len {sc.max_model_len:,}" if sc.max_model_len else ""
+    return public_error(f"Trace {plain(source)} ({requests:,} requests{load}); {sc.model} on {sc.gpu} x tp{sc.tp}, "
+                        f"{sc.allocator}, KV {sc.kv_dtype}{limit}")
+
+
+def reproduce_line(trace_digest: str, sc: Any) -> str:
+    return f"To reproduce: trace digest {trace_digest}; scenario {sc.digest()}"
 
 
 def show_verdicts(snap: Snapshot, apply_fix: Callable[[dict[str, Any]], None] | None = None, key: str = "res") -> None:
