@@ -110,7 +110,7 @@ def run_tests(where: Path, nodes: list[str]) -> dict[str, str]:
     subprocess.run([str(where / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     f"--junitxml={report}", *nodes], cwd=where, capture_output=True, text=True)
     seen: dict[str, list[str]] = {}
-    collect_error = "fails: not collected"
+    collect_errors: dict[str, str] = {}  # test file -> why it did not import
     if report.exists():
         for case in ET.parse(report).iter("testcase"):
             node = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '').split('[')[0]}"
@@ -122,14 +122,14 @@ def run_tests(where: Path, nodes: list[str]) -> dict[str, str]:
                     message = f"does not import: {lines[-1] if lines else message}"
                 message = " ".join(message.split())[:110].replace("|", "/")
                 state = f"fails: {message}"
-                if not case.get("classname"):  # a module that does not import
-                    collect_error = state
+                if not case.get("classname"):  # a module that does not import: named "tests.test_x"
+                    collect_errors[case.get("name", "").replace(".", "/") + ".py"] = state
             else:
                 state = "skipped" if any(child.tag == "skipped" for child in case) else "passes"
             seen.setdefault(node, []).append(state)
     out = {}
     for node in nodes:
-        states = seen.get(node, [collect_error])
+        states = seen.get(node, [collect_errors.get(node.split("::")[0], "fails: not collected")])
         out[node] = next((s for s in states if s.startswith("fails")), "passes" if "passes" in states else "skipped")
     return out
 
