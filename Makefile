@@ -7,7 +7,7 @@ PORT   ?= 8501
 # 127.0.0.1: this machine only. ADDRESS=0.0.0.0 shares the dashboard on the network (docs/DASHBOARD.md).
 ADDRESS ?= 127.0.0.1
 
-.PHONY: run test lint bench browser-deps vllm-env clean gpu-bundle gpu-bundle-check
+.PHONY: run test lint bench screenshots browser-deps vllm-env clean gpu-bundle gpu-bundle-check
 
 
 # vLLM V1 for `gpu_backend run --engine vllm` and `gpu_backend conform`, in its own venv (its pins
@@ -59,6 +59,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+# Retake docs/screenshots/: every page on the bundled default and on a loaded scenario (real Chromium, ~3 min).
+screenshots: $(STAMP)
+	$(PY) bench/screenshots.py
 
 # Debian's chromium for the browser tests (.ci/run calls this; needs root or sudo).
 browser-deps:
