@@ -198,3 +198,34 @@ def test_int8_pool_caption_and_glossary_explain_the_scale_bytes():
     glossary = next(e for e in at.expander if e.label == "What the words mean")
     assert any("int8 vs fp8 KV" in m.value for m in glossary.markdown)
 
+
+def group_bars(at: AppTest) -> dict[str, dict[str, float]] | None:
+    """{series: {bar label: GiB}} of the per-KV-group chart, or None when the page drew none."""
+    for i, chart in enumerate(at.get("plotly_chart")):
+        spec = json.loads(chart.proto.spec)
+        if spec["layout"]["title"]["text"].startswith("KV pool by layer group"):
+            ys = chart_series(at, i)
+            return {t["name"]: dict(zip(t["x"], ys[t["name"]].tolist(), strict=True)) for t in spec["data"]}
+    return None
+
+
+def test_a_model_with_several_kv_groups_gets_a_chart_per_group():
+    from ui.result_view import ONE_GROUP_LINE
+
+    at = page(SIMULATE, model="gpt-oss-20b", gpu="h100-sxm", paging="contiguous")
+    assert not at.exception and not at.error
+    bars = group_bars(at)
+    assert bars is not None and ONE_GROUP_LINE not in [c.value for c in at.caption]
+    assert set(bars["token states"]) == {"full", "sliding(128)"}
+    assert bars["token states"]["full"] > bars["token states"]["sliding(128)"] > 0
+    # contiguous runs reserve max_model_len in the full layers but only the 128-token window in the others
+    assert bars["reserved (not yet written)"]["full"] > 10 * bars["reserved (not yet written)"]["sliding(128)"]
+    assert bars["free"]["free (shared)"] > 0
+
+
+def test_a_one_group_model_collapses_the_group_chart_to_a_line():
+    from ui.result_view import ONE_GROUP_LINE
+
+    at = page(SIMULATE)  # the default model keeps K and V of every token in every layer
+    assert not at.exception and group_bars(at) is None
+    assert ONE_GROUP_LINE in [c.value for c in at.caption]

@@ -78,12 +78,19 @@ def step_time_line(summary: dict) -> str:
     return f"Step times: {cm or 'unknown'}"  # snapshots written before the source was an object
 
 
+ONE_GROUP_LINE = ("One KV layer group (every layer keeps the same kind of KV): the memory chart above is "
+                  "its whole pool; models with sliding, chunked or state layers get a chart per group.")
+
+
 def show_charts(snap: Snapshot, key: str = "res") -> None:
     st.plotly_chart(charts.memory_timeline(snap.steps, weights_bytes(snap)), key=f"{key}-mem")
     groups = snap.summary.get("kv_group_breakdown_mean")
     if groups:  # models with several KV groups (sliding, chunked, state): the pool per group
-        free = float(snap.summary.get("kv_breakdown_mean", {}).get("free", 0)) * float(snap.summary.get("kv_capacity_bytes", 0))
-        st.plotly_chart(charts.kv_group_breakdown(groups, free), key=f"{key}-groups")
+        mean, cap = snap.summary.get("kv_breakdown_mean", {}), float(snap.summary.get("kv_capacity_bytes", 0))
+        free, external = float(mean.get("free", 0)) * cap, float(mean.get("external_frag", 0)) * cap
+        st.plotly_chart(charts.kv_group_breakdown(groups, free, external), key=f"{key}-groups")
+    elif groups is not None:  # ({} = one group; None = a snapshot saved before the key existed)
+        st.caption(ONE_GROUP_LINE)
     show_glossary()
     left, right = st.columns(2)
     left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")

@@ -261,14 +261,25 @@ def kv_groups_bar(parts: Mapping[str, Mapping[str, float]], title: str = "KV of 
     return fig
 
 
-def kv_group_breakdown(groups: Mapping[str, Mapping[str, float]], free_bytes: float = 0.0) -> go.Figure:
-    """Mean KV pool per layer group (summary key kv_group_breakdown_mean): written token states and
-    held-but-unwritten slots of each group, stacked, with the shared free pages beside them (GiB)."""
+GROUP_PART_NAMES = {"token_states": "token states", "reserved": "reserved (not yet written)",
+                    "internal_frag": "internal fragmentation"}
+
+
+def kv_group_breakdown(groups: Mapping[str, Mapping[str, float]], free_bytes: float = 0.0,
+                       external_bytes: float = 0.0) -> go.Figure:
+    """Mean KV pool per layer group (summary key kv_group_breakdown_mean): written token states,
+    slots reserved for tokens still to come (contiguous runs) and held-but-never-written slots
+    (fragmentation) of each group, stacked, with the shared free pages and the holes no waiting
+    request fits (external fragmentation, contiguous runs) beside them (GiB): all bars add up to the pool."""
     labels = list(groups)
+    parts = [p for p in ("token_states", "reserved", "internal_frag") if any(p in groups[g] for g in labels)]
     fig = go.Figure()
-    for i, part in enumerate(("token_states", "internal_frag")):
+    for i, part in enumerate(parts):
         fig.add_trace(go.Bar(x=labels, y=[float(groups[g].get(part, 0)) / GIB for g in labels],
-                             name=part.replace("_", " "), marker=dict(color=PALETTE[i % len(PALETTE)])))
+                             name=GROUP_PART_NAMES[part], marker=dict(color=PALETTE[i % len(PALETTE)])))
+    if external_bytes:
+        fig.add_trace(go.Bar(x=["external frag. (shared)"], y=[external_bytes / GIB], name="external fragmentation",
+                             marker=dict(color="#8e6bbf")))
     if free_bytes:
         fig.add_trace(go.Bar(x=["free (shared)"], y=[free_bytes / GIB], name="free", marker=dict(color="#bbbbbb")))
     fig = _layout(fig, "KV pool by layer group (run mean)", "GiB", "KV group")
