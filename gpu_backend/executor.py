@@ -204,17 +204,13 @@ class Executor:
         return (s.torch_allocated_bytes, s.torch_reserved_bytes, s.nvml_used_bytes)
 
     def _move_kv(self, plan) -> None:
-        """Swap out preempted requests' blocks before anyone overwrites them; copy-on-write copies;
-        swap in resumed requests."""
+        """Swap out preempted requests' blocks before anyone overwrites them; swap in resumed requests."""
         alloc, t = self.rep.alloc, self.setup.table
         from sim.core.request import SWAPPED
 
         for r in plan.preempted:
             if t.status[r] == SWAPPED and r in self.last_tables:
                 self.swap_store[r] = self.cache.read_blocks(self.last_tables[r])
-        pop = getattr(alloc, "pop_copy_ops", None)
-        if pop is not None:
-            self.cache.copy_blocks(pop())
         for r in plan.decode_ids.tolist():
             saved = self.swap_store.pop(r, None)
             if saved is not None:

@@ -128,22 +128,13 @@ class PagedKVCache:
             k, v = k.to(self.compute_dtype), v.to(self.compute_dtype)
         return k.reshape(out_shape), v.reshape(out_shape)
 
-    # --- whole blocks: copy-on-write and swap ----------------------------------------------------
+    # --- whole blocks: swap ----------------------------------------------------
     def _block_tensors(self) -> list[torch.Tensor]:
         """Tensors indexed [layer, block, ...] (values and per-slot scales; per-layer scales stay)."""
         out = [self.k, self.v]
         if self.int8:
             out += [self.k_scale, self.v_scale]
         return out
-
-    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        """Copy allocator block src -> dst in every layer (the paged allocator's copy-on-write)."""
-        if not pairs:
-            return
-        src = torch.tensor([s + 1 for s, _ in pairs], device=self.device)
-        dst = torch.tensor([d + 1 for _, d in pairs], device=self.device)
-        for t in self._block_tensors():
-            t[:, dst] = t[:, src]
 
     def read_blocks(self, block_ids: list[int]) -> list[torch.Tensor]:
         """Host copies of allocator blocks (swap out)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from models.kv_dtypes import KV_DTYPES
@@ -79,7 +79,6 @@ class Scenario:
     cost_source: str = "auto"  # step times: auto (measured kernels where covered, else roofline) | measured-db | roofline
     api_overhead_s: float = 0.0  # client-side HTTP + tokenisation before the engine sees a request (TTFT)
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -117,8 +116,6 @@ class Scenario:
                 raise bad(name, "must be a non-empty name or path")
         if self.profile is not None and (not isinstance(self.profile, str) or len(self.profile) > 4096):
             raise bad("profile", "must be a path or empty")
-        if not isinstance(self.extra, dict):
-            raise bad("extra", "must be an object")
         if self.kv_eviction is not None:
             from models.eviction import EvictionError, parse_eviction
 
@@ -140,6 +137,7 @@ class Scenario:
         """Build from untrusted JSON data: unknown keys are an error, not silently dropped."""
         if not isinstance(data, dict):
             raise ScenarioError("scenario: expected a JSON object")
+        data = {k: v for k, v in data.items() if k != "extra"}  # an old field (never used): older files carry it
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -160,9 +158,8 @@ class Scenario:
         return cls.from_dict(loads(text, error=ScenarioError, source="scenario"))
 
     def digest(self) -> str:
-        """Stable short hash of every field that changes results (extra excluded)."""
+        """Stable short hash of every field (all of them change results)."""
         data = self.to_dict()
-        data.pop("extra", None)
         if data.get("speedup") == 1.0:  # added later: runs at the recorded rate keep their digests
             data.pop("speedup")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -62,9 +62,8 @@ def test_append_beyond_reservation_fails_and_grow_many_refuses():
     a = make()
     a.allocate(0, 5, 20, 8)  # 2 blocks = 8 slots
     assert a.append(0, 3) and a.num_tokens(0) == 8
-    assert not a.can_append(0, 1) and a.append(0, 1) is False
+    assert a.append(0, 1) is False
     assert a.num_tokens(0) == 8
-    assert a.headroom([0]).tolist() == [0]
     assert a.blocks_to_grow([0], [9]) > a.num_blocks  # no free count can cover it
     with pytest.raises(AllocationError):
         a.grow_many([0], [9])
@@ -128,24 +127,6 @@ def test_external_fragmentation_for_a_crafted_hole_pattern():
     assert b.capacity == a.capacity_bytes
 
 
-def test_fork_gives_the_child_its_own_run_and_queues_copies():
-    a = make()
-    a.allocate(0, 6, 10, 12)
-    assert a.can_fork(0)
-    a.fork(0, 1)
-    p, c = a.block_table(0), a.block_table(1)
-    assert len(c) == len(p) and not set(p) & set(c)
-    assert a.pop_copy_ops() == [(p[0], c[0]), (p[1], c[1])]  # the two written blocks
-    assert a.breakdown().token_states == 12 * BPT
-    a.check_invariants()
-
-
-def test_fork_without_room_raises():
-    a = make(4)
-    a.allocate(0, 1, 1, 3 * BS)
-    assert not a.can_fork(0)
-    with pytest.raises(AllocationError):
-        a.fork(0, 1)
 
 
 def test_misuse_is_an_allocation_error():

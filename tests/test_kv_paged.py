@@ -1,4 +1,4 @@
-"""PagedAllocator: block tables, growth, copy-on-write forks and the physical breakdown."""
+"""PagedAllocator: block tables, growth and the physical breakdown."""
 
 from __future__ import annotations
 
@@ -42,10 +42,9 @@ def test_append_fails_without_change_when_pool_is_full():
     a = make(num_blocks=2)
     a.allocate(0, 8, 20, 0)
     assert a.num_free_blocks == 0
-    assert not a.can_append(0, 1)
     assert a.append(0, 1) is False
     assert a.num_tokens(0) == 8 and len(a.block_table(0)) == 2
-    assert a.can_append(0, 0)
+    assert a.append(0, 0) and a.num_free_blocks == 0
 
 
 def test_can_allocate_and_misuse():
@@ -128,61 +127,6 @@ def test_grow_many_refuses_when_pool_is_short_and_leaves_state_alone():
     a.check_invariants()
 
 
-def test_headroom_is_slack_in_last_block():
-    a = make()
-    a.allocate(0, 5, 10, 0)
-    a.allocate(1, 8, 10, 0)
-    assert a.headroom([0, 1]).tolist() == [3, 0]
-
-
-def test_fork_shares_blocks_and_append_copies_shared_partial_tail():
-    a = make()
-    a.allocate(0, 6, 20, 0)  # block 0 full, block 1 holds 2 tokens
-    parent = list(a.block_table(0))
-    a.fork(0, 1)
-    assert a.block_table(1) == parent
-    assert [a.refcount(b) for b in parent] == [2, 2]
-    assert a.breakdown().token_states == 6 * BPT  # shared blocks counted once
-    assert a.blocks_to_grow([1], [7]) == 1  # the copy
-    assert a.append(1, 1)
-    child = a.block_table(1)
-    assert child[0] == parent[0] and child[1] != parent[1]
-    assert a.pop_copy_ops() == [(parent[1], child[1])]
-    assert a.pop_copy_ops() == []
-    assert a.refcount(parent[0]) == 2 and a.refcount(parent[1]) == 1 and a.refcount(child[1]) == 1
-    assert a.breakdown().token_states == (4 + 2 + 3) * BPT  # full block + parent tail + child copy
-    # The parent's tail is now its own: appending needs no copy.
-    assert a.append(0, 1) and a.block_table(0) == parent and a.pop_copy_ops() == []
-    a.check_invariants()
-    a.free(0)
-    a.free(1)
-    assert a.num_free_blocks == 16
-    a.check_invariants()
-
-
-def test_fork_with_full_tail_needs_no_copy():
-    a = make()
-    a.allocate(0, 8, 20, 0)
-    a.fork(0, 1)
-    assert a.append(1, 1) and a.pop_copy_ops() == []
-    assert a.block_table(1)[:2] == a.block_table(0)
-    a.free(1)
-    assert a.refcount(a.block_table(0)[0]) == 1
-    a.check_invariants()
-
-
-def test_grow_many_copies_on_write_too():
-    a = make()
-    a.allocate(0, 2, 20, 0)
-    a.fork(0, 1)
-    a.fork(0, 2)
-    assert a.blocks_to_grow([0, 1, 2], [3, 3, 3]) == 2  # two of the three need a copy
-    a.grow_many([0, 1, 2], [3, 3, 3])
-    assert len(a.pop_copy_ops()) == 2
-    assert len({a.block_table(r)[0] for r in range(3)}) == 3
-    a.check_invariants()
-
-
 def test_make_allocator_builds_paged_from_scenario():
     a = make_allocator(Scenario(block_size=32, prefix_caching=True), 10, 7, prefix_block_size=512)
     assert isinstance(a, PagedAllocator)
@@ -193,9 +137,9 @@ def test_make_allocator_builds_paged_from_scenario():
 def test_fits_growth_agrees_with_the_exact_count():
     """fits_growth skips blocks_to_grow when a per-request bound proves the growth fits; its
     answer must be exactly `blocks_to_grow(...) <= num_free_blocks` in every state, including
-    nearly full pools and shared (copy-on-write) tails."""
+    nearly full pools."""
     rng = np.random.default_rng(7)
-    for trial in range(300):
+    for _ in range(300):
         a = make(num_blocks=int(rng.integers(4, 24)))
         ids: list[int] = []
         for r in range(int(rng.integers(1, 6))):
@@ -203,9 +147,6 @@ def test_fits_growth_agrees_with_the_exact_count():
             if a.can_allocate(n, 0):
                 a.allocate(r, n, final_tokens=n + 20, reserve_tokens=0)
                 ids.append(r)
-        if ids and trial % 3 == 0:
-            a.fork(ids[0], 100)
-            ids.append(100)
         if not ids:
             continue
         k = int(rng.integers(0, 12))

@@ -54,7 +54,7 @@ def parse_variants(text: str, base: Scenario) -> list[tuple[str, Scenario]]:
         for item in part.split(","):
             key, sep, value = (s.strip() for s in item.partition("="))
             key = key.replace("-", "_")
-            if not sep or key not in types or key == "extra":
+            if not sep or key not in types:
                 raise CliError(f"--variants: {item.strip()!r} is not field=value with a Scenario field")
             changes[key] = _convert(key, value, str(types[key]))
         out.append((part, base.replace(**changes)))

@@ -39,7 +39,6 @@ class StaticBatchScheduler:
         self.prefix_queries = 0
         self.prefix_hits = 0
         self.peak_used_blocks = 0
-        self.swapped: deque[int] = deque()
 
     @property
     def has_work(self) -> bool:

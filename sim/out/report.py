@@ -162,7 +162,7 @@ def html_report(result: Any, title: str = "kvsim report", trace: str | None = No
     figs = [charts.memory_timeline(result.steps, weights_bytes(result)), charts.queue_and_batch(result.steps),
             charts.kv_usage(result.steps), charts.latency_cdfs(result.requests), charts.preemptions(result.steps)]
     svgs = "\n".join(f'<figure id="chart-{i}">{figure_svg(f)}</figure>' for i, f in enumerate(figs))
-    scenario_rows = [(k, v) for k, v in result.scenario.to_dict().items() if k != "extra"]
+    scenario_rows = list(result.scenario.to_dict().items())
     name = getattr(result, "name", "") or ""
     trace_label = trace or trace_name(result)
     heading = html.escape(f"{title}: {name}" if name else title)

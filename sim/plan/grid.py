@@ -18,7 +18,7 @@ _TRUE, _FALSE = ("1", "true", "on", "yes"), ("0", "false", "off", "no")
 
 
 def _field_types() -> dict[str, str]:
-    return {f.name: str(f.type) for f in dataclasses.fields(Scenario) if f.name != "extra"}
+    return {f.name: str(f.type) for f in dataclasses.fields(Scenario)}
 
 
 def _convert(name: str, kind: str, text: str) -> Any:

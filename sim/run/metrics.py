@@ -164,7 +164,7 @@ def gauge_vector(batch_size: int, running: int, waiting: int, parts: dict[str, i
                      blocks_in_use, blocks_in_use / num_blocks if num_blocks else 0.0], dtype=np.float64)
 
 
-def requests_frame(table: Any, trace_output: np.ndarray | None = None) -> pd.DataFrame:
+def requests_frame(table: Any) -> pd.DataFrame:
     """Per-request frame from a sim.core.request.RequestTable (NaN = never happened)."""
     out = table.output
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -149,7 +149,9 @@ class MeasuredTable:
             if self.gen_attn is None:
                 attn = attn + self.roofline.decode_attention(d, kd, maximum)
             elif self.attn_groups:
-                attn = attn + self.grouped_decode(self.decode_parts(d)[1], d, kd, maximum)
+                row = self.decode_parts(d)[1]
+                assert row is not None  # gen_attn is measured on this branch, so decode_parts gives its row
+                attn = attn + self.grouped_decode(row, d, kd, maximum)
             else:
                 attn = attn + _interp2(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
         s = d + np_

@@ -86,10 +86,6 @@ class KVAllocator(ABC):
 
     # --- growth --------------------------------------------------------------------------------
     @abstractmethod
-    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
-        """Could `req_id` grow by `num_new_tokens` now?"""
-
-    @abstractmethod
     def append(self, req_id: int, num_new_tokens: int) -> bool:
         """Grow `req_id` by `num_new_tokens` written tokens; False (and no change) if it cannot fit."""
 
@@ -121,25 +117,16 @@ class KVAllocator(ABC):
         """Leading tokens of a new request already in the prefix cache (0: this allocator keeps none)."""
         return 0
 
-    def pop_copy_ops(self) -> list[tuple[int, int]]:
-        """(src, dst) block copies the GPU backend must perform before the next step (copy-on-write);
-        allocators that never share blocks have none."""
-        return []
-
     def steps_until_free_rises(self, req_ids: Ids) -> int:
         """Decode steps these requests can take (one token each) before one of them gives blocks
         back while still running: the scheduler ends a skip-ahead run there, because a waiting
         request may fit afterwards. Full-attention allocators never do: a very large number."""
         return 1 << 62
 
-    # --- release and sharing --------------------------------------------------------------------
+    # --- release -------------------------------------------------------------------------------
     @abstractmethod
     def free(self, req_id: int) -> None:
         """Release everything `req_id` holds (cached prefix blocks stay cached, refcount 0)."""
-
-    @abstractmethod
-    def fork(self, parent_id: int, child_id: int) -> None:
-        """Child shares the parent's blocks (copy-on-write for parallel sampling / beams)."""
 
     # --- books ------------------------------------------------------------------------------------
     @abstractmethod

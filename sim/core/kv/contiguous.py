@@ -53,7 +53,6 @@ class ContiguousAllocator(KVAllocator):
         self._sum_tokens = 0  # sum of n
         self._sum_written_or_will = 0  # sum of max(n, min(h, f))
         self._sum_held_slots = 0  # sum of h
-        self._copy_ops: list[tuple[int, int]] = []
 
     # --- admission ---------------------------------------------------------------------------
     def _blocks_for(self, num_tokens: int, reserve_tokens: int) -> int:
@@ -95,14 +94,11 @@ class ContiguousAllocator(KVAllocator):
         self._sum_held_slots += slots
 
     # --- growth --------------------------------------------------------------------------------
-    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
-        self._check(req_id)
-        return bool(self._ntok[req_id] + num_new_tokens <= self._cap[req_id])
-
     def append(self, req_id: int, num_new_tokens: int) -> bool:
         if num_new_tokens < 0:
             raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
-        if not self.can_append(req_id, num_new_tokens):
+        self._check(req_id)
+        if self._ntok[req_id] + num_new_tokens > self._cap[req_id]:
             return False
         n = int(self._ntok[req_id])
         will = int(self._will[req_id])
@@ -143,12 +139,7 @@ class ContiguousAllocator(KVAllocator):
         self._sum_written_or_will += int(_sum(np.maximum(new, will) - np.maximum(old, will)))
         self._ntok[ids] = new
 
-    def headroom(self, req_ids: Ids) -> np.ndarray:
-        """Tokens each request can still append inside its reservation."""
-        ids = np.asarray(req_ids, dtype=np.intp)
-        return self._cap[ids] - self._ntok[ids]
-
-    # --- release and sharing --------------------------------------------------------------------
+    # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         self._check(req_id)
         n, will, held = int(self._ntok[req_id]), int(self._will[req_id]), int(self._held[req_id])
@@ -158,31 +149,6 @@ class ContiguousAllocator(KVAllocator):
         self._sum_held_slots -= held * self.block_size
         self._active[req_id] = False
         self._ntok[req_id] = self._held[req_id] = self._will[req_id] = self._cap[req_id] = 0
-
-    def can_fork(self, parent_id: int) -> bool:
-        """A contiguous child needs its own run of the parent's size (nothing can be shared)."""
-        self._check(parent_id)
-        return self.placement.can_fit(int(self._held[parent_id]))
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        """Give the child a run as large as the parent's and queue copies of the written blocks
-        (contiguous memory cannot share, so a fork is an eager copy)."""
-        self._check(parent_id)
-        if child_id < len(self._active) and self._active[child_id]:
-            raise AllocationError(f"fork: child {child_id} is already allocated")
-        self._ensure(child_id)
-        held, n = int(self._held[parent_id]), int(self._ntok[parent_id])
-        start = self.placement.alloc(held)
-        if start is None:
-            raise AllocationError(f"fork: no hole of {held} blocks for child {child_id}")
-        src = int(self._start[parent_id])
-        self._copy_ops.extend((src + j, start + j) for j in range(-(-n // self.block_size)))
-        self._place(child_id, start, held, n, int(self._will[parent_id]))
-
-    def pop_copy_ops(self) -> list[tuple[int, int]]:
-        """(src_block, dst_block) copies made by fork since the last call."""
-        ops, self._copy_ops = self._copy_ops, []
-        return ops
 
     # --- books ------------------------------------------------------------------------------------
     def block_table(self, req_id: int) -> list[int]:

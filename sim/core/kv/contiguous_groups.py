@@ -64,13 +64,6 @@ class GroupedContiguousAllocator(ContiguousAllocator):
                 self._fin[req_id] = final_tokens
         return super().allocate(req_id, num_tokens, final_tokens, reserve_tokens, prefix_hashes)
 
-    def fork(self, parent_id: int, child_id: int) -> None:
-        self._check(parent_id)
-        self._ensure(child_id)
-        if not self._active[child_id]:
-            self._res[child_id], self._fin[child_id] = self._res[parent_id], self._fin[parent_id]
-        super().fork(parent_id, child_id)
-
     def _place(self, req_id: int, start: int, held: int, num_tokens: int, final_tokens: int) -> None:
         super()._place(req_id, start, held, num_tokens, final_tokens)
         tokens = int(self._res[req_id])

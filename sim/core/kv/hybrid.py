@@ -10,8 +10,8 @@ takes blocks for its new tokens in every group; a state group holds one slot per
 The books are counts (no page ids): per request and group, `first` (leading blocks dropped) and
 `end` (blocks taken so far), so the held blocks are end - first. Decode runs grow a whole batch
 with array arithmetic, as the paged allocator does. The GPU backend does not run these models,
-so `block_table` is refused; forks copy eagerly. Prefix caching needs block identities: its
-subclass sim/core/kv/hybrid_prefix.py adds them.
+so `block_table` is refused. Prefix caching needs block identities: its subclass
+sim/core/kv/hybrid_prefix.py adds them.
 
 Accounting per group (`group_breakdown`): token_states = written slots in held blocks (a state
 slot counts as written), internal_frag = held slots never written plus the state's page
@@ -48,7 +48,6 @@ class HybridPagedAllocator(KVAllocator):
         self._active = np.zeros(size, dtype=bool)
         self._first = [np.zeros(size, dtype=np.int64) for _ in self.managers]
         self._end = [np.zeros(size, dtype=np.int64) for _ in self.managers]
-        self._copy_ops: list[tuple[int, int]] = []
 
     # --- sizing --------------------------------------------------------------------------------
     def pages_for(self, num_tokens: int) -> int:
@@ -95,12 +94,6 @@ class HybridPagedAllocator(KVAllocator):
             firsts.append(f1)
             ends.append(e1)
         return net, firsts, ends
-
-    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
-        self._check(req_id)
-        ids = np.array([req_id], dtype=np.intp)
-        n = self._ntok[ids]
-        return self._step_need(ids, n, n + num_new_tokens)[0] <= self._free_pages
 
     def append(self, req_id: int, num_new_tokens: int) -> bool:
         self._check(req_id)
@@ -172,22 +165,13 @@ class HybridPagedAllocator(KVAllocator):
         net, firsts, ends = self._step_need(ids, last, new)
         self._apply(ids, new, net, firsts, ends)
 
-    def headroom(self, req_ids: Ids) -> np.ndarray:
-        """Tokens each request can add before any of its groups takes a block."""
-        ids = np.asarray(req_ids, dtype=np.intp)
-        room = np.full(ids.size, np.iinfo(np.int64).max, dtype=np.int64)
-        for m, end in zip(self.managers, self._end, strict=True):
-            if m.kind != "state":
-                room = np.minimum(room, end[ids] * self.block_size - self._ntok[ids])
-        return room
-
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
         for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
             first[ids], end[ids] = f1, e1
         self._ntok[ids] = new
         self._free_pages -= net
 
-    # --- release and sharing --------------------------------------------------------------------
+    # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         self._check(req_id)
         self._free_pages += self._held_pages(req_id)
@@ -195,27 +179,6 @@ class HybridPagedAllocator(KVAllocator):
             first[req_id] = end[req_id] = 0
         self._ntok[req_id] = 0
         self._active[req_id] = False
-
-    def can_fork(self, parent_id: int) -> bool:
-        self._check(parent_id)
-        return self._held_pages(parent_id) <= self._free_pages
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        """The child gets its own copy of every held block (no sharing across groups here)."""
-        if not self.can_fork(parent_id):
-            raise AllocationError(f"fork: no room to copy request {parent_id}")
-        self._ensure(child_id)
-        if self._active[child_id]:
-            raise AllocationError(f"fork: child {child_id} is already allocated")
-        for first, end in zip(self._first, self._end, strict=True):
-            first[child_id], end[child_id] = first[parent_id], end[parent_id]
-        self._ntok[child_id] = self._ntok[parent_id]
-        self._active[child_id] = True
-        self._free_pages -= self._held_pages(child_id)
-
-    def pop_copy_ops(self) -> list[tuple[int, int]]:
-        ops, self._copy_ops = self._copy_ops, []
-        return ops
 
     # --- books ------------------------------------------------------------------------------------
     def block_table(self, req_id: int) -> list[int]:

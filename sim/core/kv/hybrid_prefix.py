@@ -5,7 +5,7 @@ ids on top of them: per group and request a table of block ids (-1 for the leadi
 sliding or chunked group dropped or never needed), a refcount per block in use, and one
 PrefixCache (sim/core/kv/prefix_cache.py) for all groups, each group's keys salted with its index.
 The parent's per-request counts (`first`, `end`, tokens) still describe what each request holds,
-so its decode-run arithmetic (blocks_to_grow, headroom, steps_until_free_rises) is reused.
+so its decode-run arithmetic (blocks_to_grow, steps_until_free_rises) is reused.
 
 A hit (`_find_hit`) is the longest prefix every group can serve, found as vLLM does by a fixed
 point: each group's manager (sim/core/kv/group_managers.py `longest_hit`) either accepts the
@@ -228,7 +228,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                     rows.append((g, r, f0, e0, f1, e1, keys, full))
         return rows
 
-    # --- release and sharing --------------------------------------------------------------------
+    # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         self._check(req_id)
         for g in range(len(self.managers)):
@@ -241,23 +241,6 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._gkeys.pop(req_id, None)
         self._ntok[req_id] = 0
         self._active[req_id] = False
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        """The child gets its own copy of every held block (no sharing across groups here)."""
-        if not self.can_fork(parent_id):
-            raise AllocationError(f"fork: no room to copy request {parent_id}")
-        self._ensure(child_id)
-        if self._active[child_id]:
-            raise AllocationError(f"fork: child {child_id} is already allocated")
-        for g in range(len(self.managers)):
-            f, e = int(self._first[g][parent_id]), int(self._end[g][parent_id])
-            self._tables[g][child_id] = [-1] * f + [self._take(g) for _ in range(f, e)]
-            self._first[g][child_id], self._end[g][child_id] = f, e
-            self._nreg[g][child_id] = self._nreg[g].get(parent_id, 0)  # the parent's blocks are the cached ones
-        if parent_id in self._gkeys:
-            self._gkeys[child_id] = self._gkeys[parent_id]
-        self._ntok[child_id] = self._ntok[parent_id]
-        self._active[child_id] = True
 
     # --- blocks ----------------------------------------------------------------------------------
     def _take(self, g: int) -> int:

@@ -3,18 +3,14 @@
 Books:
 - a stack of clean free block ids (popped in bulk, lowest id first on a fresh pool);
 - per-request block tables (lists of ids, token order) and reference counts. A block in use has
-  refcount 1 unless it is in `_extra_refs` (block -> refcount - 1): sharing (forks, prefix hits on
-  live blocks) is rare on most traces, so the common paths touch no per-block array at all;
-- per-request counts (tokens, blocks, final length) in numpy arrays indexed by the dense int
+  refcount 1 unless it is in `_extra_refs` (block -> refcount - 1): sharing (prefix hits on live
+  blocks) is rare on most traces, so the common paths touch no per-block array at all;
+- per-request counts (tokens, token slots held) in numpy arrays indexed by the dense int
   request id, so the engine's skip-ahead can grow a whole batch with array arithmetic
   (`blocks_to_grow` / `grow_many`) and loops only over requests that cross a block boundary;
 - optional prefix caching (sim/core/kv/prefix_cache.py): full blocks get chained keys, a hit shares
   the cached block (refcount + 1), freed keyed blocks stay cached and are evicted LRU-first only
   when clean free blocks run out.
-
-Copy-on-write: `fork` shares every block of the parent. When either side later appends into a
-shared, partly filled last block, it first gets a private copy; the (src, dst) pair is queued
-for the GPU backend, which drains it with `pop_copy_ops()` and copies the block's K/V.
 
 Accounting is physical: a block shared by several requests counts once. token_states = slots
 written in blocks in use; internal_frag = unwritten slots of blocks in use (last-block slack);
@@ -22,10 +18,9 @@ reserved = 0 (paging holds nothing for future tokens); external_frag = 0 (any fr
 anyone); free = clean free blocks plus cached-but-evictable blocks (`cached_bytes` tells them
 apart).
 
-Interface extensions beyond KVAllocator (also on ContiguousAllocator unless noted):
-`headroom(req_ids)`, `fits_growth(req_ids, num_new_tokens)`, `can_fork(parent_id)`, `pop_copy_ops()`, `check_invariants()`, and, paged
-only, `prefix_hit_tokens(num_tokens, prefix_hashes)`, `cached_bytes`, `prefix_queries`,
-`prefix_hits`, `evictions`.
+Beyond the Allocator interface (sim/core/interfaces.py): `check_invariants()` and `refcount(block)`
+for tests, `cached_bytes` for the breakdown's readers. Shared blocks are only ever full prefix
+blocks, so no write lands in a shared block and nothing is copied on write.
 """
 
 from __future__ import annotations
@@ -48,7 +43,7 @@ def grown(arr: np.ndarray, size: int) -> np.ndarray:
 
 
 class PagedAllocator(KVAllocator):
-    """Fixed-size blocks, block tables, refcounts, copy-on-write, optional prefix caching."""
+    """Fixed-size blocks, block tables, refcounts, optional prefix caching."""
 
     def __init__(
         self,
@@ -73,16 +68,10 @@ class PagedAllocator(KVAllocator):
         size = 1024
         self._ntok = np.zeros(size, dtype=np.int64)
         self._cap = np.zeros(size, dtype=np.int64)  # token slots held: blocks x block_size
-        self._final = np.zeros(size, dtype=np.int64)
         self._nkeys = np.zeros(size, dtype=np.int64)  # blocks of the request that have a key
         self._nreg = np.zeros(size, dtype=np.int64)  # leading blocks already offered to the cache
         self._active = np.zeros(size, dtype=bool)
-        self._shared_tail = np.zeros(size, dtype=bool)  # partly filled last block shared by a fork
-        self._n_shared_tail = 0
         self._written = 0  # physical slots written in blocks in use
-        self._copy_ops: list[tuple[int, int]] = []
-        self.prefix_queries = 0  # tokens looked up in the prefix cache
-        self.prefix_hits = 0  # tokens found there
 
     # --- admission ---------------------------------------------------------------------------
     def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
@@ -124,11 +113,8 @@ class PagedAllocator(KVAllocator):
         self._written += parked * bs + num_tokens - len(hits) * bs
         self._ntok[req_id] = num_tokens
         self._cap[req_id] = (len(hits) + need) * bs
-        self._final[req_id] = final_tokens
         self._active[req_id] = True
         if self.prefix_caching:
-            self.prefix_queries += num_tokens
-            self.prefix_hits += len(hits) * bs
             if keys:
                 self._keys[req_id] = keys
             self._nkeys[req_id] = len(keys)
@@ -152,17 +138,12 @@ class PagedAllocator(KVAllocator):
         return parked
 
     # --- growth --------------------------------------------------------------------------------
-    def can_append(self, req_id: int, num_new_tokens: int) -> bool:
-        return self._append_need(req_id, num_new_tokens) <= self.num_free_blocks
-
     def append(self, req_id: int, num_new_tokens: int) -> bool:
         need = self._append_need(req_id, num_new_tokens)
         if need > self.num_free_blocks:
             return False
         if num_new_tokens == 0:
             return True
-        if self._shared_tail[req_id]:
-            self._unshare_tail(req_id)
         n = int(self._ntok[req_id]) + num_new_tokens
         nb = -(-n // self.block_size)
         extra = nb - int(self._cap[req_id]) // self.block_size
@@ -182,17 +163,15 @@ class PagedAllocator(KVAllocator):
         if _any(over):
             bs = self.block_size
             total = int(_sum((new[over] + (bs - 1)) // bs - self._cap[ids[over]] // bs))
-        if self._n_shared_tail:
-            total += self._copies_needed(ids[self._shared_tail[ids] & (new > self._ntok[ids])].tolist())
         return total
 
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` now, i.e. blocks_to_grow(req_ids, their
         lengths + num_new_tokens) <= num_free_blocks? Growing by g tokens takes at most
-        ceil(g / block_size) new blocks (plus one copy of a shared tail), so while the pool has
-        that many free for every request the exact count is not needed: the engine's common case."""
+        ceil(g / block_size) new blocks, so while the pool has that many free for every request
+        the exact count is not needed: the engine's common case."""
         free = self.num_free_blocks
-        per_request = -(-num_new_tokens // self.block_size) + (1 if self._n_shared_tail else 0)
+        per_request = -(-num_new_tokens // self.block_size)
         if len(req_ids) * per_request <= free:
             return True
         ids = np.asarray(req_ids, dtype=np.intp)
@@ -207,12 +186,6 @@ class PagedAllocator(KVAllocator):
         grow = new - self._ntok[ids]
         if _min(grow) < 0:
             raise AllocationError("grow_many: a request cannot shrink")
-        if self._n_shared_tail:
-            cow = ids[self._shared_tail[ids] & (grow > 0)].tolist()
-            if self._copies_needed(cow) > self.num_free_blocks:
-                raise AllocationError("grow_many: not enough free blocks (check blocks_to_grow first)")
-            for r in cow:
-                self._unshare_tail(r)
         crossing = (new > self._cap[ids]).nonzero()[0]
         if crossing.size:
             self._add_blocks(ids[crossing].tolist(), new[crossing].tolist())
@@ -225,10 +198,10 @@ class PagedAllocator(KVAllocator):
 
     def grow_by(self, req_ids: Ids, num_new_tokens: int) -> None:
         """grow_many(req_ids, their lengths + num_new_tokens), the decode path: when no tail is
-        shared, no request is keyed for the prefix cache and the growth is at most a block, each
-        request crossing a block boundary takes exactly one block."""
+        keyed for the prefix cache and the growth is at most a block, each request crossing a block
+        boundary takes exactly one block."""
         ids, k, bs = np.asarray(req_ids, dtype=np.intp), int(num_new_tokens), self.block_size
-        if self._n_shared_tail or self._keys or not 0 < k <= bs:
+        if self._keys or not 0 < k <= bs:
             self.grow_many(ids, self._ntok[ids] + k)
             return
         new = self._ntok[ids] + k
@@ -262,26 +235,12 @@ class PagedAllocator(KVAllocator):
             pos = end
             cap[r] = nb * bs
 
-    def headroom(self, req_ids: Ids) -> np.ndarray:
-        """Tokens each request can still append without taking a new block (0 when its last
-        block is shared and would need a copy). The engine's skip-ahead uses it to find the next
-        block boundary."""
-        ids = np.asarray(req_ids, dtype=np.intp)
-        room = self._cap[ids] - self._ntok[ids]
-        if self._n_shared_tail:
-            for i in np.flatnonzero(self._shared_tail[ids]).tolist():
-                room[i] = 0 if self._cow_needed(int(ids[i])) else room[i]
-        return room
-
-    # --- release and sharing --------------------------------------------------------------------
+    # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         table = self._tables.pop(req_id, None)
         if table is None:
             raise AllocationError(f"request {req_id} is not allocated")
         n = int(self._ntok[req_id])
-        if self._shared_tail[req_id]:
-            self._shared_tail[req_id] = False
-            self._n_shared_tail -= 1
         self._active[req_id] = False
         self._ntok[req_id] = self._cap[req_id] = 0
         self._keys.pop(req_id, None)
@@ -316,37 +275,6 @@ class PagedAllocator(KVAllocator):
         slack = (bs - n % bs) % bs if released and released[-1] == table[-1] else 0
         self._written -= len(released) * bs - slack
         return released
-
-    def can_fork(self, parent_id: int) -> bool:
-        """Paged forks share everything: always possible (copies happen later, on append)."""
-        return parent_id in self._tables
-
-    def fork(self, parent_id: int, child_id: int) -> None:
-        table = self._tables.get(parent_id)
-        if table is None:
-            raise AllocationError(f"fork: parent {parent_id} is not allocated")
-        if child_id < len(self._active) and self._active[child_id]:
-            raise AllocationError(f"fork: child {child_id} is already allocated")
-        self._ensure(child_id)
-        extra = self._extra_refs
-        for b in table:
-            extra[b] = extra.get(b, 0) + 1
-        self._tables[child_id] = list(table)
-        for arr in (self._ntok, self._cap, self._final, self._nkeys, self._nreg):
-            arr[child_id] = arr[parent_id]
-        if parent_id in self._keys:
-            self._keys[child_id] = self._keys[parent_id]
-        self._active[child_id] = True
-        if self._ntok[parent_id] % self.block_size:  # partly filled last block is now shared
-            for r in (parent_id, child_id):
-                if not self._shared_tail[r]:
-                    self._shared_tail[r] = True
-                    self._n_shared_tail += 1
-
-    def pop_copy_ops(self) -> list[tuple[int, int]]:
-        """(src_block, dst_block) copies made by copy-on-write since the last call."""
-        ops, self._copy_ops = self._copy_ops, []
-        return ops
 
     # --- books ------------------------------------------------------------------------------------
     def block_table(self, req_id: int) -> list[int]:
@@ -419,7 +347,6 @@ class PagedAllocator(KVAllocator):
         need(all(self.cache.is_cached(b) for b in parked), "a parked block has no key")
         need(not any(self.cache.is_cached(b) for b in free), "a clean free block still has a key")
         need(int(fill[fill > 0].sum()) == self._written, "written slots differ from tables")
-        need(self._n_shared_tail == int(self._shared_tail.sum()), "shared-tail count")
 
     # --- internals --------------------------------------------------------------------------------
     def _ensure(self, req_id: int) -> None:
@@ -427,7 +354,7 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request ids must be >= 0, got {req_id}")
         if req_id >= len(self._active):
             size = max(2 * len(self._active), req_id + 1)
-            for name in ("_ntok", "_cap", "_final", "_nkeys", "_nreg", "_active", "_shared_tail"):
+            for name in ("_ntok", "_cap", "_nkeys", "_nreg", "_active"):
                 setattr(self, name, grown(getattr(self, name), size))
 
     def _as_arrays(self, req_ids, new_num_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -458,47 +385,13 @@ class PagedAllocator(KVAllocator):
         out.reverse()
         return out
 
-    def _cow_needed(self, req_id: int) -> int:
-        table = self._tables[req_id]
-        return int(self._ntok[req_id] % self.block_size != 0 and table[-1] in self._extra_refs)
-
-    def _copies_needed(self, req_ids: list[int]) -> int:
-        """Copies needed if all of `req_ids` write into their shared tails: the last writer of a
-        block with refcount R that all R sharers write to finds it private, so R - 1 copies."""
-        writers: dict[int, int] = {}
-        for r in req_ids:
-            if self._cow_needed(r):
-                tail = self._tables[r][-1]
-                writers[tail] = writers.get(tail, 0) + 1
-        return sum(min(w, self._extra_refs[b]) for b, w in writers.items())
-
     def _append_need(self, req_id: int, num_new_tokens: int) -> int:
         if req_id not in self._tables:
             raise AllocationError(f"request {req_id} is not allocated")
         if num_new_tokens < 0:
             raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
         n = int(self._ntok[req_id]) + num_new_tokens
-        need = -(-n // self.block_size) - int(self._cap[req_id]) // self.block_size
-        if num_new_tokens and self._shared_tail[req_id]:
-            need += self._cow_needed(req_id)
-        return need
-
-    def _unshare_tail(self, req_id: int) -> None:
-        """Before writing into a shared partly filled last block, take a private copy of it."""
-        self._shared_tail[req_id] = False
-        self._n_shared_tail -= 1
-        if not self._cow_needed(req_id):
-            return
-        table = self._tables[req_id]
-        src = table[-1]
-        (dst,) = self._take(1)
-        if self._extra_refs[src] == 1:
-            del self._extra_refs[src]
-        else:
-            self._extra_refs[src] -= 1
-        table[-1] = dst
-        self._written += int(self._ntok[req_id] % self.block_size)
-        self._copy_ops.append((src, dst))
+        return -(-n // self.block_size) - int(self._cap[req_id]) // self.block_size
 
     def _register(self, req_id: int) -> None:
         """Offer the request's newly filled keyed blocks to the prefix cache."""
