@@ -70,11 +70,10 @@ def refuse_kv_groups(spec: ModelSpec) -> None:
                              f"({', '.join(kinds)}) are simulated (python -m sim), not measured")
 
 
-def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", weights: str | None = None,
-               kv_heads: int | None = None, seed: int = 0, attn_implementation: str | None = None) -> LoadedModel:
-    """Build the model in eval mode on `device` with the paged attention registered and selected."""
-    from transformers import AutoModelForCausalLM
-
+def preflight(name_or_path: str, kv_heads: int | None = None) -> ModelSpec:
+    """Every check load_model makes before it builds anything: the spec, its KV groups, the
+    transformers config and the family's attention route. A model the backend cannot run fails here
+    with one ModelLoadError line (tests/test_gpu_families.py runs it over the whole catalog)."""
     try:
         spec = load_spec(name_or_path)
         if kv_heads is not None:
@@ -82,6 +81,19 @@ def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", w
     except SpecError as exc:
         raise ModelLoadError(str(exc)) from None
     refuse_kv_groups(spec)
+    try:
+        families.build_attention(hf_config(spec.config, kv_heads))
+    except families.UnsupportedFamily as exc:
+        raise ModelLoadError(str(exc)) from None
+    return spec
+
+
+def load_model(name_or_path: str, *, dtype: str = "fp32", device: str = "cpu", weights: str | None = None,
+               kv_heads: int | None = None, seed: int = 0, attn_implementation: str | None = None) -> LoadedModel:
+    """Build the model in eval mode on `device` with the paged attention registered and selected."""
+    from transformers import AutoModelForCausalLM
+
+    spec = preflight(name_or_path, kv_heads)
     tdtype, dev = torch_dtype(dtype), torch.device(device)
     register()
     try:

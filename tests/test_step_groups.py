@@ -148,3 +148,18 @@ def test_all_full_models_keep_the_one_group_formula():
     d, kd = 16, 16 * 3000
     assert cm.decode_attention(d, kd, max) == max(cm.attn_flops_per_pair * kd / ATTN_PEAK, (kd + d) * 131_072 / BW)
     assert np.isfinite(cm.step_time(0, 0, 512, 0, 512 * 513 // 2, 1))
+
+
+def test_moe_decode_floor_reads_only_the_touched_experts():
+    """DeepSeek-V3 native (fp8) on 8 H200s at batch 1: non-expert bytes + 8 of 256 routed experts per layer."""
+    from sim.memory.capacity import bandwidth_floor_s
+
+    spec, gpu = load_spec("deepseek-v3"), get_gpu("h200")
+    experts = 58 * 256 * 3 * 7168 * 2048  # fp8: 1 byte per parameter
+    one = bandwidth_floor_s(spec, gpu, batch=1, context=0, tp=8, weight_dtype="native", include_weights=True)
+    by_hand = -(-(spec.num_params - experts + experts * 8 / 256) // 8) / 4.8e12
+    assert one == pytest.approx(by_hand, rel=1e-9)
+    full = bandwidth_floor_s(spec, gpu, batch=4096, context=0, tp=8, weight_dtype="native")
+    assert full == pytest.approx(spec.num_params / 8 / 4.8e12, rel=1e-6)  # a large batch touches every expert
+    dense = load_spec("llama-3-8b")
+    assert bandwidth_floor_s(dense, gpu, batch=1) == bandwidth_floor_s(dense, gpu, batch=64)  # dense: all weights

@@ -27,6 +27,7 @@ from typing import Any
 from models.gpus import GPUSpec, get_gpu
 from models.kv_groups import total_bytes_per_token
 from models.spec import ModelSpec, SpecError, load_spec
+from models.weight_dtypes import WEIGHT_BYTES
 
 GiB = 1 << 30
 DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default
@@ -161,9 +162,16 @@ def bandwidth_floor_s(spec: ModelSpec, gpu: GPUSpec, *, batch: int = 1, context:
                       weight_dtype: str = "bf16", kv_dtype: str = "bf16", include_weights: bool = True,
                       expert_dtype: str | None = None) -> float:
     """Memory-bandwidth floor of one decode step: (weights + KV read) per GPU / HBM bandwidth.
-    All weights are read (a batch of MoE tokens touches most experts; batch 1 reads fewer)."""
+    An MoE's batch reads the non-expert weights and only the routed experts its tokens are sent to:
+    the expected share 1 - (1 - k/E)^batch under uniform routing (batch 1: k of E experts)."""
     weight_dtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
-    weights = math.ceil(spec.weight_bytes(weight_dtype, experts) / tp) if include_weights else 0
+    weights = 0
+    if include_weights:
+        total = spec.weight_bytes(weight_dtype, experts)
+        if spec.moe is not None:
+            untouched = (1.0 - spec.moe.experts_per_tok / spec.moe.num_experts) ** batch
+            total -= spec.expert_params * WEIGHT_BYTES[experts] * untouched
+        weights = math.ceil(total / tp)
     kv = batch * kv_per_sequence_bytes(spec, context, kv_dtype, tp)
     return (weights + kv) / gpu.hbm_bandwidth
 
