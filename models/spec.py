@@ -305,7 +305,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     if not isinstance(cfg, dict):
         raise SpecError(f"{source}: expected a JSON object")
     if "num_hidden_layers" not in cfg and "n_layer" not in cfg and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}  # multimodal wrapper
+        # multimodal wrapper: the text decoder, named as the checkpoint (its architectures, for aiconfigurator)
+        cfg = {"architectures": cfg.get("architectures"), **cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
     model_type = str(cfg.get("model_type", "")).lower()
     family = FAMILIES.get(model_type, model_type or "llama")
 

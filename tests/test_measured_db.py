@@ -120,22 +120,25 @@ def _own_estimate(model: str, dep: measured_db.Deployment, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "tp", "weights", "ep"), [
-    ("qwen3-30b-a3b", 1, "bf16", False),  # MoE, experts split by TP
-    ("qwen3-30b-a3b", 2, "bf16", True),  # expert parallel
-    ("gpt-oss-120b", 2, "native", False),  # mxfp4 experts, sliding layers timed per KV group
-    ("deepseek-v3", 8, "native", False),  # MLA module tables, fp8 block-quantised experts
+@pytest.mark.parametrize(("model", "tp", "weights", "ep", "contexts"), [
+    ("qwen3-30b-a3b", 1, "bf16", False, (512, 1024, 3000, 8192)),  # MoE, experts split by TP
+    ("qwen3-30b-a3b", 2, "bf16", True, (512, 1024, 3000, 8192)),  # expert parallel
+    ("gpt-oss-120b", 2, "native", False, (512, 1024, 3000, 8192)),  # mxfp4 experts, sliding layers per group
+    ("deepseek-v3", 8, "native", False, (512, 1024, 3000, 8192)),  # MLA module tables, fp8 block experts
+    # chunked layers: inside the first 8,192-token chunk (at 8,192 a new chunk starts: kvsim's chunked
+    # layers then read 0 cached tokens where the package's windowed kernel reads 8,192)
+    ("llama-4-scout", 4, "bf16", False, (512, 1024, 3000, 6000)),
 ])
-def test_moe_and_mla_steps_agree_with_the_database_own_estimate(tmp_path, model, tp, weights, ep):
+def test_moe_and_mla_steps_agree_with_the_database_own_estimate(tmp_path, model, tp, weights, ep, contexts):
     """The MoE / MLA kernels of the measured tables: decode and prefill GPU times within 3% of
-    aiconfigurator-core's own estimate for the same compile (gpt-oss: kvsim's per-group attention
-    against the package's own windowed kernels)."""
+    aiconfigurator-core's own estimate for the same compile (gpt-oss, Llama-4: kvsim's per-group
+    attention against the package's own windowed kernels)."""
     cm = cost(model=model, gpu="h100-sxm", tp=tp, weight_dtype=weights, expert_parallel=ep)
     assert cm.source == "measured-db", cm.source_detail
     dep = measured_db.Deployment("h100_sxm", tp, weights, "bf16", moe=True, expert_parallel=ep)
     handle = _own_estimate(model, dep, tmp_path)
     for b in (1, 8, 32, 64, 200, 256):
-        for c in (512, 1024, 3000, 8192):
+        for c in contexts:
             mine = cm.table.step_seconds(b, b * c, 0, 0, 0, 0, max)
             assert mine == pytest.approx(handle.decode_step_latency(b, c, 2) * 1e-3, rel=0.03), (b, c)
     for t in (128, 512, 1024, 3000, 8192):
