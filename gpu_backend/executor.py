@@ -24,6 +24,8 @@ from gpu_backend.batch import SeqChunk, build_batch
 from gpu_backend.memory import CudaMemory, DeviceMemory, measure_kv_budget
 from gpu_backend.model_loader import LoadedModel, load_model
 from gpu_backend.paged_cache import PagedKVCache
+from sim.core import interfaces
+from sim.core.scheduler import StepPlan
 from sim.trace import all_at_once
 
 
@@ -137,9 +139,10 @@ def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel, memory: D
     return scenario.replace(kv_budget_gib=reading.kv_budget / GiB), reading
 
 
-class Executor:
+class Executor(interfaces.Executor):
     """Drives sim.run.engine's own Setup (allocator + Scheduler built exactly as the simulator builds
-    them) with a wall clock and a real model. `run()` returns a SimResult."""
+    them) with a wall clock and a real model. `run()` returns a SimResult; `execute` runs one step
+    (the simulator's counterpart: sim/run/modelled_step.py)."""
 
     def __init__(self, trace, scenario, cfg: RunConfig | None = None, loaded: LoadedModel | None = None,
                  progress=None, on_step=None, memory: DeviceMemory | None = None) -> None:
@@ -168,6 +171,7 @@ class Executor:
         self.last_tables: dict[int, list[int]] = {}
         self.step_log: list[tuple] = []
         self.warmup_s = 0.0
+        self._t0 = time.perf_counter()  # the run's clock starts at zero here (run() resets it)
 
     def warm_up(self) -> None:
         """A prefill and a decode step through the real pool before the clock starts, so the first
@@ -203,7 +207,17 @@ class Executor:
             return (math.nan, math.nan, math.nan)
         return (s.torch_allocated_bytes, s.torch_reserved_bytes, s.nvml_used_bytes)
 
-    def _move_kv(self, plan) -> None:
+    def execute(self, plan: StepPlan, t_start: float) -> float:
+        """Move the plan's K/V, run its forward on the model and wait for the device; the wall-clock
+        second (since the run began) at which the step ended. The clock runs by itself, so t_start
+        (the time the loop read before scheduling) only tells where the step began."""
+        self._move_kv(plan)
+        self._forward(plan)
+        if self.loaded.device.type == "cuda":
+            torch.cuda.synchronize(self.loaded.device)
+        return time.perf_counter() - self._t0
+
+    def _move_kv(self, plan: StepPlan) -> None:
         """Swap out preempted requests' blocks before anyone overwrites them; swap in resumed requests."""
         alloc, t = self.rep.alloc, self.setup.table
         from sim.core.request import SWAPPED
@@ -217,7 +231,7 @@ class Executor:
                 table = alloc.block_table(r)[: saved[0].shape[1]]
                 self.cache.write_blocks(table, saved)
 
-    def _forward(self, plan) -> None:
+    def _forward(self, plan: StepPlan) -> None:
         alloc = self.rep.alloc
         chunks, feed, rows = [], [], []
         for r, c in zip(plan.decode_ids.tolist(), plan.decode_context.tolist(), strict=True):
@@ -242,7 +256,7 @@ class Executor:
         sim, rep, sched = self.sim, self.rep, self.rep.sched
         if self.cfg.warmup:
             self.warm_up()
-        t0 = time.perf_counter()
+        t0 = self._t0 = time.perf_counter()
         steps = 0
         while self.cfg.max_steps is None or steps < self.cfg.max_steps:
             now = time.perf_counter() - t0
@@ -256,11 +270,7 @@ class Executor:
                 sim.record_idle(rep, time.perf_counter() - t0)
                 continue
             used = rep.alloc.num_used_blocks
-            self._move_kv(plan)
-            self._forward(plan)
-            if self.loaded.device.type == "cuda":
-                torch.cuda.synchronize(self.loaded.device)
-            t_end = time.perf_counter() - t0
+            t_end = self.execute(plan, now)
             finished = sched.complete_step(plan, t_end)
             for r in finished:
                 self.tokens.pop(r, None)

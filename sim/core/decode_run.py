@@ -60,7 +60,8 @@ from sim.core.request import RequestTable
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sim.core.kv.base import Ids, KVAllocator
+    from sim.core.interfaces import Allocator
+    from sim.core.kv.base import Ids
     from sim.core.scheduler import Scheduler
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
@@ -190,7 +191,7 @@ def run_limit(sched: Scheduler) -> int:
     return largest_fitting_growth(alloc, run, k)
 
 
-def largest_fitting_growth(alloc: KVAllocator, run: Ids, k: int) -> int:
+def largest_fitting_growth(alloc: Allocator, run: Ids, k: int) -> int:
     """Largest j in [0, k) such that growing every member by j tokens fits (binary search; the
     caller knows k does not fit, and growth needs only rise with j)."""
     lo, hi = 0, k

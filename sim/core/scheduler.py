@@ -35,9 +35,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core import decode_run
+from sim.core import decode_run, interfaces
 from sim.core.decode_run import DecodeBatch
-from sim.core.kv.base import KVAllocator
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 
 _count = np.count_nonzero  # cheap on small batches
@@ -120,7 +119,7 @@ class StepPlan:
         return self.num_new_tokens, kv, pairs
 
 
-class Scheduler:
+class Scheduler(interfaces.Scheduler):
     """Continuous batching over one allocator. Requests are row ids of `table`.
 
     API: add_request(r) when a request arrives; schedule(now) -> StepPlan | None (None: nothing to
@@ -128,7 +127,7 @@ class Scheduler:
     the caller's loop. `prefix_hashes(r)` (optional) gives a request's prefix block hashes.
     """
 
-    def __init__(self, table: RequestTable, allocator: KVAllocator, config: SchedulerConfig,
+    def __init__(self, table: RequestTable, allocator: interfaces.Allocator, config: SchedulerConfig,
                  prefix_hashes: Callable[[int], Sequence[int] | None] | None = None) -> None:
         self.t = table
         self.alloc = allocator

@@ -19,13 +19,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from sim.core.kv.base import KVAllocator
+from sim.core import interfaces
 from sim.core.request import FINISHED, RUNNING, WAITING, RequestTable
 from sim.core.scheduler import StepPlan
 
 
-class StaticBatchScheduler:
-    def __init__(self, table: RequestTable, allocator: KVAllocator, batch_size: int,
+class StaticBatchScheduler(interfaces.Scheduler):
+    def __init__(self, table: RequestTable, allocator: interfaces.Allocator, batch_size: int,
                  prefix_hashes: Callable[[int], Sequence[int] | None] | None = None) -> None:
         self.t = table
         self.alloc = allocator

@@ -14,7 +14,7 @@ from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
 from models.spec import ModelSpec
-from sim.core.kv.base import KVAllocator
+from sim.core.interfaces import Allocator
 from sim.core.kv.registry import (
     ALLOCATORS,
     AllocatorKind,
@@ -76,14 +76,14 @@ class Deployment:
         return cls(scenario, spec, gpu, ALLOCATORS.lookup(scenario.allocator), budget, terms, bpt, num_blocks,
                    grouped, _max_model_len(scenario, spec), CostModel.from_scenario(spec, gpu, scenario))
 
-    def make_allocator(self, prefix_block_size: int | None = None) -> KVAllocator:
+    def make_allocator(self, prefix_block_size: int | None = None) -> Allocator:
         """A fresh, empty KV pool for one replica (prefix_block_size: the trace's hash granularity)."""
         if self.grouped:
             return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes, prefix_block_size)
         return make_allocator(self.scenario, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
 
 
-def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> KVAllocator:
+def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> Allocator:
     try:
         return make_group_allocator(scenario, spec.groups, budget, prefix_block_size)
     except ValueError as exc:

@@ -28,7 +28,9 @@ import numpy as np
 import simpy
 
 from sim.core import decode_run
-from sim.core.kv.base import BREAKDOWN_FIELDS, KVAllocator
+from sim.core.interfaces import Allocator, Executor
+from sim.core.interfaces import Scheduler as SchedulerPolicy
+from sim.core.kv.base import BREAKDOWN_FIELDS
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
@@ -36,6 +38,7 @@ from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.static_batch import StaticBatchScheduler
 from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
+from sim.run.modelled_step import ModelledExecutor
 from sim.timing.cost_model import CostModel
 
 GiB = 1 << 30
@@ -47,8 +50,8 @@ class Replica:
     """One data-parallel engine: its allocator, scheduler, arrival feed and clock."""
 
     index: int
-    alloc: KVAllocator
-    sched: Any  # Scheduler | StaticBatchScheduler
+    alloc: Allocator
+    sched: SchedulerPolicy  # Scheduler or StaticBatchScheduler
     arrivals: list[int]  # request ids routed here, in arrival order
     times: list[float]  # their arrival times (plain lists: cheapest to walk one at a time)
     ptr: int = 0
@@ -79,7 +82,7 @@ class Setup:
     deployment: Deployment | None = None  # what the scenario resolved to (sim/run/deployment.py)
 
 
-def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: KVAllocator) -> np.ndarray:
+def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: Allocator) -> np.ndarray:
     """Requests whose K/V could not fit an empty pool (rejected up front, as vLLM does)."""
     sc, bs, num_blocks = dep.scenario, dep.scenario.block_size, dep.num_blocks
     if dep.allocator.reserves_up_front and (dep.grouped or not sc.static_batch):
@@ -138,7 +141,7 @@ def build(trace: Any, scenario: Any) -> Setup:
     for i in range(scenario.replicas):
         alloc = probe if i == 0 else dep.make_allocator(trace.prefix_block_size)
         if scenario.static_batch:
-            sched: Any = StaticBatchScheduler(table, alloc, scenario.static_batch, hashes)
+            sched: SchedulerPolicy = StaticBatchScheduler(table, alloc, scenario.static_batch, hashes)
         else:
             sched = Scheduler(table, alloc, cfg, hashes)
         mine = ids[i :: scenario.replicas]
@@ -168,6 +171,7 @@ class Simulation:
         self.step_limit = step_limit
         self.progress = progress
         self.env = simpy.Environment()
+        self.executor: Executor = ModelledExecutor(setup.cost, setup.host_link_bw)
         last = float(setup.table.arrival_s[-1]) if len(setup.table) else 0.0
         self.rec = metrics.StepRecorder(horizon_s=max(last * 1.25, 1.0))
         self.total_steps = 0
@@ -286,7 +290,7 @@ class Simulation:
 
     # --- the engine process ---------------------------------------------------------------------
     def engine(self, rep: Replica):
-        env, sched, cost = self.env, rep.sched, self.s.cost
+        env, sched = self.env, rep.sched
         while not self._out_of_steps():
             self.admit_arrivals(rep, rep.t)
             run = self._plan_decode_run(rep) if self.skip_ahead and sched.has_work else None
@@ -303,12 +307,9 @@ class Simulation:
                 self.record_idle(rep, t_next)
                 rep.t = max(rep.t, t_next)
                 continue
-            dt = cost.plan_time(plan) if plan.num_new_tokens else 0.0
-            if plan.swap_in_bytes or plan.swap_out_bytes:
-                dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.s.host_link_bw
-            t_end = rep.t + dt
+            t_end = self.executor.execute(plan, rep.t)
             self.events += 1
-            yield env.timeout(dt)
+            yield env.timeout(t_end - rep.t)
             rep.t = t_end
             self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
         rep.done = True

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.core.interfaces import Allocator
+
 Ids = Sequence[int] | np.ndarray  # request ids or token counts: a list or an int array
 
 BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
@@ -59,8 +61,9 @@ class AllocationError(RuntimeError):
     """Raised for misuse (unknown request, double allocate); running out of space is not an error."""
 
 
-class KVAllocator(ABC):
-    """Block-granular KV allocator. Requests are identified by non-negative int ids."""
+class KVAllocator(Allocator, ABC):
+    """The base class of the allocators: the `sim.core.interfaces.Allocator` protocol with its
+    defaults (one KV group, no prefix cache, growth by the same k built on grow_many)."""
 
     block_size: int
     num_blocks: int

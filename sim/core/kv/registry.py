@@ -1,6 +1,7 @@
 """Allocators by name, built from a Scenario: one place the simulator and the GPU backend agree on.
 
-Adding an allocator = one file implementing sim.core.kv.base.KVAllocator + one line in ALLOCATORS
+Adding an allocator = one file implementing sim.core.interfaces.Allocator (most subclass
+sim.core.kv.base.KVAllocator for its defaults) + one line in ALLOCATORS
 (or `register_allocator` from outside); the CLI, the Scenario checks and the form then offer it.
 A factory takes (scenario, num_blocks, bytes_per_token, prefix_block_size) and reads only the
 Scenario fields it needs (block_size, prefix_caching, placement).
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from models.registry import Registry
-from sim.core.kv.base import KVAllocator
+from sim.core.interfaces import Allocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
 from sim.core.kv.group_managers import GroupManager, make_manager, page_bytes_for
@@ -25,12 +26,12 @@ if TYPE_CHECKING:
     from models.kv_groups import KVGroup
     from sim.scenario import Scenario
 
-AllocatorFactory = Callable[["Scenario", int, int, "int | None"], KVAllocator]
+AllocatorFactory = Callable[["Scenario", int, int, "int | None"], Allocator]
 # (scenario, one manager per KV group, pool pages, page bytes, prefix_block_size) -> allocator
-GroupAllocatorFactory = Callable[["Scenario", list[GroupManager], int, int, "int | None"], KVAllocator]
+GroupAllocatorFactory = Callable[["Scenario", list[GroupManager], int, int, "int | None"], Allocator]
 
 
-def _paged(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
+def _paged(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
     return PagedAllocator(
         num_blocks,
         scenario.block_size,
@@ -40,20 +41,20 @@ def _paged(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_blo
     )
 
 
-def _contiguous(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
+def _contiguous(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
     # Contiguous regions cannot share blocks, so prefix caching does not apply to them.
     return ContiguousAllocator(num_blocks, scenario.block_size, bytes_per_token, placement=scenario.placement)
 
 
 def _paged_groups(scenario: Scenario, managers: list[GroupManager], num_pages: int, page_bytes: int,
-                  prefix_block_size: int | None) -> KVAllocator:
+                  prefix_block_size: int | None) -> Allocator:
     if scenario.prefix_caching:  # refused in one line for state groups
         return HybridPrefixAllocator(managers, num_pages, scenario.block_size, page_bytes, prefix_block_size)
     return HybridPagedAllocator(managers, num_pages, scenario.block_size, page_bytes)
 
 
 def _contiguous_groups(scenario: Scenario, managers: list[GroupManager], num_pages: int, page_bytes: int,
-                       prefix_block_size: int | None) -> KVAllocator:
+                       prefix_block_size: int | None) -> Allocator:
     return GroupedContiguousAllocator(managers, num_pages, scenario.block_size, page_bytes, scenario.placement)
 
 
@@ -83,7 +84,7 @@ def register_allocator(kind: AllocatorKind) -> AllocatorKind:
 
 def make_allocator(
     scenario: Scenario, num_blocks: int, bytes_per_token: int, *, prefix_block_size: int | None = None
-) -> KVAllocator:
+) -> Allocator:
     """The allocator `scenario.allocator` names, over `num_blocks` blocks of scenario.block_size.
 
     prefix_block_size: tokens per prefix hash id in the trace (Trace.prefix_block_size, e.g. 512
@@ -107,7 +108,7 @@ def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
 
 
 def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int,
-                         prefix_block_size: int | None = None) -> KVAllocator:
+                         prefix_block_size: int | None = None) -> Allocator:
     """The scenario's allocator for a model with several KV groups, over a replica's KV budget
     (bytes, all its TP ranks): one manager per group over a shared pool of equal pages (paged:
     sim/core/kv/hybrid.py, with prefix caching hybrid_prefix.py; contiguous: contiguous_groups.py).

@@ -1,0 +1,26 @@
+"""The simulator's Executor: a step takes the time the cost model gives its shape.
+
+Swap traffic (preempted K/V out to host memory, resumed K/V back) is charged at the GPU's host
+link bandwidth on top. The GPU backend's Executor (gpu_backend/executor.py) runs the same plans
+through a real model instead; both implement `sim.core.interfaces.Executor`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.core import interfaces
+from sim.core.scheduler import StepPlan
+from sim.timing.cost_model import CostModel
+
+
+@dataclass(frozen=True)
+class ModelledExecutor(interfaces.Executor):
+    cost: CostModel
+    host_link_bandwidth: float  # bytes/s, for swap in and out
+
+    def execute(self, plan: StepPlan, t_start: float) -> float:
+        dt = self.cost.plan_time(plan) if plan.num_new_tokens else 0.0
+        if plan.swap_in_bytes or plan.swap_out_bytes:
+            dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.host_link_bandwidth
+        return t_start + dt
