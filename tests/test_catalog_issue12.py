@@ -86,3 +86,21 @@ def test_every_issue_model_and_gpu_is_in_the_dashboard_pickers():
     assert not at.exception
     assert set(MODELS) <= set(at.multiselect(key="cap_models").options)
     assert set(GPUS) <= set(at.multiselect(key="cap_gpus").options)
+
+
+def test_moe_weight_budget_counts_every_expert_in_its_shipped_dtype():
+    """The planner's weights: all experts, in the checkpoint's dtype, split over TP. DeepSeek-V3 fp8 on
+    8 x H200: 671,026,404,352 B / 8; gpt-oss-120b with mxfp4 experts (4.25 bits) and bf16 elsewhere on
+    one H100; the KV budget is what is left."""
+    from sim.memory.capacity import memory_budget
+
+    ds = load_spec("deepseek-v3")
+    b = memory_budget(ds, get_gpu("h200"), tp=8, weight_dtype="native")
+    assert b.weights_bytes == 671_026_404_352 // 8 and b.expert_dtype == "fp8"
+    assert b.kv_budget_bytes == b.usable_bytes - b.weights_bytes - b.activation_peak_bytes - b.runtime_overhead_bytes
+    oss = load_spec("gpt-oss-120b")
+    experts = 36 * 128 * (3 * 2880 * 2880 + 2 * 2880 + 2880)
+    b = memory_budget(oss, get_gpu("h100-sxm"), weight_dtype="native")
+    assert b.weights_bytes == -(-((oss.num_params - experts) * 2 + experts * 4.25 / 8) // 1)
+    assert b.expert_dtype == "mxfp4" and b.kv_budget_bytes > 0  # fits one H100 only because of mxfp4
+    assert memory_budget(oss, get_gpu("h100-sxm"), weight_dtype="bf16").kv_budget_bytes < 0
