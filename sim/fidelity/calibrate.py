@@ -57,7 +57,7 @@ def default_coefficients(cost: Any) -> dict[str, float]:
         "per_seq_s": cost.per_seq_s + cost.head_flops_per_seq / (cost.peak_flops * cost.prefill_efficiency),
         "per_token_s": (cost.matmul_flops_per_token / (cost.peak_flops * cost.prefill_efficiency)
                         + cost.elementwise_bytes_per_token / bw + cost.allreduce_s_per_token),
-        "weights_s": cost.weight_bytes / bw,
+        "weights_s": (cost.weight_bytes + cost.expert_weight_bytes) / bw,  # every expert: the v2 form has no routing
         "per_prefill_pair_s": cost.attn_flops_per_pair / (cost.peak_flops * cost.attention_efficiency),
         "per_kv_token_s": cost.kv_bytes_per_token / bw,
     }

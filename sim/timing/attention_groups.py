@@ -31,8 +31,9 @@ import numpy as np
 from models.kv_groups import ChunkedLocal, KVGroup, State
 from models.spec import ModelSpec
 
-# Gated delta rule, recurrent form (Yang, Kautz, Hatamizadeh 2024, eq. 10): per value head and token,
-# S k (2 dk dv), the rank-1 update (2 dk dv), the decay (dk dv) and the output S^T q (2 dk dv): 7 dk dv.
+# The gated delta rule's recurrent step (Yang, Kautz, Hatamizadeh, "Gated Delta Networks", 2024),
+# counted here per value head and token: S k (2 dk dv), the rank-1 update (2 dk dv), the decay
+# (dk dv) and the output S^T q (2 dk dv) = 7 dk dv FLOPs. Decode is bound by the state's bytes anyway.
 STATE_FLOPS_PER_DK_DV = 7
 
 
