@@ -174,3 +174,11 @@ def test_expert_weights_the_tables_lack_fall_back_with_the_reason():
     """aiconfigurator-core measured gpt-oss's MoE only in mxfp4 (what it ships): bf16 experts are not covered."""
     cm = cost(model="gpt-oss-20b", gpu="h100-sxm", weight_dtype="bf16")
     assert cm.source == "roofline" and "MoE data missing" in cm.source_detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gpu", ["b200", "b300", "gb200"])
+def test_blackwell_gpus_have_measured_tables(gpu):
+    cm = cost(gpu=gpu)
+    assert cm.source == "measured-db" and measured_db.SYSTEMS[gpu] in ("b200_sxm", "b300_sxm", "gb200")
+    assert cm.step_time(32, 32 * 2048) < cost(gpu="h100-sxm").step_time(32, 32 * 2048)  # faster HBM and GEMMs
