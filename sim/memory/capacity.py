@@ -22,12 +22,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from models.gpus import GPUSpec, get_gpu
 from models.kv_groups import total_bytes_per_token
 from models.spec import ModelSpec, SpecError, load_spec
 from models.weight_dtypes import WEIGHT_BYTES
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 
 GiB = 1 << 30
 DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default
@@ -167,7 +170,7 @@ def bandwidth_floor_s(spec: ModelSpec, gpu: GPUSpec, *, batch: int = 1, context:
     weight_dtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
     weights = 0
     if include_weights:
-        total = spec.weight_bytes(weight_dtype, experts)
+        total = float(spec.weight_bytes(weight_dtype, experts))
         if spec.moe is not None:
             untouched = (1.0 - spec.moe.experts_per_tok / spec.moe.num_experts) ** batch
             total -= spec.expert_params * WEIGHT_BYTES[experts] * untouched
@@ -261,14 +264,14 @@ def smallest_fitting_tp(spec: ModelSpec, gpu: GPUSpec, tp_choices: Iterable[int]
 
 # --- the simulator's view --------------------------------------------------------------------
 
-def scenario_spec(scenario: Any) -> ModelSpec:
+def scenario_spec(scenario: Scenario) -> ModelSpec:
     """The scenario's model with its GQA what-if and KV eviction cap applied."""
     spec = load_spec(scenario.model)
     spec = spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
-    return spec.with_eviction(getattr(scenario, "kv_eviction", None))
+    return spec.with_eviction(scenario.kv_eviction)
 
 
-def scenario_memory_budget(scenario: Any, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> MemoryBudget:
+def scenario_memory_budget(scenario: Scenario, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> MemoryBudget:
     """memory_budget() with the scenario's knobs (one TP group = one replica)."""
     spec = spec or scenario_spec(scenario)
     gpu = gpu or get_gpu(scenario.gpu)
@@ -277,7 +280,7 @@ def scenario_memory_budget(scenario: Any, spec: ModelSpec | None = None, gpu: GP
                          max_num_seqs=scenario.max_num_seqs)
 
 
-def scenario_kv_bytes_per_token(scenario: Any, spec: ModelSpec | None = None) -> int:
+def scenario_kv_bytes_per_token(scenario: Scenario, spec: ModelSpec | None = None) -> int:
     """KV bytes per token across one replica's TP ranks (replicated heads counted on every rank).
 
     Equals spec.kv_bytes_per_token(kv_dtype) unless tp exceeds the kv heads. Pair it with
@@ -287,7 +290,7 @@ def scenario_kv_bytes_per_token(scenario: Any, spec: ModelSpec | None = None) ->
     return scenario.tp * kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, scenario.tp)
 
 
-def scenario_kv_budget_bytes(scenario: Any, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> int:
+def scenario_kv_budget_bytes(scenario: Scenario, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> int:
     """KV pool of one replica (all its TP ranks): kv_budget_gib when set, else derived from the GPU.
 
     Raises SpecError (one line) when the weights and overheads leave no room for KV.

@@ -39,7 +39,9 @@ from sim.core.static_batch import StaticBatchScheduler
 from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
 from sim.run.modelled_step import ModelledExecutor
+from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
+from sim.trace.model import Trace
 
 GiB = 1 << 30
 PROGRESS_EVERY_S = 0.2
@@ -75,11 +77,11 @@ class Setup:
     budget_terms: dict[str, Any] | None
     rejected: int
     clamped: int
-    scenario: Any = None
+    scenario: Scenario
+    deployment: Deployment  # what the scenario resolved to (sim/run/deployment.py)
     rejected_reasons: dict[str, int] = field(default_factory=dict)  # reason -> count (summary key)
     longest_prompt: int = 0  # tokens, over the whole trace: what max_model_len must exceed
     model_context: int = 0  # the model's own context window (max_position_embeddings)
-    deployment: Deployment | None = None  # what the scenario resolved to (sim/run/deployment.py)
 
 
 def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: Allocator) -> np.ndarray:
@@ -101,7 +103,7 @@ def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe:
     return -(-final // bs) > num_blocks
 
 
-def build(trace: Any, scenario: Any) -> Setup:
+def build(trace: Trace, scenario: Scenario) -> Setup:
     """Resolve the scenario once (sim.run.deployment.Deployment) and lay out the replicas for `trace`."""
     dep = Deployment.resolve(scenario)
     max_len, num_blocks, bpt = dep.max_model_len, dep.num_blocks, dep.bytes_per_token
@@ -123,7 +125,7 @@ def build(trace: Any, scenario: Any) -> Setup:
     reasons = {"over_max_model_len": int(over_len.sum()), "over_kv_pool": int((reject & ~over_len).sum())}
 
     hashes = None
-    if scenario.prefix_caching and getattr(trace, "has_prefix_hashes", False):
+    if scenario.prefix_caching and trace.has_prefix_hashes:
         column = trace.df["prefix_hashes"].to_numpy()
 
         def hashes(r: int) -> Any:
@@ -262,7 +264,7 @@ class Simulation:
             model_context_tokens=s.model_context, kv_budget_terms=s.budget_terms,
             num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
             kv_group_breakdown_mean=self.group_breakdown_mean(),
-            **eviction_summary(getattr(s.scenario, "kv_eviction", None)),
+            **eviction_summary(s.scenario.kv_eviction),
         )
         steps = self.rec.frame()
         info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED))
@@ -345,7 +347,7 @@ class Simulation:
         self.close(max((rep.t for rep in self.s.replicas), default=0.0))
 
 
-def simulate(trace: Any, scenario: Any, *, progress: Callable[[float], None] | None = None,
+def simulate(trace: Trace, scenario: Scenario, *, progress: Callable[[float], None] | None = None,
              step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
     """Replay `trace` under `scenario`; see docs/METRICS.md for what comes back."""
     wall0 = time.perf_counter()

@@ -31,7 +31,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's 
     save_profile,
     validate_profile,
 )
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 
 SOURCES = ("measured-db", "roofline", "profile")
 
@@ -91,18 +94,18 @@ class CostModel:
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
-    def from_scenario(cls, spec: ModelSpec | None, gpu: GPUSpec | None, scenario: Any, **overrides: Any) -> CostModel:
+    def from_scenario(cls, spec: ModelSpec | None, gpu: GPUSpec | None, scenario: Scenario, **overrides: Any) -> CostModel:
         """The step-time source for a scenario: its profile when set, else roofline v2.
 
         `overrides` replace any field (tests and calibration use it)."""
-        spec = spec or load_spec(scenario.model).with_eviction(getattr(scenario, "kv_eviction", None))
+        spec = spec or load_spec(scenario.model).with_eviction(scenario.kv_eviction)
         if scenario.kv_heads and spec.num_kv_heads != scenario.kv_heads:
             spec = spec.with_kv_heads(scenario.kv_heads)
         gpu = gpu or get_gpu(scenario.gpu)
         kwargs: dict[str, Any] = rl.roofline_terms(spec, gpu, scenario)
-        kwargs["api_overhead_s"] = float(getattr(scenario, "api_overhead_s", 0.0) or 0.0)
+        kwargs["api_overhead_s"] = float(scenario.api_overhead_s)
         kwargs.update(overrides)
-        want = getattr(scenario, "cost_source", "auto")
+        want = scenario.cost_source
         if scenario.profile:
             prof = load_profile(scenario.profile)
             kwargs.update(profile=prof["coefficients"], source="profile", source_detail=str(scenario.profile),
@@ -114,7 +117,7 @@ class CostModel:
         return cls(**kwargs)
 
     @classmethod
-    def _measured(cls, roof: CostModel, spec: ModelSpec, gpu: GPUSpec, scenario: Any, required: bool) -> CostModel:
+    def _measured(cls, roof: CostModel, spec: ModelSpec, gpu: GPUSpec, scenario: Scenario, required: bool) -> CostModel:
         """The measured-db source where aiconfigurator-core covers the deployment, else the roofline
         with the reason (an error when the scenario asked for measured-db explicitly)."""
         from sim.timing import measured_db

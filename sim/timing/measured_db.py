@@ -43,9 +43,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from models.spec import ModelSpec
+    from sim.scenario import Scenario
+    from sim.timing.cost_model import CostModel
 
 # kvsim GPU -> aiconfigurator system with vLLM kernel tables (notes: coverage table).
 SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "l40s": "l40s",
@@ -402,13 +407,13 @@ def _compile(config: dict[str, Any], dep: Deployment) -> tuple[Any, list[dict[st
     return handle, ctx_ops, gen_ops
 
 
-def measured_table(spec: Any, gpu_name: str, scenario: Any, roofline: Any) -> tuple[MeasuredTable, tuple[str, ...]]:
+def measured_table(spec: ModelSpec, gpu_name: str, scenario: Scenario, roofline: CostModel) -> tuple[MeasuredTable, tuple[str, ...]]:
     """The table for a deployment and the notes on where the roofline stands in; NotCovered if none."""
     tp, weight_dtype, kv_dtype = scenario.tp, scenario.weight_dtype, scenario.kv_dtype
     system = coverage(gpu_name, tp, weight_dtype, kv_dtype)
     groups = roofline.attn_groups
     dep = Deployment(system, tp, weight_dtype, kv_dtype, moe=spec.moe is not None,
-                     expert_parallel=bool(getattr(scenario, "expert_parallel", False)) and spec.moe is not None,
+                     expert_parallel=scenario.expert_parallel and spec.moe is not None,
                      grouped=bool(groups))
     arrays = load_arrays(dict(spec.config), dep)
     notes = []
@@ -421,7 +426,7 @@ def measured_table(spec: Any, gpu_name: str, scenario: Any, roofline: Any) -> tu
     if groups:
         notes.append("attention per KV group: one measured full-attention layer at the context each group reads"
                      + ("; state layers from the roofline" if any(g.kind == "state" for g in groups) else ""))
-    if dep.moe and float(getattr(scenario, "expert_imbalance", 1.0)) != 1.0:
+    if dep.moe and scenario.expert_imbalance != 1.0:
         notes.append("expert load: the measured MoE kernels' own power-law routing (alpha 1.2); "
                      "expert_imbalance applies to the roofline only")
     pcie_roofline = tp > 1 and roofline.allreduce_link == "pcie" and gpu_name not in PCIE_ALLREDUCE_MEASURED

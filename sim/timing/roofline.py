@@ -7,12 +7,15 @@ sim.timing.cost_model.CostModel; the formula that uses them lives there (one pla
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from models.weight_dtypes import WEIGHT_BYTES
 from sim.timing.attention_groups import attention_groups, mla_prefill_flops_per_pair
+
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
 
 # Efficiencies (fractions of the datasheet peak) -- docs/CALIBRATION.md, "Roofline v2 defaults".
 PREFILL_EFFICIENCY = 0.8  # large bf16 GEMMs: median of the measured GPUs in models/gpus.py (0.64-1.0)
@@ -59,7 +62,7 @@ def streamed_weight_terms(spec: ModelSpec, weight_dtype: str, streamed: int, tp:
     return (total - experts) * (streamed - spec.expert_params) / other / tp, experts / tp
 
 
-def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, Any]:
+def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Scenario) -> dict[str, Any]:
     """Per-rank work coefficients of the scenario's model on its GPU at its TP and dtypes."""
     from sim.memory.capacity import kv_bytes_per_token_per_gpu
 
@@ -75,7 +78,7 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Any) -> dict[str, An
     elementwise = spec.num_layers * (3 * spec.intermediate_size / tp + 4 * spec.hidden_size) * act_bytes
     return dict(
         matmul_flops_per_token=2.0 * spec.matmul_params_per_rank(  # MoE: active experts, EP imbalance
-            tp, getattr(scenario, "expert_parallel", False), getattr(scenario, "expert_imbalance", 1.0)),
+            tp, scenario.expert_parallel, scenario.expert_imbalance),
         head_flops_per_seq=2.0 * head_params / tp,
         attn_flops_per_pair=spec.attention_flops_per_pair(tp),  # MLA: absorbed latent attention
         prefill_attn_flops_per_pair=mla_prefill_flops_per_pair(spec, tp),
