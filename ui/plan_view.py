@@ -18,6 +18,7 @@ from models.gpus import list_gpus
 from models.spec import list_catalog
 from sim.guard.text import public_error
 from sim.out.plan_charts import pareto_figure, row_label, varied_fields
+from sim.out.served import BINDING_WORDS
 from sim.out.snapshot import Snapshot
 from sim.plan.grid import expand
 from sim.plan.prices import DEFAULT_PRICES
@@ -108,28 +109,42 @@ def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) ->
 
 
 def plan_table(plan: dict[str, Any]) -> pd.DataFrame:
+    """One row per configuration. Columns with nothing to say (no target rate, no prices) are left out
+    rather than shown as a column of "None"; the KV peak is a percentage like everywhere else."""
     rows, varied = plan["rows"], varied_fields(plan["rows"])
-    return pd.DataFrame([{
+    table = pd.DataFrame([{
         "config": row_label(r, varied), "max req/s": r["max_rate_per_s"], "tok/s per GPU": r["tok_s_per_gpu"],
         "tok/s per user": r.get("tok_s_per_user"), "GPUs for target": r.get("gpus_for_target"),
         "$ per M tokens": r.get("cost_per_mtok"), "binds": r["binding"], "SLO met": r.get("slo_met_at_max"),
-        "preemptions": r.get("num_preemptions"), "KV peak": r.get("kv_usage_peak"),
+        "preemptions": r.get("num_preemptions"),
+        "peak KV usage %": None if r.get("kv_usage_peak") is None else 100 * float(r["kv_usage_peak"]),
     } for r in rows])
+    empty = [c for c in ("GPUs for target", "$ per M tokens") if table[c].isna().all()]
+    return table.drop(columns=empty)
+
+
+def best_line(plan: dict[str, Any]) -> str:
+    """The answer in one sentence, in words: the SLO as limits, what binds as a resource."""
+    rows, best = plan["rows"], plan["best"]
+    r = rows[best["row"]]
+    try:
+        slo = parse_slo(str(plan["slo"])).words()
+    except SloError:  # a snapshot's SLO this version cannot read: its own text
+        slo = str(plan["slo"])
+    cost = f", ${r['cost_per_mtok']:.3f} per million output tokens" if r.get("cost_per_mtok") else ""
+    target = f"; {r['gpus_for_target']} GPUs serve {plan['target_rate']:g} req/s" if r.get("gpus_for_target") else ""
+    binds = BINDING_WORDS.get(str(r["binding"]), str(r["binding"]))
+    return (f"Best: {row_label(r, varied_fields(rows))} serves {r['max_rate_per_s']:.3g} requests/s under {slo} "
+            f"({r['tok_s_per_gpu']:,.0f} output tok/s per GPU{cost}){target}. What binds: {binds}.")
 
 
 def show_plan(plan: dict[str, Any], key: str = "plan") -> None:
     """Answer line, Pareto chart and table (live and from a snapshot alike)."""
     rows, best = plan["rows"], plan.get("best")
-    varied = varied_fields(rows)
     if best is None:
         st.warning(f"No configuration meets {plan['slo']} at any rate tried.")
     else:
-        r = rows[best["row"]]
-        cost = f", ${r['cost_per_mtok']:.3f} per million output tokens" if r.get("cost_per_mtok") else ""
-        target = (f"; {r['gpus_for_target']} GPUs serve {plan['target_rate']:g} req/s"
-                  if r.get("gpus_for_target") else "")
-        st.success(f"Best: {row_label(r, varied)} serves {r['max_rate_per_s']:.3g} requests/s under {plan['slo']} "
-                   f"({r['tok_s_per_gpu']:,.0f} output tok/s per GPU{cost}){target}. What binds: {r['binding']}.")
+        st.success(best_line(plan))
     if plan.get("cancelled"):
         st.warning(f"Stopped: {plan['completed']} of {plan['configs']} configurations finished.")
     if any(r["max_rate_per_s"] > 0 for r in rows):
@@ -139,7 +154,7 @@ def show_plan(plan: dict[str, Any], key: str = "plan") -> None:
                                 "tok/s per GPU": st.column_config.NumberColumn(format="%.0f"),
                                 "tok/s per user": st.column_config.NumberColumn(format="%.1f"),
                                 "$ per M tokens": st.column_config.NumberColumn(format="%.3f"),
-                                "KV peak": st.column_config.NumberColumn(format="%.2f")})
+                                "peak KV usage %": st.column_config.NumberColumn(format="%.0f")})
     if any(r.get("capped") for r in rows):
         st.caption("Some rows met the SLO at every rate tried: the trace is too short to load them.")
 

@@ -35,6 +35,11 @@ class Slo:
         parts = [f"{m}_{s}={_num(v)}" for m, s, v in self.targets]
         return ",".join(parts + ([f"goodput={_num(self.goodput)}"] if self.goodput is not None else []))
 
+    def words(self) -> str:
+        """For people: "TTFT p99 <= 2 s, TPOT p99 <= 100 ms, goodput >= 90%" (text() is the CLI's form)."""
+        parts = [f"{m.upper()} {s} <= {_secs(v)}" for m, s, v in self.targets]
+        return ", ".join(parts + ([f"goodput >= {100 * self.goodput:g}%"] if self.goodput is not None else []))
+
     def violations(self, summary: dict[str, Any], requests: pd.DataFrame | None = None) -> list[str]:
         """What misses, one short phrase each (empty: every objective met)."""
         out = []
@@ -94,6 +99,10 @@ def parse_slo(text: str) -> Slo:
     if not targets:
         raise SloError("--slo: give at least one latency target, e.g. ttft_p99=1.0")
     return Slo(tuple(targets), goodput)
+
+
+def _secs(v: float) -> str:
+    return f"{1000 * v:g} ms" if v < 1 else f"{v:g} s"
 
 
 def _num(v: float) -> str:
