@@ -66,3 +66,14 @@ def test_out_of_range_users_in_a_link_are_named():
     assert at.warning[0].value == ("The link's cap_users=99999999999 is out of range (1 to 10,000,000); "
                                    "using the default instead.")
     assert "100 users" in at.markdown[0].value  # the fallback is the visible default
+
+
+def test_seed_table_headers_are_short_enough_to_fit():
+    """The loaded screenshot cut the last column ("sequences a...") off: the display headers are "at 8K"
+    under the heading "Concurrent sequences that fit", the data keeps its full column names."""
+    import json
+
+    at = page()
+    shown = json.loads(at.dataframe[1].proto.columns)
+    assert [shown[f"sequences at {k}K"]["label"] for k in (2, 8, 32, 128)] == ["at 2K", "at 8K", "at 32K", "at 128K"]
+    assert "sequences at 128K" in at.dataframe[1].value

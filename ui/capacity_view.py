@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import pandas as pd
+import streamlit as st
 
 from models.gpus import GpuError, get_gpu
 from models.spec import SpecError, load_spec
@@ -31,6 +33,13 @@ def answer(need: pd.DataFrame, users: int, context: int) -> str:
     gpus = int(row["GPUs"])
     return (head + f"{per:,} concurrent sequence{'s' if per != 1 else ''}; {gpus:,} GPU{'s' if gpus != 1 else ''} "
             f"for {users:,} user{'s' if users != 1 else ''}.")
+
+
+def seed_columns() -> dict[str, Any]:
+    """Display headers for the seed-context columns ("at 8K" under the heading "Concurrent sequences that
+    fit"): the full names made the table wider than the page and cut its last column off."""
+    return {f"sequences at {c // 1024}K": st.column_config.NumberColumn(
+        f"at {c // 1024}K", help=f"concurrent sequences of {c:,} tokens that fit", format="%d") for c in SEED_CONTEXTS}
 
 
 def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterable[str], *, tp: int, gpu_mem_util: float,
