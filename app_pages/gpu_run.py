@@ -148,7 +148,7 @@ for label, result in state.get("by_source", {}).items():
     if result.scenario.profile is None:
         st.caption(f"The simulation uses the roofline for {result.scenario.gpu}; calibrate it with "
                    "`python -m gpu_backend profile` and set the profile for a like-for-like time comparison.")
-    st.dataframe(overlay_table(m, sim.summary), hide_index=True)
+    st.dataframe(gpu_view.overlay_display(overlay_table(m, sim.summary)), hide_index=True)
     if m.get("measured_by") == "vLLM":
         st.caption(f"vLLM {m['vllm_version']} on CPU: {m['num_blocks']} KV blocks of {m['block_size']} tokens; "
                    f"engine start {m['engine_start_s']:.1f} s (not in the timings)")

@@ -92,3 +92,22 @@ def test_experiment_figure_collapses_a_single_row():
                                                         "kv_bytes_formula": [1, 2]}))
     assert fig.layout.yaxis.title.text == "KV bytes" and fig.layout.xaxis.title.text == "Requests at once"
     assert {t.name for t in fig.data} == {"KV bytes in use (measured)", "KV bytes (formula)"}
+
+
+def test_overlay_display_reads_for_people():
+    """The loaded GPU screenshot: rows "ttft_s mean" with an error of 3070.3018 (a ratio, 4 decimals)."""
+    from gpu_backend.overlay import overlay_table
+    from ui import gpu_view
+
+    lat = {"mean": 2.0816, "p50": 2.0, "p90": 4.0}
+    m = {k: lat for k in ("ttft_s", "tpot_s", "e2e_s")} | {"throughput_tok_s": 13.026, "mean_batch_size": 3.0,
+                                                             "num_preemptions": 0, "kv_cache_usage_perc": {"peak": 0.5}}
+    s = {k: {"mean": 0.0007, "p50": 2.0, "p90": 0} for k in ("ttft_s", "tpot_s", "e2e_s")} | {
+        "throughput_tok_s": 10016.8552, "mean_batch_size": 3.0, "num_preemptions": 0, "kv_cache_usage_perc": {"peak": 0.25}}
+    shown = gpu_view.overlay_display(overlay_table(m, s)).set_index(["metric", "stat"])
+    assert shown.loc[("TTFT (s)", "mean"), "measured"] == 2.082 and shown.loc[("TTFT (s)", "mean"), "error"] == "+297,271.4%"
+    assert shown.loc[("TPOT (ms)", "p50"), "measured"] == 2000.0 and shown.loc[("TPOT (ms)", "p50"), "error"] == "+0.0%"
+    assert shown.loc[("E2E (s)", "p90"), "error"] == "n/a"
+    assert shown.loc[("throughput (tok/s)", ""), "simulated"] == 10020.0
+    assert shown.loc[("peak KV usage (%)", ""), "measured"] == 50.0 and shown.loc[("peak KV usage (%)", ""), "error"] == "+100.0%"
+    assert not any("_" in label for label, _ in shown.index)

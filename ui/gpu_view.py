@@ -19,6 +19,29 @@ PLAIN = {"prompt_tokens": "Prompt tokens", "batch": "Requests at once", "kv_head
          "mean_batch": "Mean batch", "step_s": "Step time (s)"}
 
 
+# overlay_table's metric keys -> (label with its unit, scale): the units the other pages use
+OVERLAY_WORDS = {"ttft_s": ("TTFT (s)", 1.0), "tpot_s": ("TPOT (ms)", 1e3), "e2e_s": ("E2E (s)", 1.0),
+                 "throughput_tok_s": ("throughput (tok/s)", 1.0), "mean_batch_size": ("running requests (avg)", 1.0),
+                 "num_preemptions": ("preemptions", 1.0), "peak KV usage": ("peak KV usage (%)", 100.0)}
+
+
+def overlay_display(table: pd.DataFrame) -> pd.DataFrame:
+    """gpu_backend.overlay's table for people: plain metric names with units (TPOT in ms, as elsewhere),
+    4 significant digits, the error in percent ("ttft_s p50" and an error of 3070.3 read as jargon)."""
+    rows = []
+    for r in table.itertuples():
+        name = str(r.metric)  # "ttft_s p50", "throughput_tok_s" or "peak KV usage"
+        key, stat = (name, "") if name in OVERLAY_WORDS or " " not in name else name.rsplit(" ", 1)
+        label, scale = OVERLAY_WORDS.get(key, (name, 1.0))
+        rows.append({"metric": label, "stat": stat, "measured": _sig(r.measured, scale),
+                     "simulated": _sig(r.simulated, scale), "error": "n/a" if pd.isna(r.error) else f"{r.error:+,.1%}"})
+    return pd.DataFrame(rows)
+
+
+def _sig(value: float | None, scale: float) -> float | None:
+    return None if value is None or pd.isna(value) else float(f"{float(value) * scale:.4g}")
+
+
 MEASURED_BY = ("kvsim executor", "vLLM")  # who measures: kvsim's own executor or a real vLLM V1 engine
 VLLM_DEFAULT_BLOCKS = 64
 # vLLM's CPU attention needs head_dim >= 32: the tiny catalog model (head_dim 16) is too small for it.
