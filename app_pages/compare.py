@@ -54,12 +54,17 @@ for sentence in describe_differences(summaries):
 
 st.subheader("Side by side")
 st.dataframe(pd.DataFrame(comparison_rows(summaries)), hide_index=True, key="cmp-table",
-             column_config={"completed": st.column_config.NumberColumn(format="%d"),
-                            "preemptions": st.column_config.NumberColumn(format="%d"),
-                            "throughput tok/s": st.column_config.NumberColumn(format="%.1f"),
-                            "rejected": st.column_config.NumberColumn(format="%d"),
+             column_config={"completed": st.column_config.NumberColumn(format="localized"),
+                            "rejected": st.column_config.NumberColumn(format="localized"),
+                            "preemptions": st.column_config.NumberColumn(format="localized"),
+                            "throughput tok/s": st.column_config.NumberColumn(
+                                "tok/s", format="%.0f", help="output tokens per second (throughput)"),
+                            "TTFT p99 s": st.column_config.NumberColumn(format="%.2f"),
                             "TPOT p99 ms": st.column_config.NumberColumn(format="%.1f"),
-                            "running (avg)": st.column_config.NumberColumn(format="%.2f")})
+                            "running (avg)": st.column_config.NumberColumn(
+                                "running", format="%.1f", help="requests running at once, time-averaged"),
+                            "peak KV usage %": st.column_config.NumberColumn(format="%.0f"),
+                            "token states %": st.column_config.NumberColumn(format="%.0f")})
 st.caption("Latency and throughput are over each run's completed requests.")
 
 steps = {k: s.steps for k, s in snaps.items()}
