@@ -177,3 +177,16 @@ def test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks():
     assert cap.layout.shapes[0].x0 == 8192 and "8,192" in cap.layout.annotations[0].text
     # on a log axis an annotation sits at log10(x): at x=8192 it was drawn at 10^8192, off the chart (issue 17)
     assert cap.layout.annotations[0].x == pytest.approx(math.log10(8192)) and cap.layout.annotations[0].yref == "paper"
+
+
+def test_overload_is_said_once_for_all_runs():
+    """The default Compare screenshot: "contiguous max cannot keep up ...; X keeps up." three times."""
+    a = make_result().summary
+    runs = {"max": dict(a, overloaded=True), "pow2": a, "oracle": a, "paged": a}
+    words = describe_differences(runs)
+    said = [w for w in words if "keep up" in w]
+    assert said == ["max cannot keep up with the arrivals (its queue is still growing when they stop); "
+                    "pow2, oracle and paged keep up."]
+    two = describe_differences({"max": dict(a, overloaded=True), "pow2": dict(a, overloaded=True), "paged": a})
+    assert ("max and pow2 cannot keep up with the arrivals (their queues are still growing when they stop); "
+            "paged keeps up.") in two

@@ -59,22 +59,34 @@ def token_state_share(summary: Mapping[str, Any]) -> float | None:
     return None if total <= 0 else float(parts.get("token_states") or 0) / total
 
 
-def _unserved(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
-    """Rejections and overload first: they change what the other figures are computed over."""
-    out = []
+def _rejections(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
+    """Rejections first: they change what the other figures are computed over."""
     rej, rej0 = _val(summary, "rejected") or 0, _val(base, "rejected") or 0
     if rej != rej0:
-        out.append(f"{name} rejects {rej:,.0f} requests, {base_name} {rej0:,.0f} (latency counts completed requests only).")
-    over, over0 = bool(summary.get("overloaded")), bool(base.get("overloaded"))
-    if over != over0:
-        slow, fine = (name, base_name) if over else (base_name, name)
-        out.append(f"{slow} cannot keep up with the arrivals (its queue is still growing when they stop); {fine} keeps up.")
-    return out
+        return [f"{name} rejects {rej:,.0f} requests, {base_name} {rej0:,.0f} (latency counts completed requests only)."]
+    return []
+
+
+def _overload(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Which runs fall behind and which keep up, said once for all (per pair it repeated the same run)."""
+    slow = [n for n, s in summaries.items() if s.get("overloaded")]
+    fine = [n for n, s in summaries.items() if not s.get("overloaded")]
+    if not slow or not fine:
+        return []
+    if len(slow) == 1:
+        fell = f"{slow[0]} cannot keep up with the arrivals (its queue is still growing when they stop)"
+    else:
+        fell = f"{_and(slow)} cannot keep up with the arrivals (their queues are still growing when they stop)"
+    return [f"{fell}; {_and(fine)} {'keeps' if len(fine) == 1 else 'keep'} up."]
+
+
+def _and(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def compare_pair(name: str, summary: Mapping[str, Any], base_name: str, base: Mapping[str, Any]) -> list[str]:
-    """Sentences about `name` relative to `base_name`."""
-    out = _unserved(name, summary, base_name, base)
+    """Sentences about `name` relative to `base_name`, after what was not served (describe_differences)."""
+    out: list[str] = []
     done, done0 = _val(summary, "completed"), _val(base, "completed")
     if done is not None and done0 is not None and done != done0:
         out.append(f"{name} completes {done:.0f} of {_val(summary, 'requests') or 0:.0f} requests, {base_name} {done0:.0f}.")
@@ -114,11 +126,10 @@ def describe_differences(summaries: Mapping[str, Mapping[str, Any]], baseline: s
     if len(names) < 2:
         return []
     base_name = baseline if baseline is not None and baseline in summaries else names[0]
-    out: list[str] = []
-    for name in names:
-        if name != base_name:
-            out.extend(compare_pair(name, summaries[name], base_name, summaries[base_name]))
-    return out
+    base, others = summaries[base_name], [n for n in names if n != base_name]
+    out = [s for n in others for s in _rejections(n, summaries[n], base_name, base)]  # what was not served first
+    out += _overload(summaries)
+    return out + [s for n in others for s in compare_pair(n, summaries[n], base_name, base)]
 
 
 def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
