@@ -9,7 +9,7 @@ from models.weight_dtypes import WEIGHT_DTYPES
 from sim.guard.text import public_error
 from sim.out import charts
 from ui import bounded
-from ui.capacity_view import answer, budget_parts, group_parts, planner_tables, seed_columns
+from ui.capacity_view import answer, budget_parts, group_parts, need_columns, planner_tables, seed_columns
 from ui.glossary import show_glossary
 
 BIND = "query-params"
@@ -49,7 +49,7 @@ st.caption("A sequence is one request's context in the KV cache; a user holds on
 show_glossary(kv_parts=False, terms=True)
 
 st.subheader(f"GPUs for {int(users):,} users at {int(context):,} tokens")
-st.dataframe(need, hide_index=True, key="cap-need")
+st.dataframe(need, hide_index=True, key="cap-need", column_config=need_columns())
 st.subheader("Concurrent sequences that fit, by context length")
 st.dataframe(table, hide_index=True, key="cap-table", column_config=seed_columns())  # short headers: no cut-off column
 st.plotly_chart(charts.concurrency_curves(curves, int(context)), key="cap-curves")

@@ -62,7 +62,8 @@ def saved_list() -> None:
     mine: dict[str, str] = st.session_state.get(MINE_KEY, {})
     saved = store.list(ids=list(mine), public=True)
     if not saved:
-        st.caption("Nothing saved in this session and no public snapshots yet.")
+        st.caption("Nothing saved in this session and no public snapshots yet. To make one, open a result on "
+                   "Simulate or Plan and press \"Save snapshot and get a link\" below it.")
         return
     st.dataframe(pd.DataFrame([{"name": s.name, "saved (UTC)": s.created_utc, "public": s.public,
                                 "yours": s.id in mine, "link": share_link(s.id),

@@ -38,8 +38,14 @@ def answer(need: pd.DataFrame, users: int, context: int) -> str:
 def seed_columns() -> dict[str, Any]:
     """Display headers for the seed-context columns ("at 8K" under the heading "Concurrent sequences that
     fit"): the full names made the table wider than the page and cut its last column off."""
-    return {f"sequences at {c // 1024}K": st.column_config.NumberColumn(
+    columns = {f"sequences at {c // 1024}K": st.column_config.NumberColumn(
         f"at {c // 1024}K", help=f"concurrent sequences of {c:,} tokens that fit", format="%d") for c in SEED_CONTEXTS}
+    return {PER_TOKEN: st.column_config.NumberColumn(format="localized"), **columns}
+
+
+def need_columns() -> dict[str, Any]:
+    """Thousands separators on the GPUs-required table's counts (8,192 tokens, 5,000 users)."""
+    return {c: st.column_config.NumberColumn(format="localized") for c in ("users", "context (tokens)", "GPUs")}
 
 
 def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterable[str], *, tp: int, gpu_mem_util: float,
