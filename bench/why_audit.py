@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MALFORMED_FIX = "subject:Trace loader: without a format, the header must name one"
 INT8_FIX = "subject:int8 vs fp8 explained where the bytes are"
 LATER_TESTS = INT8_FIX  # the same commit added tests for Why items fixed earlier without one
-GLOSSARY_TEST = "subject:Compare's glossary test in its own file"
+WORDS_TESTS = "subject:tests/test_app_words.py"
 CONTEXT_LABEL_FIX = "subject:Capacity chart: the 'your context' label is drawn where the dashed line is"
 
 # (Why item, fixing commit, test node[, commit the test file comes from when not the fix itself])
@@ -67,9 +67,11 @@ AUDIT: list[tuple[str, ...]] = [
     ("7 int8 vs fp8 bytes unexplained", INT8_FIX,
      "tests/test_app_simulate.py::test_int8_pool_caption_and_glossary_explain_the_scale_bytes"),
     ("7 '28,006 blocks of 16 tokens' on a contiguous run", "9dd0b82",
+     "tests/test_app_words.py::test_a_contiguous_run_is_not_said_in_blocks", WORDS_TESTS),
+    ("7 '28,006 blocks of 16 tokens' on a contiguous run", "9dd0b82",
      "tests/test_report.py::test_kv_pool_line_counts_a_contiguous_pool_in_token_slots", LATER_TESTS),
-    ("4 fragmentation kinds unexplained", "8da72e2", "tests/test_glossary.py::test_compare_explains_each_kv_part",
-     GLOSSARY_TEST),
+    ("4 fragmentation kinds unexplained", "8da72e2", "tests/test_app_words.py::test_compare_explains_each_kv_part",
+     WORDS_TESTS),
     ("5 user's context unmarked (its label was off the chart)", CONTEXT_LABEL_FIX,
      "tests/test_charts.py::test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks"),
     ("7 digests clutter the top", "9b498c0", "tests/test_app_simulate.py::test_digests_come_below_the_result", LATER_TESTS),
