@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from PIL import Image  # noqa: E402  (streamlit's own dependency)
+
 from ui.pages import PAGES  # noqa: E402
 
 SHARED = ROOT.parent / "shared"
@@ -101,8 +103,12 @@ def shoot(page, out: Path, name: str, ready: str | None = None) -> None:
     errors = page.locator('[data-testid="stException"]').count()
     if errors:
         raise SystemExit(f"{name}: the page shows an exception")
-    page.screenshot(path=str(out / f"{name}.png"))
-    print(f"wrote {out / name}.png", flush=True)
+    path = out / f"{name}.png"
+    page.screenshot(path=str(path))
+    # 256 colours: a page is flat colours and text, and the file a third of the size
+    Image.open(path).convert("RGB").quantize(256, Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+        path, optimize=True)
+    print(f"wrote {path}", flush=True)
 
 
 def nav(page, title: str) -> None:
@@ -151,9 +157,10 @@ def loaded_pages(browser, base: str, out: Path) -> None:
     shoot(page, out, "loaded-compare", "text=In words")
     nav(page, "Plan")
     shoot(page, out, "loaded-plan", "text=Best:")
-    nav(page, "GPU run") if PAGES["gpu"].available() else None
-    if PAGES["gpu"].available():
-        shoot(page, out, "loaded-gpu")
+    if PAGES["gpu"].available():  # a run of the loaded scenario's first requests (the tiny model on a CPU)
+        nav(page, "GPU run")
+        page.get_by_role("button", name="Run on").first.click()
+        shoot(page, out, "loaded-gpu", "text=vs simulated")
     page.context.close()
 
     other = browser.new_context(viewport=VIEWPORT).new_page()

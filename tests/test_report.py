@@ -40,6 +40,8 @@ def test_headline_metrics_formatting():
     rows = dict(headline_metrics(make_result().summary))
     assert rows["completed (of 8)"] == "7"
     assert rows["TTFT p50"] == "400.0 ms" and rows["TTFT p99"] == "800.0 ms"
+    slow = dict(headline_metrics(dict(make_result().summary, ttft_s={"p50": 2054.392, "p99": 3713.2})))
+    assert slow["TTFT p50"] == "2,054.39 s" and slow["TTFT p99"] == "3,713.20 s"  # thousands separated
     assert rows["peak KV usage"] == "40.0%"
     assert rows[TOKEN_SHARE_LABEL] == "20.0%" and "KV holding tokens (mean)" not in rows
     assert rows["prefix cache hits"] == "n/a"

@@ -24,7 +24,7 @@ def _fmt_s(v: Any) -> str:
     if v is None:
         return "n/a"
     v = float(v)
-    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
+    return f"{v * 1000:.1f} ms" if v < 1 else f"{v:,.2f} s"  # 2,054.39 s: an overloaded run waits long
 
 
 def _get(summary: dict[str, Any], key: str, sub: str | None = None) -> Any:
