@@ -13,7 +13,7 @@ from sim.trace import TraceError
 from ui.bounded import show_input_problems, show_link_problems
 from ui.glossary import show_glossary
 from ui.presets import PRESETS, preset_variants
-from ui.runner import run_scenario
+from ui.runner import run_scenarios
 from ui.scenario_form import scenario_sidebar
 from ui.trace_picker import pick_trace
 
@@ -37,11 +37,13 @@ if len(chosen) < 2:
     st.stop()
 
 snaps = {}
-for label in chosen:
-    try:
-        snaps[label] = run_scenario(trace, variants[label], f"Simulating {label}")
-    except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-        st.error(f"{label}: {public_error(exc)}")
+results = run_scenarios(trace, {label: variants[label] for label in chosen},
+                        catch=(SpecError, ScenarioError, TraceError, ValueError))
+for label, result in results.items():
+    if isinstance(result, Exception):
+        st.error(f"{label}: {public_error(result)}")
+    else:
+        snaps[label] = result
 if len(snaps) < 2:
     st.stop()
 

@@ -12,12 +12,12 @@ from ui.plan_view import (
     MAX_AUTO_CONFIGS,
     drill_down,
     pick_row,
-    run_search,
     search_form,
     show_plan,
     simulate_query,
 )
 from ui.result_view import show_result
+from ui.runner import run_search
 from ui.trace_picker import pick_trace
 
 st.title("Plan: how many users fit, at what cost, and why not more")

@@ -1,5 +1,6 @@
-"""The Plan page's parts: the search form (bound to the URL), the cached sweep with a progress bar,
-the Pareto chart, the table with what binds, and the drill-down into one row's simulated run.
+"""The Plan page's parts: the search form (bound to the URL), the Pareto chart, the table with what
+binds, and the drill-down into one row's simulated run. The sweep itself runs in the server's
+worker pool (ui.runner.run_search), like every simulation, so it never holds a page's thread.
 
 The search itself is sim.plan.search (docs/PLAN.md); this file only turns widgets into its inputs
 and its rows into a view. The workload is the trace picker's trace (shared with Simulate),
@@ -8,7 +9,6 @@ time-scaled by the search.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
@@ -22,7 +22,7 @@ from sim.out.served import BINDING_WORDS
 from sim.out.snapshot import Snapshot
 from sim.plan.grid import expand
 from sim.plan.prices import DEFAULT_PRICES
-from sim.plan.search import ALWAYS_SHOWN, SearchOptions, search
+from sim.plan.search import ALWAYS_SHOWN, SearchOptions
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
 from sim.scenario import CHOICES, Scenario, ScenarioError
@@ -84,28 +84,6 @@ def price_editor(gpus: list[str]) -> dict[str, float]:
                 out[gpu] = float(value)
         st.caption("0 = no price (no cost shown). Defaults are on-demand list prices; sources in docs/PLAN.md.")
     return out
-
-
-@st.cache_data(show_spinner=False, max_entries=16)
-def _search(trace_digest: str, configs_json: str, options_json: str, _workload: Workload,
-            _configs: list[Scenario], _options: SearchOptions) -> dict[str, Any]:
-    bar = st.progress(0.0, text=f"Searching {len(_configs)} configurations")
-
-    def progress(done: int, total: int) -> None:
-        bar.progress(done / total, text=f"Searching: {done} of {total} configurations")
-
-    try:
-        return search(_workload, _configs, _options, progress=progress).to_dict()
-    finally:
-        bar.empty()
-
-
-def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) -> dict[str, Any]:
-    """The search's rows, best and Pareto (cached on the trace digest, grid and options)."""
-    key = json.dumps({"slo": options.slo.text(), "target": options.target_rate, "prices": options.prices,
-                      "shown": options.shown, "tol": options.tolerance}, sort_keys=True)
-    return _search(trace.digest(), json.dumps([c.to_dict() for c in configs]), key, Workload(trace=trace),
-                   configs, options)
 
 
 def plan_table(plan: dict[str, Any]) -> pd.DataFrame:

@@ -1,22 +1,26 @@
-"""Run a scenario on a trace for a page: through the server's worker pool, with progress and a place in line.
+"""Run a scenario (or a Plan search) for a page: through the server's worker pool, with progress and a place in line.
 
-The run itself happens in ui/server/pool.py's worker processes, keyed by (trace digest, scenario
-JSON): the same link opened twice, by two people or from two pages, is simulated once; the label
-a page shows is not part of the key. This thread only polls and draws: a progress bar while the
-run goes, its place in line while it waits, and a button that releases a queued run.
+The work itself happens in ui/server/pool.py's worker processes, keyed by what determines its
+answer (trace digest and scenario JSON; for a search, the grid and options too): the same link
+opened twice, by two people or from two pages, is computed once; the label a page shows is not
+part of the key. This thread only polls and draws: a progress bar while the job goes, its place
+in line while it waits, and a button that releases a queued job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
+from typing import Any
 
 import streamlit as st
 
 from sim.out.snapshot import Snapshot
+from sim.plan.search import SearchOptions
 from sim.scenario import Scenario
 from sim.trace import Trace
-from ui.server.pool import RunService, ServiceStats, run_key
+from ui.server.pool import RunKey, RunService, ServiceStats
 
 POLL_S = 0.1
 
@@ -34,36 +38,79 @@ def server_stats() -> ServiceStats:
 def run_scenario(trace: Trace, scenario: Scenario, label: str = "Simulating") -> Snapshot:
     """The result view for this trace and scenario; raises what the run raised (one-line user errors)."""
     service = run_service()
-    key = run_key(trace, scenario)
+    resubmit = lambda: service.submit(trace, scenario)  # noqa: E731
+    return _wait(service, resubmit(), label, resubmit, _percent_of_trace)
+
+
+def run_scenarios(trace: Trace, scenarios: dict[str, Scenario], catch: tuple[type[Exception], ...]
+                  ) -> dict[str, Snapshot | Exception]:
+    """Label -> result (or the error of a type in `catch`) for several scenarios: all are submitted
+    at once, so they share the pool's workers instead of running one after another."""
+    service = run_service()
+    keys = {label: service.submit(trace, scenario) for label, scenario in scenarios.items()}
+    out: dict[str, Snapshot | Exception] = {}
+    waiting = list(keys)
+    try:
+        while waiting:
+            label = waiting.pop(0)
+            scenario = scenarios[label]
+            try:
+                out[label] = _wait(service, keys[label], f"Simulating {label}",
+                                   lambda s=scenario: service.submit(trace, s), _percent_of_trace)
+            except catch as exc:
+                out[label] = exc
+    finally:
+        for label in waiting:  # the visitor left or changed a setting: stop watching the rest
+            service.release(keys[label])
+    return out
+
+
+def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) -> dict[str, Any]:
+    """A Plan search's dict (rows, best, Pareto) from the pool; raises what the search raised."""
+    service = run_service()
+    resubmit = lambda: service.submit_search(trace, configs, options)  # noqa: E731
+    total = len(configs)
+    return _wait(service, resubmit(), f"Searching {total} configurations", resubmit,
+                 lambda f: f"{round(f * total)} of {total} configurations")
+
+
+def _percent_of_trace(fraction: float) -> str:
+    return f"{int(100 * fraction)}% of the trace"
+
+
+def _wait(service: RunService, key: RunKey, label: str, resubmit: Callable[[], RunKey],
+          describe: Callable[[float], str]) -> Any:
+    """Poll a submitted job until it is done; progress bar, place in line and a cancel button meanwhile.
+    The caller's watch on `key` is released here if this script run ends before the job does."""
     cancel_key = "cancel-run-" + hashlib.sha256(repr(key).encode()).hexdigest()[:16]
     if st.session_state.get(cancel_key):  # clicked during the previous script run, which that click ended
+        service.release(key)
         st.info(f"{label}: cancelled. Change a setting or reload the page to run it again.")
         st.stop()
-    service.submit(trace, scenario)
     state = service.state(key)
-    if state.phase == "done" and state.snapshot is not None:
-        return state.snapshot
+    if state.phase == "done" and state.result is not None:
+        return state.result
     bar = st.progress(0.0, text=f"{label}: starting")
     cancel = st.empty()
     finished = button_drawn = False
     try:
         while True:
             state = service.state(key)
-            if state.phase == "done" and state.snapshot is not None:
+            if state.phase == "done" and state.result is not None:
                 finished = True
-                return state.snapshot
+                return state.result
             if state.phase == "failed" and state.error is not None:
                 finished = True
                 raise state.error
             if state.phase == "gone":  # released by every watcher: submit again
-                service.submit(trace, scenario)
+                resubmit()
             elif state.phase == "queued":
                 bar.progress(0.0, text=f"{label}: queued, number {state.place} in line for a simulation worker")
                 if not button_drawn:  # one widget per script run; a click ends this run and reruns the page
                     cancel.button("Cancel this queued run", key=cancel_key)
                     button_drawn = True
             else:
-                bar.progress(state.fraction, text=f"{label}: {int(100 * state.fraction)}% of the trace")
+                bar.progress(state.fraction, text=f"{label}: {describe(state.fraction)}")
             time.sleep(POLL_S)
     finally:
         bar.empty()

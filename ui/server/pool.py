@@ -5,12 +5,15 @@ Why: a run used to execute on the visitor's own Streamlit thread. With 16 people
 shares one GIL. Here runs go to `workers` processes (default: the core count); the server's
 threads only wait and draw progress, so pages stay responsive.
 
-- Identical runs are computed once: a run is keyed by (trace digest, scenario JSON); a second
-  request for a key in flight watches the same job, and a finished one is served from a
-  byte-bounded LRU (ui/server/lru.py).
-- A queued run knows its place in line and can be released; a job nobody watches any more is
-  cancelled if it has not started (a started one finishes and is cached).
-- Workers report progress through one queue; the first message says the run started.
+- Two kinds of job: one scenario on one trace (`submit`), and a Plan page search (`submit_search`,
+  the whole sweep inline in one worker). Each is keyed by what determines its answer, never by the
+  label a page shows: (trace digest, scenario JSON), or ("search:" + trace digest, grid and options).
+- Identical jobs are computed once: a second request for a key in flight watches the same job, and
+  a finished one is served from a byte-bounded LRU (ui/server/lru.py).
+- A queued job knows its place in line and can be released; a job nobody watches any more is
+  cancelled if it has not started. A started one finishes, goes into the cache and leaves the
+  table of jobs even if nobody polls it again (so nothing outside the bound piles up).
+- Workers report progress through one queue; the first message says the job started.
 - All workers start when the service is made (and import the simulator then), never later from a
   visitor's thread: see _stub_main for why that matters inside Streamlit.
 Settings (environment, read once per server): KVSIM_RUN_WORKERS, KVSIM_RESULT_CACHE_MIB.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import itertools
+import json
 import multiprocessing as mp
 import os
 import queue as queue_mod
@@ -27,7 +31,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +39,8 @@ from typing import Any, Literal
 
 from models.registry import added_entries, apply_entries
 from sim.out.snapshot import Snapshot
+from sim.plan.search import SearchOptions
+from sim.plan.workload import Workload
 from sim.scenario import Scenario
 from sim.trace import Trace
 from ui.server.lru import ByteLRU, CacheStats, cache_bytes_from_env
@@ -43,7 +49,7 @@ WORKERS_ENV = "KVSIM_RUN_WORKERS"
 CACHE_ENV = "KVSIM_RESULT_CACHE_MIB"
 DEFAULT_CACHE_MIB = 256
 MAX_WORKERS = 64
-RunKey = tuple[str, str]  # (trace digest, scenario JSON)
+RunKey = tuple[str, str]  # (trace digest, scenario JSON), or ("search:" + trace digest, grid and options JSON)
 
 _progress_queue: Any = None  # set in each worker by _init_worker
 
@@ -94,8 +100,29 @@ def _simulate(key: RunKey, trace: Trace, scenario_json: str, plugins: list[tuple
     return Snapshot.from_result(result, trace)
 
 
+def _search(key: RunKey, workload: Workload, configs: list[Scenario], options: SearchOptions,
+            plugins: list[tuple[str, str, object]]) -> dict[str, Any]:
+    """Runs in a worker process: a Plan search (sim.plan.search, inline), progress after each configuration."""
+    from sim.plan.search import search
+
+    apply_entries(plugins)
+    _progress_queue.put((key, 0.0))
+
+    def progress(done: int, total: int) -> None:
+        _progress_queue.put((key, done / total))
+
+    return search(workload, configs, options, progress=progress).to_dict()
+
+
 def run_key(trace: Trace, scenario: Scenario) -> RunKey:
     return trace.digest(), scenario.to_json()
+
+
+def search_key(trace: Trace, configs: list[Scenario], options: SearchOptions) -> RunKey:
+    """A search's answer depends on the trace, the grid and the options (SLO, target, prices, columns)."""
+    described = {"configs": [c.to_dict() for c in configs], "slo": options.slo.text(), "target": options.target_rate,
+                 "prices": options.prices, "shown": list(options.shown), "tol": options.tolerance}
+    return "search:" + trace.digest(), json.dumps(described, sort_keys=True)
 
 
 @dataclass
@@ -108,13 +135,18 @@ class _Job:
 
 @dataclass(frozen=True)
 class RunState:
-    """Where one run is. `place`: 1 = next to start (queued only); `error`: the run's exception."""
+    """Where one job is. `place`: 1 = next to start (queued only); `result`: a Snapshot for a run,
+    the search's dict for a search (done only); `error`: the job's exception (failed only)."""
 
     phase: Literal["queued", "running", "done", "failed", "gone"]
     place: int = 0
     fraction: float = 0.0
-    snapshot: Snapshot | None = None
+    result: Any = None
     error: BaseException | None = None
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.result if isinstance(self.result, Snapshot) else None
 
 
 @dataclass(frozen=True)
@@ -154,9 +186,9 @@ class RunService:
             warm = [self._pool.submit(_warm_up, 0.2) for _ in range(workers)]
         for future in warm:
             future.result()
-        self.results: ByteLRU[Snapshot] = ByteLRU(cache_bytes)
+        self.results: ByteLRU[Any] = ByteLRU(cache_bytes)  # Snapshots and search dicts
         self._jobs: dict[RunKey, _Job] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # future.cancel() runs _finished at once, in the thread that holds it
         self._order = itertools.count()
         self._submitted = 0
 
@@ -167,6 +199,14 @@ class RunService:
     def submit(self, trace: Trace, scenario: Scenario) -> RunKey:
         """Start (or join, or find cached) the run of `scenario` on `trace`; returns its key."""
         key = run_key(trace, scenario)
+        return self._submit(key, _simulate, (key, trace, key[1], added_entries()))
+
+    def submit_search(self, trace: Trace, configs: list[Scenario], options: SearchOptions) -> RunKey:
+        """Start (or join, or find cached) a Plan search of `configs` on `trace`; returns its key."""
+        key = search_key(trace, configs, options)
+        return self._submit(key, _search, (key, Workload(trace=trace), configs, options, added_entries()))
+
+    def _submit(self, key: RunKey, work: Callable[..., Any], args: tuple[Any, ...]) -> RunKey:
         if self.results.get(key) is not None:
             return key
         with self._lock:
@@ -174,10 +214,20 @@ class RunService:
             if job is not None and not job.future.cancelled():
                 job.watchers += 1
                 return key
-            future = self._pool.submit(_simulate, key, trace, key[1], added_entries())
+            future = self._pool.submit(work, *args)
             self._jobs[key] = _Job(future, next(self._order))
             self._submitted += 1
+        future.add_done_callback(lambda done: self._finished(key, done))  # outside the lock: it may run at once
         return key
+
+    def _finished(self, key: RunKey, future: Future) -> None:
+        """A job ended (in the pool's thread): cache its result; forget the job if nobody watches it."""
+        with self._lock:
+            if not future.cancelled() and future.exception() is None:
+                self.results.put(key, future.result())
+            job = self._jobs.get(key)
+            if job is not None and job.future is future and job.watchers <= 0:
+                del self._jobs[key]
 
     def state(self, key: RunKey) -> RunState:
         self._drain_progress()
@@ -190,14 +240,14 @@ class RunService:
                 error = job.future.exception()
                 if error is not None:
                     return RunState("failed", error=error)
-                return RunState("done", snapshot=self.results.put(key, job.future.result()))
+                return RunState("done", result=job.future.result())  # cached by _finished unless over the bound
             if job is not None and job.fraction is None:
                 ahead = sum(1 for j in self._jobs.values() if j.fraction is None and j.order < job.order)
                 return RunState("queued", place=ahead + 1)
             if job is not None:
                 return RunState("running", fraction=job.fraction or 0.0)
         cached = self.results.get(key)
-        return RunState("done", snapshot=cached) if cached is not None else RunState("gone")
+        return RunState("done", result=cached) if cached is not None else RunState("gone")
 
     def release(self, key: RunKey) -> bool:
         """One visitor stops waiting; the last one cancels the job if it has not started. True if cancelled."""
@@ -206,10 +256,12 @@ class RunService:
             if job is None:
                 return False
             job.watchers -= 1
-            if job.watchers > 0 or not job.future.cancel():
+            if job.watchers > 0:
                 return False
-            del self._jobs[key]
-            return True
+            cancelled = job.future.cancel()
+            if cancelled or job.future.done():  # a running one leaves in _finished
+                self._jobs.pop(key, None)
+            return cancelled
 
     def stats(self) -> ServiceStats:
         self._drain_progress()
