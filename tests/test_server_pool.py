@@ -114,17 +114,51 @@ def _two_pages_same_scenario() -> None:
 
     from sim.scenario import Scenario
     from sim.trace import parse_synthetic_spec
-    from ui.runner import run_scenario, server_stats
+    from ui.runner import run_scenario, run_scenarios, server_stats
 
     trace = parse_synthetic_spec("preset=sharegpt-like,n=40,rate=10,seed=5").generate()
     scenario = Scenario(model="llama-3-8b", kv_budget_gib=1.0, seed=99)
     before = server_stats().submitted
     a = run_scenario(trace, scenario, "Simulating (Simulate page)")
-    b = run_scenario(trace, scenario, "Simulating baseline (Compare page)")
+    compared = run_scenarios(trace, {"baseline": scenario, "other": scenario.replace(seed=98)}, catch=(ValueError,))
+    b = compared["baseline"]  # the Compare page's path, under another label
     st.write(f"submitted {server_stats().submitted - before}; same summary {a.summary == b.summary}")
 
 
 def test_the_same_scenario_from_two_pages_simulates_once():
     at = AppTest.from_function(_two_pages_same_scenario, default_timeout=180).run()
     assert not at.exception
-    assert at.markdown[-1].value == "submitted 1; same summary True"
+    assert at.markdown[-1].value == "submitted 2; same summary True"  # the baseline joined a's run; "other" is new
+
+
+def test_a_plan_search_runs_once_in_a_worker_and_matches_the_inline_search(one_worker):
+    from sim.plan.search import SearchOptions, search
+    from sim.plan.slo import parse_slo
+    from sim.plan.workload import Workload
+
+    configs = [SMALL, SMALL.replace(kv_dtype="fp8")]
+    options = SearchOptions(parse_slo("ttft_p99=2"))
+    before = one_worker.stats().submitted
+    key = one_worker.submit_search(TRACE, configs, options)
+    assert one_worker.submit_search(TRACE, configs, options) == key and key[0].startswith("search:")
+    state = wait(one_worker, key)
+    assert state.phase == "done" and one_worker.stats().submitted == before + 1
+    inline = search(Workload(trace=TRACE), configs, options).to_dict()
+    assert [r["max_rate_per_s"] for r in state.result["rows"]] == [r["max_rate_per_s"] for r in inline["rows"]]
+    other = one_worker.submit_search(TRACE, configs, SearchOptions(parse_slo("ttft_p99=1")))
+    assert other != key  # the options are part of the key
+    one_worker.release(other)
+
+
+def test_a_run_nobody_waits_for_any_more_is_cached_and_leaves_the_job_table(one_worker):
+    longer = parse_synthetic_spec("preset=sharegpt-like,n=3000,rate=20,seed=4").generate()  # runs for a while
+    key = one_worker.submit(longer, Scenario(model="llama-3-8b", kv_budget_gib=1.0, seed=31))
+    deadline = time.monotonic() + 120
+    while (phase := one_worker.state(key).phase) == "queued" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert phase == "running"
+    assert one_worker.release(key) is False  # started: it finishes
+    while key in one_worker._jobs and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert key not in one_worker._jobs and one_worker.results.get(key) is not None
+

@@ -1,0 +1,326 @@
+"""Load benchmark of one dashboard server shared by 1/4/8/16 visitors (issue 18), browser-free.
+
+A real `streamlit run app.py` server on 127.0.0.1 (the same code, config and worker pool as `make
+run`), and N visitors as websocket clients (bench/st_session.py) in this process: the frames a
+browser sends, no rendering. Why a real server rather than AppTest sessions: the issue's question
+is what one server does for many people at once, which is the server's threads, its GIL and its
+worker pool under concurrent sessions; AppTest runs each script on its own in the test's process.
+
+Each visitor does, all N at the same moment for each step (a barrier before every action):
+  open      a fresh session of /simulate?trace_src=upload (the page load)
+  upload    the Azure conversation trace (../shared/traces, else the bundled slice) and its run
+            on the default scenario (already computed by the warm-up: shared by everyone)
+  toggle    the load dial to a value every visitor of this level picks too (one shared run)
+  toggle*   the load dial to a value of this visitor's own (N different runs)
+  compare   the Compare page, KV-dtype preset (4 runs, the same for every visitor of the level)
+  save      back on Simulate, save a snapshot (the form's button)
+Latency is from sending the rerun to `script_finished` (loopback: the server's time for that run);
+server CPU is user+system time of the server and its worker processes over the level (/proc).
+Each level uses load values no earlier level used, so its runs are computed, not cached.
+
+Then the page-load check: while one visitor's long Compare (the paging preset, 4 runs) or a Plan
+sweep (on a grid nobody searched) goes on, fresh visitors open /plan, /simulate and /capacity.
+
+Usage: python bench/bench_server.py [--users 1,4,8,16] [--trace PATH] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from st_session import RunResult, Session  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED_TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+SAMPLE_TRACE = ROOT / "samples" / "azure_conv_slice.csv"
+ACTIONS = ("open", "upload", "toggle", "toggle*", "compare", "save")
+COMPARE_PRESET = "KV dtype: fp16 vs fp8 vs int8 vs int4"
+LONG_PRESET = "paging: contiguous max / pow2 / oracle vs paged"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(root_pid: int) -> float:
+    """User + system CPU seconds of a process and all its live descendants (Linux /proc)."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return sum(ticks.get(pid, 0) for pid in tree) / TICK
+
+
+class Server:
+    """`streamlit run app.py` on a free loopback port with a private snapshot store."""
+
+    def __init__(self, port: int, workdir: Path, env: dict[str, str]) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        log = (workdir / "server.log").open("w")
+        full_env = dict(os.environ, KVSIM_SNAPSHOT_DB=str(workdir / "snapshots.sqlite"), **env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(self.url + "/_stcore/health", timeout=2).ok:
+                    return
+            except requests.RequestException:
+                time.sleep(0.5)
+        self.stop()
+        raise RuntimeError(f"the server did not answer on {self.url} within 120 s (log: {workdir / 'server.log'})")
+
+    def cpu_s(self) -> float:
+        return tree_cpu_s(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def _check(result: RunResult, what: str) -> RunResult:
+    if result.status != "FINISHED_SUCCESSFULLY" or result.errors():
+        raise RuntimeError(f"{what}: {result.status} {result.errors()}")
+    return result
+
+
+class Visitor:
+    """One person's session and the latency of each of their actions."""
+
+    def __init__(self, server: Server, trace: Path) -> None:
+        self.server, self.trace = server, trace
+        self.session: Session | None = None
+        self.page: RunResult | None = None
+        self.times: dict[str, float] = {}
+
+    async def _timed(self, action: str, run: Any) -> RunResult:
+        start = time.perf_counter()
+        result = _check(await run, action)
+        self.times[action] = time.perf_counter() - start
+        self.page = result
+        return result
+
+    async def open(self) -> None:
+        async def go() -> RunResult:
+            self.session = await Session.open(self.server.url)
+            return await self.session.run("simulate", "trace_src=upload")
+        await self._timed("open", go())
+
+    async def upload(self) -> None:
+        assert self.session is not None and self.page is not None
+        await self._timed("upload", self._upload())
+
+    async def _upload(self) -> RunResult:
+        assert self.session is not None and self.page is not None
+        await self.session.upload(self.page.widget("file_uploader", "Trace file"), self.trace)
+        return await self.session.run("", "trace_src=upload")
+
+    async def toggle(self, action: str, load: float) -> None:
+        assert self.session is not None and self.page is not None
+        self.session.set_number(self.page.widget("number_input", "Load x K"), load)
+        result = await self._timed(action, self.session.run("", "trace_src=upload"))
+        if not result.has_text(f"replayed at {load:g}x"):
+            raise RuntimeError(f"{action}: the page does not show the load {load:g}")
+
+    async def compare(self, load: float, preset: str = COMPARE_PRESET, action: str = "compare") -> None:
+        assert self.session is not None
+        self.session.widgets.clear()  # another page: the URL sets its widgets (the upload stays in the session)
+        query = urlencode({"trace_src": "upload", "load": f"{load:g}", "preset": preset})
+        result = await self._timed(action, self.session.run("compare", query))
+        if not result.has_text("Using the uploaded"):
+            raise RuntimeError(f"{action}: the Compare page did not use the uploaded trace")
+
+    async def save(self, load: float, name: str) -> None:
+        assert self.session is not None
+        self.session.widgets.clear()
+        page = _check(await self.session.run("simulate", urlencode({"trace_src": "upload", "load": f"{load:g}"})),
+                      "back to simulate")
+        self.session.set_text(page.widget("text_input", "Snapshot name"), name)
+        button = page.widget("button", "Save snapshot")
+        self.session.click(button)
+        result = await self._timed("save", self.session.run("", urlencode({"trace_src": "upload"})))
+        self.session.unclick(button)
+        if not result.has_text("Saved."):
+            raise RuntimeError("save: no 'Saved.' on the page")
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+
+async def _all(visitors: list[Visitor], make: Any) -> None:
+    """Every visitor starts the same action at the same moment."""
+    await asyncio.gather(*(make(i, v) for i, v in enumerate(visitors)))
+
+
+async def level(server: Server, trace: Path, users: int, k: int) -> dict[str, Any]:
+    """One level: `users` visitors through the six actions; latencies and the server's CPU."""
+    visitors = [Visitor(server, trace) for _ in range(users)]
+    shared, compare_load = round(1.0 + 0.01 * (k + 1), 4), round(1.2 + 0.01 * k, 4)
+    cpu0, client0, wall0 = server.cpu_s(), time.process_time(), time.perf_counter()
+    try:
+        await _all(visitors, lambda i, v: v.open())
+        await _all(visitors, lambda i, v: v.upload())
+        await _all(visitors, lambda i, v: v.toggle("toggle", shared))
+        await _all(visitors, lambda i, v: v.toggle("toggle*", round(0.99 - 0.0005 * (16 * k + i), 4)))
+        await _all(visitors, lambda i, v: v.compare(compare_load))
+        await _all(visitors, lambda i, v: v.save(shared, f"bench-{users}-{i}"))
+    finally:
+        await asyncio.gather(*(v.close() for v in visitors))
+    out: dict[str, Any] = {"users": users, "server_cpu_s": round(server.cpu_s() - cpu0, 2),
+                           "client_cpu_s": round(time.process_time() - client0, 2),
+                           "wall_s": round(time.perf_counter() - wall0, 2), "actions": {}}
+    for action in ACTIONS:
+        times = sorted(v.times[action] for v in visitors)
+        out["actions"][action] = {"p50": round(statistics.median(times), 3), "p95": round(_p95(times), 3),
+                                  "max": round(times[-1], 3)}
+    out["status_line"] = _status_line(visitors[0].page)
+    return out
+
+
+def _p95(sorted_times: list[float]) -> float:
+    """Nearest-rank 95th percentile (with 1-16 samples: the largest but rarely one)."""
+    return sorted_times[max(0, -(-95 * len(sorted_times) // 100) - 1)]
+
+
+def _status_line(page: RunResult | None) -> str:
+    if page is None:
+        return ""
+    return next((e.text for e in page.elements if e.text.startswith("Server:")), "")
+
+
+async def page_loads_during(server: Server, trace: Path, busy: str) -> dict[str, Any]:
+    """Fresh visitors open /plan, /simulate and /capacity while one visitor's long run goes on
+    (`busy`: "compare" = the paging preset on a new load, "plan" = a Plan sweep on a new grid)."""
+    async def load_page(path: str) -> float:
+        start = time.perf_counter()
+        session = await Session.open(server.url)
+        try:
+            _check(await session.run(path, ""), f"open /{path}")
+        finally:
+            await session.close()
+        return time.perf_counter() - start
+
+    quiet = {path: await load_page(path) for path in ("plan", "simulate", "capacity")}  # warm and idle figures
+    worker = Visitor(server, trace)
+    await worker.open()
+    await worker.upload()
+    if busy == "compare":
+        job = asyncio.create_task(worker.compare(1.5, LONG_PRESET, action="busy"))
+    else:
+        job = asyncio.create_task(_plan_sweep(worker))
+    await asyncio.sleep(1.0)
+    loads: list[tuple[str, float]] = []
+    while not job.done():
+        for path in ("plan", "simulate", "capacity"):
+            loads.append((path, await load_page(path)))
+    await job
+    await worker.close()
+    times = sorted(t for _, t in loads)
+    return {"busy": busy, "busy_s": round(worker.times["busy"], 2), "quiet_s": {k: round(v, 3) for k, v in quiet.items()},
+            "loads": len(loads), "p50": round(statistics.median(times), 3), "max": round(times[-1], 3),
+            "worst_page": max(loads, key=lambda pt: pt[1])[0]}
+
+
+async def _plan_sweep(visitor: Visitor) -> None:
+    """A Plan search over a grid no one has searched (int8 KV on the default GPUs): a fresh sweep."""
+    assert visitor.session is not None
+    visitor.session.widgets.clear()
+    query = urlencode([("trace_src", "sample"), ("plan_kv", "int8")])
+    await visitor._timed("busy", visitor.session.run("plan", query))
+
+
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
+    trace = Path(args.trace) if args.trace else (SHARED_TRACE if SHARED_TRACE.is_file() else SAMPLE_TRACE)
+    with tempfile.TemporaryDirectory(prefix="kvsim-bench-server-") as tmp:
+        env = {"KVSIM_RUN_WORKERS": str(args.workers)} if args.workers else {}
+        server = Server(args.port, Path(tmp), env)
+        try:
+            warm = Visitor(server, trace)  # imports, the trace's parse and the default run: not any level's
+            await warm.open()
+            await warm.upload()
+            await warm.toggle("toggle", 1.0 + 0.5)
+            await warm.close()
+            single = await level(server, trace, 1, 0)
+            levels = [single]
+            for k, users in enumerate(args.users[1:], start=1):
+                levels.append(await level(server, trace, users, k))
+            busy = [await page_loads_during(server, trace, what) for what in ("compare", "plan")]
+        finally:
+            server.stop()
+    return {"trace": trace.name, "machine": _machine(), "levels": levels, "page_loads_during": busy}
+
+
+def _machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown cpu")
+    return f"{os.cpu_count()} cores, {cpu}; load average before the run {os.getloadavg()[0]:.2f}"
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"trace {result['trace']}; {result['machine']}", "",
+             "| users | " + " | ".join(f"{a} p50 / p95 s" for a in ACTIONS) + " | server CPU s | client CPU s | wall s |",
+             "|---|" + "---|" * (len(ACTIONS) + 3)]
+    for lv in result["levels"]:
+        cells = [f"{lv['actions'][a]['p50']:.2f} / {lv['actions'][a]['p95']:.2f}" for a in ACTIONS]
+        lines.append(f"| {lv['users']} | " + " | ".join(cells)
+                     + f" | {lv['server_cpu_s']:.1f} | {lv['client_cpu_s']:.1f} | {lv['wall_s']:.1f} |")
+    base = result["levels"][0]["actions"]
+    for lv in result["levels"][1:]:
+        ratio = {a: lv["actions"][a]["max"] / base[a]["max"] for a in ("toggle", "toggle*")}
+        lines.append(f"{lv['users']} users: slowest re-run / single-user re-run = {ratio['toggle']:.2f}x "
+                     f"(shared toggle), {ratio['toggle*']:.2f}x (each their own)")
+    for busy in result["page_loads_during"]:
+        lines.append(f"page loads during a {busy['busy_s']:.1f} s {busy['busy']}: {busy['loads']} loads, "
+                     f"p50 {busy['p50']:.2f} s, max {busy['max']:.2f} s (/{busy['worst_page']}); "
+                     f"idle: {busy['quiet_s']}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", default="1,4,8,16", help="comma-separated visitor counts; the first is the baseline")
+    parser.add_argument("--trace", default="", help="trace to upload (default: the shared Azure conv trace, else the sample)")
+    parser.add_argument("--workers", type=int, default=0, help="KVSIM_RUN_WORKERS for the server (default: its own)")
+    parser.add_argument("--port", type=int, default=8799)
+    parser.add_argument("--json", default="", help="also write the figures to this file")
+    args = parser.parse_args()
+    args.users = [int(u) for u in args.users.split(",")]
+    result = asyncio.run(bench(args))
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
