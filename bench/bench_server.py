@@ -10,12 +10,14 @@ Each visitor does, all N at the same moment for each step (a barrier before ever
   open      a fresh session of /simulate?trace_src=upload (the page load)
   upload    the Azure conversation trace (../shared/traces, else the bundled slice) and its run
             on the default scenario (already computed by the warm-up: shared by everyone)
-  toggle    the load dial to a value every visitor of this level picks too (one shared run)
   toggle*   the load dial to a value of this visitor's own (N different runs)
-  compare   the Compare page, KV-dtype preset (4 runs, the same for every visitor of the level)
+  toggle    the load dial to a value every visitor of this level picks too (one shared run)
+  compare   the Compare page, KV-dtype preset, with the sidebar as it is (that shared load):
+            4 runs, the same for every visitor of the level
   save      back on Simulate, save a snapshot (the form's button)
 Latency is from sending the rerun to `script_finished` (loopback: the server's time for that run);
-server CPU is user+system time of the server and its worker processes over the level (/proc).
+server CPU is user+system time over the level (/proc) of the server process (its page threads) and
+of its simulation workers, apart.
 Each level uses load values no earlier level used, so its runs are computed, not cached.
 
 Then the page-load check: while one visitor's long Compare (the paging preset, 4 runs) or a Plan
@@ -47,14 +49,14 @@ from st_session import RunResult, Session  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 SAMPLE_TRACE = ROOT / "samples" / "azure_conv_slice.csv"
-ACTIONS = ("open", "upload", "toggle", "toggle*", "compare", "save")
+ACTIONS = ("open", "upload", "toggle*", "toggle", "compare", "save")
 COMPARE_PRESET = "KV dtype: fp16 vs fp8 vs int8 vs int4"
 LONG_PRESET = "paging: contiguous max / pow2 / oracle vs paged"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_s(root_pid: int) -> float:
-    """User + system CPU seconds of a process and all its live descendants (Linux /proc)."""
+def tree_cpu_s(root_pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of a process, and of all its live descendants (Linux /proc)."""
     parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
@@ -73,7 +75,7 @@ def tree_cpu_s(root_pid: int) -> float:
             if parent == pid and child not in tree:
                 tree.add(child)
                 frontier.append(child)
-    return sum(ticks.get(pid, 0) for pid in tree) / TICK
+    return ticks.get(root_pid, 0) / TICK, sum(ticks.get(pid, 0) for pid in tree - {root_pid}) / TICK
 
 
 class Server:
@@ -97,7 +99,8 @@ class Server:
         self.stop()
         raise RuntimeError(f"the server did not answer on {self.url} within 120 s (log: {workdir / 'server.log'})")
 
-    def cpu_s(self) -> float:
+    def cpu_s(self) -> tuple[float, float]:
+        """(the server process: its page threads; its simulation workers)."""
         return tree_cpu_s(self.proc.pid)
 
     def stop(self) -> None:
@@ -152,10 +155,11 @@ class Visitor:
         if not result.has_text(f"replayed at {load:g}x"):
             raise RuntimeError(f"{action}: the page does not show the load {load:g}")
 
-    async def compare(self, load: float, preset: str = COMPARE_PRESET, action: str = "compare") -> None:
+    async def compare(self, preset: str = COMPARE_PRESET, action: str = "compare") -> None:
+        """The Compare page with this visitor's sidebar (the session keeps it, load dial included)."""
         assert self.session is not None
-        self.session.widgets.clear()  # another page: the URL sets its widgets (the upload stays in the session)
-        query = urlencode({"trace_src": "upload", "load": f"{load:g}", "preset": preset})
+        self.session.widgets.clear()  # another page: its own widget ids (the upload stays in the session)
+        query = urlencode({"trace_src": "upload", "preset": preset})
         result = await self._timed(action, self.session.run("compare", query))
         if not result.has_text("Using the uploaded"):
             raise RuntimeError(f"{action}: the Compare page did not use the uploaded trace")
@@ -186,18 +190,20 @@ async def _all(visitors: list[Visitor], make: Any) -> None:
 async def level(server: Server, trace: Path, users: int, k: int) -> dict[str, Any]:
     """One level: `users` visitors through the six actions; latencies and the server's CPU."""
     visitors = [Visitor(server, trace) for _ in range(users)]
-    shared, compare_load = round(1.0 + 0.01 * (k + 1), 4), round(1.2 + 0.01 * k, 4)
+    shared = round(1.0 + 0.01 * (k + 1), 4)
     cpu0, client0, wall0 = server.cpu_s(), time.process_time(), time.perf_counter()
     try:
         await _all(visitors, lambda i, v: v.open())
         await _all(visitors, lambda i, v: v.upload())
-        await _all(visitors, lambda i, v: v.toggle("toggle", shared))
         await _all(visitors, lambda i, v: v.toggle("toggle*", round(0.99 - 0.0005 * (16 * k + i), 4)))
-        await _all(visitors, lambda i, v: v.compare(compare_load))
+        await _all(visitors, lambda i, v: v.toggle("toggle", shared))
+        await _all(visitors, lambda i, v: v.compare())  # the sidebar keeps the load: the same base for all
         await _all(visitors, lambda i, v: v.save(shared, f"bench-{users}-{i}"))
     finally:
         await asyncio.gather(*(v.close() for v in visitors))
-    out: dict[str, Any] = {"users": users, "server_cpu_s": round(server.cpu_s() - cpu0, 2),
+    cpu1 = server.cpu_s()
+    out: dict[str, Any] = {"users": users, "server_cpu_s": round(cpu1[0] - cpu0[0], 2),
+                           "workers_cpu_s": round(cpu1[1] - cpu0[1], 2),
                            "client_cpu_s": round(time.process_time() - client0, 2),
                            "wall_s": round(time.perf_counter() - wall0, 2), "actions": {}}
     for action in ACTIONS:
@@ -236,7 +242,8 @@ async def page_loads_during(server: Server, trace: Path, busy: str) -> dict[str,
     await worker.open()
     await worker.upload()
     if busy == "compare":
-        job = asyncio.create_task(worker.compare(1.5, LONG_PRESET, action="busy"))
+        await worker.toggle("toggle", 1.5)  # the paging variants at x1.5: three contiguous runs nobody made yet
+        job = asyncio.create_task(worker.compare(LONG_PRESET, action="busy"))
     else:
         job = asyncio.create_task(_plan_sweep(worker))
     await asyncio.sleep(1.0)
@@ -289,17 +296,20 @@ def _machine() -> str:
 
 def report(result: dict[str, Any]) -> str:
     lines = [f"trace {result['trace']}; {result['machine']}", "",
-             "| users | " + " | ".join(f"{a} p50 / p95 s" for a in ACTIONS) + " | server CPU s | client CPU s | wall s |",
+             "| users | " + " | ".join(f"{a} p50 / p95 s" for a in ACTIONS)
+             + " | server CPU s: page threads + workers | client CPU s | wall s |",
              "|---|" + "---|" * (len(ACTIONS) + 3)]
     for lv in result["levels"]:
         cells = [f"{lv['actions'][a]['p50']:.2f} / {lv['actions'][a]['p95']:.2f}" for a in ACTIONS]
         lines.append(f"| {lv['users']} | " + " | ".join(cells)
-                     + f" | {lv['server_cpu_s']:.1f} | {lv['client_cpu_s']:.1f} | {lv['wall_s']:.1f} |")
+                     + f" | {lv['server_cpu_s']:.1f} + {lv['workers_cpu_s']:.1f} | {lv['client_cpu_s']:.1f} | {lv['wall_s']:.1f} |")
     base = result["levels"][0]["actions"]
     for lv in result["levels"][1:]:
         ratio = {a: lv["actions"][a]["max"] / base[a]["max"] for a in ("toggle", "toggle*")}
         lines.append(f"{lv['users']} users: slowest re-run / single-user re-run = {ratio['toggle']:.2f}x "
                      f"(shared toggle), {ratio['toggle*']:.2f}x (each their own)")
+    for lv in result["levels"]:
+        lines.append(f"after {lv['users']} users: {lv['status_line']}")
     for busy in result["page_loads_during"]:
         lines.append(f"page loads during a {busy['busy_s']:.1f} s {busy['busy']}: {busy['loads']} loads, "
                      f"p50 {busy['p50']:.2f} s, max {busy['max']:.2f} s (/{busy['worst_page']}); "
