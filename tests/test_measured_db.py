@@ -182,3 +182,14 @@ def test_blackwell_gpus_have_measured_tables(gpu):
     cm = cost(gpu=gpu)
     assert cm.source == "measured-db" and measured_db.SYSTEMS[gpu] in ("b200_sxm", "b300_sxm", "gb200")
     assert cm.step_time(32, 32 * 2048) < cost(gpu="h100-sxm").step_time(32, 32 * 2048)  # faster HBM and GEMMs
+
+
+@pytest.mark.slow
+def test_expert_parallel_keeps_the_tp_all_reduces_and_its_own_routing():
+    """vLLM without data-parallel attention: EP adds no all-to-all (every rank holds every token);
+    the package's vLLM model times the same pre/post-dispatch all-reduces for TP and EP."""
+    tp = cost(model="qwen3-30b-a3b", gpu="h100-sxm", tp=2)
+    ep = cost(model="qwen3-30b-a3b", gpu="h100-sxm", tp=2, expert_parallel=True, expert_imbalance=1.5)
+    assert np.array_equal(tp.table.gen_comm, ep.table.gen_comm) and tp.table.gen_comm[0] > 0
+    assert not np.array_equal(tp.table.gen_other, ep.table.gen_other)  # EP's own MoE kernel rows
+    assert any("expert_imbalance applies to the roofline only" in w for w in ep.warnings)
