@@ -105,6 +105,8 @@ class SlidingWindowManager(GroupManager):
         self.window = window
 
     def skipped_blocks(self, computed: Any) -> Any:
+        if isinstance(computed, int):  # the per-request path: no numpy scalar
+            return max(computed - self.window + 1, 0) // self.block_size
         return np.maximum(computed - self.window + 1, 0) // self.block_size
 
     def contiguous_blocks(self, reserve_tokens: Any) -> Any:

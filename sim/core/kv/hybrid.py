@@ -84,6 +84,8 @@ class HybridPagedAllocator(KVAllocator):
     def _step_need(self, ids: np.ndarray, computed: np.ndarray, new_tokens: np.ndarray) -> tuple[int, list, list]:
         """(net pages, new firsts, new ends) for requests going from `computed` to `new_tokens`
         tokens in one step: drop what `computed` no longer needs, then cover `new_tokens`."""
+        if len(ids) == 1:  # one request (the scheduler's per-request appends): plain ints are faster
+            return self._step_need_one(int(ids[0]), int(computed[0]), int(new_tokens[0]))
         net, firsts, ends = 0, [], []
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
             f0, e0 = first[ids], end[ids]
@@ -93,6 +95,19 @@ class HybridPagedAllocator(KVAllocator):
             net += m.pages * int(np.add.reduce(e1 - e0) - np.add.reduce(f1 - f0))
             firsts.append(f1)
             ends.append(e1)
+        return net, firsts, ends
+
+    def _step_need_one(self, r: int, computed: int, new_tokens: int) -> tuple[int, list, list]:
+        """_step_need for one request, in Python ints (firsts and ends as one-element lists)."""
+        net, firsts, ends = 0, [], []
+        steps = new_tokens > int(self._ntok[r])
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            f0, e0 = int(first[r]), int(end[r])
+            e1 = max(e0, int(m.blocks_for(new_tokens)))
+            f1 = min(max(f0, int(m.skipped_blocks(computed))), e1) if steps else f0
+            net += m.pages * ((e1 - e0) - (f1 - f0))
+            firsts.append([f1])
+            ends.append([e1])
         return net, firsts, ends
 
     def append(self, req_id: int, num_new_tokens: int) -> bool:
@@ -166,9 +181,15 @@ class HybridPagedAllocator(KVAllocator):
         self._apply(ids, new, net, firsts, ends)
 
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
-        for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
-            first[ids], end[ids] = f1, e1
-        self._ntok[ids] = new
+        if len(ids) == 1:  # one request: scalar stores are cheaper than fancy indexing
+            r = int(ids[0])
+            for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
+                first[r], end[r] = f1[0], e1[0]
+            self._ntok[r] = new[0]
+        else:
+            for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
+                first[ids], end[ids] = f1, e1
+            self._ntok[ids] = new
         self._free_pages -= net
 
     # --- release --------------------------------------------------------------------

@@ -141,7 +141,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         for g, (m, (first, _)) in enumerate(zip(self.managers, kept, strict=True)):
             end = int(m.blocks_for(num_tokens))
             table = self._tables[g][req_id]
-            table.extend(self._take(g) for _ in range(len(table), end))
+            table.extend(self._take(g, end - len(table)))
             self._first[g][req_id], self._end[g][req_id] = first, end
             self._nreg[g][req_id] = tokens // self.block_size
         self._ntok[req_id] = num_tokens
@@ -185,31 +185,27 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
         """Move each request from its old [first, end) to the new one, in three passes so no pass
         needs pages a later one frees: (1) register blocks that filled up and release dropped
-        ones (cached ones park); (2) blocks filled and left behind within this run are taken,
-        registered and released at once (skipped when not even one block is free); (3) take the
-        new blocks that stay."""
+        ones (cached ones park); (2) blocks filled and left behind within this run are cached
+        and parked at once (`_park_new`); (3) take the new blocks that stay."""
         rows = self._moves(ids, new, firsts, ends)
         for g, r, f0, e0, f1, _, keys, full in rows:
             table = self._tables[g][r]
             if keys:
                 self._offer(g, r, min(full, e0))
-            for j in range(f0, min(f1, e0)):
-                self._release(g, table[j])
-                table[j] = -1
+            stop = min(f1, e0)
+            if stop > f0:
+                self._release(g, table[f0:stop])
+                table[f0:stop] = [-1] * (stop - f0)
+        for g, r, _, e0, f1, e1, keys, full in rows:
+            if f1 > e0:
+                self._tables[g][r].extend([-1] * (min(f1, e1) - e0))
+                self._park_new(g, keys[e0:min(f1, e1, full)])
         for g, r, _, e0, f1, e1, keys, full in rows:
             table = self._tables[g][r]
-            for j in range(e0, min(f1, e1)):
-                table.append(-1)
-                if j < full and self._free_pages >= self.managers[g].pages:
-                    block = self._take(g)
-                    self.cache.register(keys[j], block)
-                    self._release(g, block)
-        for g, r, _, e0, f1, e1, keys, full in rows:
-            table = self._tables[g][r]
-            for j in range(max(e0, f1), e1):
-                table.append(self._take(g))
-                if j < full:
-                    self.cache.register(keys[j], table[j])
+            start = max(e0, f1)
+            table.extend(self._take(g, e1 - start))
+            for j in range(start, min(e1, full)):
+                self.cache.register(keys[j], table[j])
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
             self._first[g][r], self._end[g][r] = f1, e1
         self._ntok[ids] = new
@@ -233,9 +229,8 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._check(req_id)
         for g in range(len(self.managers)):
             table = self._tables[g].pop(req_id)
-            for b in reversed(table):  # tail first: the tail is evicted first
-                if b >= 0:
-                    self._release(g, b)
+            first = int(self._first[g][req_id])
+            self._release(g, table[:first - 1 if first else None:-1])  # tail first: the tail is evicted first
             self._nreg[g].pop(req_id, None)
             self._first[g][req_id] = self._end[g][req_id] = 0
         self._gkeys.pop(req_id, None)
@@ -243,19 +238,45 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._active[req_id] = False
 
     # --- blocks ----------------------------------------------------------------------------------
-    def _take(self, g: int) -> int:
-        """A fresh block of group g: clean pages first, else evict cached blocks LRU-first."""
-        pages = self.managers[g].pages
-        while self._free_pages - self._parked_pages < pages:
+    def _take(self, g: int, count: int = 1) -> list[int]:
+        """`count` fresh blocks of group g: clean pages first, else evict cached blocks LRU-first."""
+        if count <= 0:
+            return []
+        pages = count * self.managers[g].pages
+        self._make_clean(pages)
+        self._free_pages -= pages
+        groups, start = len(self.managers), self._next_id
+        self._next_id += count
+        blocks = list(range(start * groups + g, (start + count) * groups, groups))  # group = id modulo groups
+        self._refs.update(dict.fromkeys(blocks, 1))
+        return blocks
+
+    def _make_clean(self, pages: int) -> None:
+        """Evict cached blocks, least recently freed first, until `pages` pages are clean. Taking
+        ceil(deficit / largest block) at a time never evicts more than one at a time would."""
+        groups, most = len(self.managers), max(m.pages for m in self.managers)
+        while (deficit := pages - (self._free_pages - self._parked_pages)) > 0:
             if not self.cache.num_parked:
                 raise AllocationError("hybrid prefix allocator: out of pages (check the need first)")
-            (old,) = self.cache.evict(1)
-            self._parked_pages -= self.managers[old % len(self.managers)].pages
-        self._free_pages -= pages
-        block = self._next_id * len(self.managers) + g  # the group is the id modulo the group count
-        self._next_id += 1
-        self._refs[block] = 1
-        return block
+            evicted = self.cache.evict(min(-(-deficit // most), self.cache.num_parked))
+            self._parked_pages -= sum(self.managers[b % groups].pages for b in evicted)
+
+    def _park_new(self, g: int, keys: list[int]) -> None:
+        """Blocks filled and left behind within one run: each is cached and parked at once (as if
+        taken, registered and released), evicting older cached blocks when no page is clean; none
+        when not even one page is free."""
+        pages = self.managers[g].pages
+        count = min(len(keys), self._free_pages // pages)
+        if count <= 0:
+            return
+        self._make_clean(count * pages)
+        groups, start = len(self.managers), self._next_id
+        self._next_id += count
+        for i, key in enumerate(keys[len(keys) - count:]):  # the newest ones, if not all fit
+            block = (start + i) * groups + g
+            self.cache.register(key, block)
+            self.cache.park(block)
+        self._parked_pages += count * pages
 
     def _claim(self, g: int, block: int) -> None:
         """A hit takes a cached block: shared if in use, else out of the free (cached) pool."""
@@ -268,18 +289,24 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._free_pages -= self.managers[g].pages
         self._refs[block] = 1
 
-    def _release(self, g: int, block: int) -> None:
-        refs = self._refs[block]
-        if refs > 1:
-            self._refs[block] = refs - 1
-            self._shared[g] -= 1
-            return
-        del self._refs[block]
-        pages = self.managers[g].pages
-        self._free_pages += pages
-        if self.cache.is_cached(block):
-            self.cache.park(block)
-            self._parked_pages += pages
+    def _release(self, g: int, blocks: Sequence[int]) -> None:
+        """Drop one reference to each block of group g: shared ones stay in use, the rest free
+        their pages, cached ones parked (evictable) in the order given."""
+        refs, pages, is_cached, park = self._refs, self.managers[g].pages, self.cache.is_cached, self.cache.park
+        freed = parked = 0
+        for block in blocks:
+            count = refs[block]
+            if count > 1:
+                refs[block] = count - 1
+                self._shared[g] -= 1
+                continue
+            del refs[block]
+            freed += 1
+            if is_cached(block):
+                park(block)
+                parked += 1
+        self._free_pages += freed * pages
+        self._parked_pages += parked * pages
 
     def _offer(self, g: int, r: int, upto: int) -> None:
         """Register the request's held blocks nreg .. upto - 1 of group g, now full."""
