@@ -216,8 +216,12 @@ def grow(sched: Scheduler, k: int) -> None:
     t = sched.t
     run = sched.running_ids()
     batch = sched.decode_batch()  # before the table moves on: it is advanced below
-    sched.alloc.grow_by(run, k)
-    sched.peak_used_blocks = max(sched.peak_used_blocks, sched.alloc.num_used_blocks)
+    alloc = sched.alloc
+    peak = 0
+    if alloc.steps_until_free_rises(run) < k:  # windows drop blocks inside the run: its peak is mid-run
+        peak = alloc.num_used_blocks + alloc.blocks_to_grow(run, [alloc.num_tokens(int(r)) + k for r in run])
+    alloc.grow_by(run, k)
+    sched.peak_used_blocks = max(sched.peak_used_blocks, alloc.num_used_blocks, peak)
     t.computed[run] += k
     t.generated[run] += k
     if batch is not None:
