@@ -18,8 +18,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sim.plan.config_search import SearchOptions  # noqa: E402
 from sim.plan.grid import expand, parse_grid  # noqa: E402
-from sim.plan.search import SearchOptions, search  # noqa: E402
+from sim.plan.search import search  # noqa: E402
 from sim.plan.slo import parse_slo  # noqa: E402
 from sim.plan.workload import Workload  # noqa: E402
 from sim.scenario import Scenario  # noqa: E402

@@ -15,7 +15,7 @@ import pandas as pd
 from gpu_backend.executor import RunConfig, run
 from gpu_backend.model_loader import LoadedModel, load_model
 from gpu_backend.profile import GRIDS, measure
-from models.spec import load_spec
+from sim.run.deployment import Deployment
 from sim.trace.synthetic import synthetic
 
 GiB = 1 << 30
@@ -68,9 +68,7 @@ CAPACITY_REQUESTS, CAPACITY_FITS = 24, 8  # requests sent at once; requests the 
 
 def capacity_budget_gib(scenario, prompt: int, output: int, holds: int) -> float:
     """A KV budget that holds `holds` requests of prompt + output tokens, by ModelSpec's formula."""
-    spec = load_spec(scenario.model)
-    if scenario.kv_heads:
-        spec = spec.with_kv_heads(scenario.kv_heads)
+    spec = Deployment.model_of(scenario)
     blocks = holds * -(-(prompt + output) // scenario.block_size)
     bytes_ = blocks * scenario.block_size * spec.kv_bytes_per_token(scenario.kv_dtype)
     return (bytes_ + spec.kv_fixed_bytes(scenario.kv_dtype)) / GiB
@@ -88,7 +86,7 @@ def capacity(scenario, cfg: RunConfig, loaded: LoadedModel | None = None) -> pd.
 
 
 def gqa(scenario, cfg: RunConfig, loaded: LoadedModel | None = None) -> pd.DataFrame:
-    heads = load_spec(scenario.model).num_attention_heads
+    heads = Deployment.model_of(scenario).num_attention_heads
     rows = []
     for kv in sorted({heads, max(heads // 2, 1), 1}, reverse=True):
         sc = scenario.replace(kv_heads=kv)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sim.plan.config_search import SearchOptions
 from sim.plan.grid import expand, parse_grid
-from sim.plan.search import SearchOptions, search
+from sim.plan.search import search
 from sim.plan.slo import parse_slo
 from sim.plan.workload import Workload
 from sim.run.engine import simulate

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from sim.__main__ import main
+from sim.plan.config_search import SearchOptions
 from sim.plan.grid import expand, parse_grid
-from sim.plan.search import SearchOptions, search
+from sim.plan.search import search
 from sim.plan.slo import parse_slo
 from sim.plan.workload import Workload
 from sim.scenario import Scenario

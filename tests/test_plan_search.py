@@ -9,10 +9,11 @@ import pytest
 
 from sim.__main__ import main
 from sim.plan.bracket import largest_passing
+from sim.plan.config_search import SearchOptions, gpus_for_target
 from sim.plan.grid import expand, parse_grid
 from sim.plan.prices import DEFAULT_PRICES, cost_per_mtok, parse_prices
 from sim.plan.rank import best_row, pareto_rows
-from sim.plan.search import SearchOptions, gpus_for_target, search
+from sim.plan.search import search
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
 from sim.run.verdict import BINDINGS

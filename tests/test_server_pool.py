@@ -132,7 +132,8 @@ def test_the_same_scenario_from_two_pages_simulates_once():
 
 
 def test_a_plan_search_runs_once_in_a_worker_and_matches_the_inline_search(one_worker):
-    from sim.plan.search import SearchOptions, search
+    from sim.plan.config_search import SearchOptions
+    from sim.plan.search import search
     from sim.plan.slo import parse_slo
     from sim.plan.workload import Workload
 

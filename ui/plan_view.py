@@ -20,9 +20,9 @@ from sim.guard.text import public_error
 from sim.out.plan_charts import pareto_figure, row_label, varied_fields
 from sim.out.served import BINDING_WORDS
 from sim.out.snapshot import Snapshot
+from sim.plan.config_search import ALWAYS_SHOWN, SearchOptions
 from sim.plan.grid import expand
 from sim.plan.prices import DEFAULT_PRICES
-from sim.plan.search import ALWAYS_SHOWN, SearchOptions
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
 from sim.scenario import CHOICES, Scenario, ScenarioError

@@ -53,9 +53,10 @@ def grid_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sim.plan.config_search import ALWAYS_SHOWN, SearchOptions
     from sim.plan.grid import expand, parse_grid
     from sim.plan.prices import parse_prices
-    from sim.plan.search import ALWAYS_SHOWN, SearchOptions, search
+    from sim.plan.search import search
     from sim.plan.slo import SloError, parse_slo
     from sim.plan.workload import Workload
 
@@ -101,12 +102,12 @@ def run(args: argparse.Namespace) -> int:
 def validate_configs(configs: list[Scenario]) -> None:
     """Unknown models/GPUs fail here with one line, before any worker starts."""
     from models.gpus import get_gpu
-    from sim.memory.capacity import scenario_spec
+    from sim.run.deployment import Deployment
 
     for name in sorted({c.gpu for c in configs}):
         get_gpu(name)
-    for sc in {(c.model, c.kv_heads): c for c in configs}.values():
-        scenario_spec(sc)
+    for sc in {(c.model, c.kv_heads, c.kv_eviction): c for c in configs}.values():
+        Deployment.model_of(sc)
 
 
 def progress_bar(total: int, enabled: bool) -> tuple[Any, Any]:

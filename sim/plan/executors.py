@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
+from sim.plan.config_search import SearchOptions, search_config
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
 
@@ -40,7 +41,7 @@ class Executor(Protocol):
                  tb: TracebackType | None) -> None: ...
 
 
-def make_executor(workload: Workload, options: Any, *, workers: int = 1, ray: str | None = None) -> Executor:
+def make_executor(workload: Workload, options: SearchOptions, *, workers: int = 1, ray: str | None = None) -> Executor:
     if ray:
         return RayExecutor(workload, options, ray, workers)
     if workers > 1:
@@ -65,12 +66,10 @@ class _Base:
 class InlineExecutor(_Base):
     """In this process, one configuration after another (the dashboard's default)."""
 
-    def __init__(self, workload: Workload, options: Any) -> None:
+    def __init__(self, workload: Workload, options: SearchOptions) -> None:
         self.workload, self.options = workload, options
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
-        from sim.plan.search import search_config
-
         for i, scenario in enumerate(configs):
             yield i, search_config(self.workload, scenario, self.options)
 
@@ -79,14 +78,12 @@ class InlineExecutor(_Base):
 _WORKER: dict[str, Any] = {}
 
 
-def _pool_init(workload: Workload, options: Any) -> None:
+def _pool_init(workload: Workload, options: SearchOptions) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _WORKER["workload"], _WORKER["options"] = workload, options
 
 
 def _pool_task(job: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
-    from sim.plan.search import search_config
-
     index, scenario = job
     return index, search_config(_WORKER["workload"], scenario, _WORKER["options"])
 
@@ -94,7 +91,7 @@ def _pool_task(job: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
 class PoolExecutor(_Base):
     """A multiprocessing pool; the workload reaches each process once, through the initializer."""
 
-    def __init__(self, workload: Workload, options: Any, workers: int) -> None:
+    def __init__(self, workload: Workload, options: SearchOptions, workers: int) -> None:
         self.pool = multiprocessing.get_context().Pool(workers, _pool_init, (workload, options))
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -116,8 +113,6 @@ def _ray_task(refs: list[Any], index: int, scenario: Scenario) -> tuple[int, dic
     """Runs on a Ray worker. `refs` is wrapped in a list so Ray does not resolve it per task:
     each worker process fetches the workload and options once and keeps them."""
     import ray
-
-    from sim.plan.search import search_config
 
     key = refs[0].hex()
     if _RAY_CACHE.get("key") != key:
@@ -150,7 +145,7 @@ def connect_ray(address: str, num_cpus: int | None = None) -> None:
 class RayExecutor(_Base):
     """One Ray task per configuration; the workload goes into the object store once."""
 
-    def __init__(self, workload: Workload, options: Any, address: str, workers: int) -> None:
+    def __init__(self, workload: Workload, options: SearchOptions, address: str, workers: int) -> None:
         import ray
 
         connect_ray(address, num_cpus=workers if workers > 1 else None)

@@ -1,139 +1,20 @@
-"""Search under an SLO: for each configuration, the largest arrival rate whose run meets every
-objective, what that rate yields per GPU and per user, what it costs, and what binds there.
-
-One configuration's search (`search_config`) is a sequence of probes (sim.plan.bracket), each a
-full `simulate` run of the workload at one load level with the scenario's seed. Configurations are
-independent, so `search` hands them to an executor (sim.plan.executors: inline, a process pool,
-or Ray tasks) and collects rows as they finish. Figures (docs/PLAN.md):
-- max_rate_per_s: the workload's mean arrival rate at the largest passing level;
-- tok_s_per_gpu = max_rate_per_s x output tokens per completed request / (tp x replicas);
-- tok_s_per_user = 1 / mean TPOT of that run (the decode speed one user sees);
-- gpus_for_target = ceil(target_rate / max_rate_per_s) x tp x replicas (copies scale linearly);
-- cost_per_mtok = USD per GPU-hour / (tok_s_per_gpu x 3600) x 1e6;
-- binding: sim.run.verdict at the max rate (or at the lowest rate probed if none passed).
+"""The sweep: every configuration's row under one SLO (sim.plan.config_search holds one row's
+search and its figures, docs/PLAN.md). Configurations are independent, so `search` hands them to
+an executor (sim.plan.executors: inline, a process pool, or Ray tasks) and collects rows as they
+finish.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from sim.memory.capacity import scenario_kv_budget_bytes
-from sim.plan.bracket import largest_passing
-from sim.plan.prices import cost_per_mtok, price_for
+from sim.plan.config_search import SearchOptions
+from sim.plan.executors import make_executor
 from sim.plan.rank import best_row, pareto_rows
-from sim.plan.slo import Slo
 from sim.plan.workload import Workload
-from sim.run.engine import simulate
-from sim.run.verdict import binding_detail
 from sim.scenario import Scenario
-
-ALWAYS_SHOWN = ("model", "gpu", "tp", "replicas", "kv_dtype", "allocator", "max_num_seqs")
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    """What every configuration's search shares (small: it travels with every task)."""
-
-    slo: Slo
-    tolerance: float = 0.02
-    target_rate: float | None = None
-    prices: dict[str, float] = field(default_factory=dict)  # GPU -> USD/hour overrides
-    shown: tuple[str, ...] = ALWAYS_SHOWN  # scenario fields copied into each row
-
-
-@dataclass(frozen=True)
-class Probe:
-    """One run at one load level: did it meet the SLO, and the figures a row needs."""
-
-    level: float
-    rate: float
-    violations: tuple[str, ...]
-    binding: str
-    binding_shares: dict[str, float]
-    summary: dict[str, Any]
-
-    @property
-    def met(self) -> bool:
-        return not self.violations
-
-
-def probe(workload: Workload, scenario: Scenario, level: float, slo: Slo) -> Probe:
-    result = simulate(workload.at(level), scenario)
-    detail = binding_detail(result)
-    s = result.summary
-    keep = ("requests", "completed", "rejected", "output_tokens", "num_preemptions", "ttft_s", "tpot_s", "e2e_s",
-            "queue_s", "kv_cache_usage_perc", "mean_batch_size", "mean_num_waiting", "duration_s")
-    return Probe(level, workload.rate(level), tuple(slo.violations(s, result.requests)), detail.binding,
-                 detail.shares, {k: s.get(k) for k in keep})
-
-
-def search_config(workload: Workload, scenario: Scenario, options: SearchOptions) -> dict[str, Any]:
-    """One configuration's row (module doc); a deployment that cannot hold the model and any KV
-    (weights too large for tp x GPU memory) is a row with binding "does_not_fit", not an error."""
-    from models.spec import SpecError
-
-    try:
-        scenario_kv_budget_bytes(scenario)
-    except SpecError as exc:
-        return unfit_row(scenario, options, str(exc))
-    found = largest_passing(lambda level: probe(workload, scenario, level, options.slo), lambda p: p.met,
-                            workload.start_level, options.tolerance,
-                            floor=workload.min_level)
-    at = found.lo_probe if found.lo_probe is not None else found.hi_probe
-    assert at is not None
-    gpus = scenario.tp * scenario.replicas
-    met = found.lo_probe is not None
-    rate = at.rate if met else 0.0
-    s = at.summary
-    per_request = s["output_tokens"] / s["completed"] if s["completed"] else 0.0
-    tok_s_per_gpu = rate * per_request / gpus
-    tpot = (s["tpot_s"] or {}).get("mean")
-    price = price_for(scenario.gpu, options.prices)
-    row: dict[str, Any] = {name: getattr(scenario, name) for name in options.shown}
-    row.update({
-        "gpus": gpus,
-        "max_rate_per_s": rate,
-        "level": found.lo,
-        "workload": workload.describe(found.lo) if met and found.lo is not None else None,
-        "tok_s_per_gpu": tok_s_per_gpu,
-        "tok_s_per_user": 1.0 / tpot if met and tpot else None,
-        "gpus_for_target": gpus_for_target(options.target_rate, rate, gpus),
-        "usd_per_gpu_hour": price,
-        "cost_per_mtok": cost_per_mtok(price, tok_s_per_gpu) if met else None,
-        "binding": at.binding,
-        "binding_shares": at.binding_shares,
-        "slo_met_at_max": met,
-        "capped": found.capped,
-        "ttft_p99_s": (s["ttft_s"] or {}).get("p99"),
-        "tpot_p99_s": (s["tpot_s"] or {}).get("p99"),
-        "e2e_p99_s": (s["e2e_s"] or {}).get("p99"),
-        "num_preemptions": s["num_preemptions"],
-        "kv_usage_peak": (s["kv_cache_usage_perc"] or {}).get("peak"),
-        "missed_above": list(found.hi_probe.violations) if found.hi_probe is not None else [],
-        "probes": len(found.probes),
-        "scenario": scenario.to_dict(),
-    })
-    return row
-
-
-def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str, Any]:
-    row: dict[str, Any] = {name: getattr(scenario, name) for name in options.shown}
-    row.update({"gpus": scenario.tp * scenario.replicas, "max_rate_per_s": 0.0, "level": None, "workload": None,
-                "tok_s_per_gpu": 0.0, "tok_s_per_user": None, "gpus_for_target": None,
-                "usd_per_gpu_hour": price_for(scenario.gpu, options.prices), "cost_per_mtok": None,
-                "binding": "does_not_fit", "binding_shares": {}, "slo_met_at_max": False, "capped": False,
-                "ttft_p99_s": None, "tpot_p99_s": None, "e2e_p99_s": None, "num_preemptions": 0,
-                "kv_usage_peak": None, "missed_above": [why], "probes": 0, "scenario": scenario.to_dict()})
-    return row
-
-
-def gpus_for_target(target_rate: float | None, max_rate: float, gpus_per_copy: int) -> int | None:
-    if target_rate is None or not max_rate > 0:
-        return None
-    return math.ceil(target_rate / max_rate - 1e-9) * gpus_per_copy
 
 
 @dataclass
@@ -154,8 +35,6 @@ def search(workload: Workload, configs: list[Scenario], options: SearchOptions, 
            ray: str | None = None, progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Every configuration's row, in grid order. Ctrl-C (KeyboardInterrupt) stops the sweep and
     keeps the rows finished so far (`cancelled`). progress(done, total) after each row."""
-    from sim.plan.executors import make_executor
-
     rows: dict[int, dict[str, Any]] = {}
     cancelled = False
     with make_executor(workload, options, workers=workers, ray=ray) as ex:

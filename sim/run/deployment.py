@@ -52,9 +52,15 @@ class Deployment:
     max_model_len: int
     cost: CostModel
 
+    @staticmethod
+    def model_of(scenario: Scenario) -> ModelSpec:
+        """The scenario's model as it runs (kv-heads what-if, KV eviction cap): the spec `resolve`
+        uses, for callers that need only the model (checking a grid's names before a sweep)."""
+        return scenario_spec(scenario)
+
     @classmethod
     def resolve(cls, scenario: Scenario) -> Deployment:
-        spec = scenario_spec(scenario)
+        spec = cls.model_of(scenario)
         gpu = get_gpu(scenario.gpu)
         budget = scenario_kv_budget_bytes(scenario, spec, gpu)
         terms = None

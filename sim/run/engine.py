@@ -99,13 +99,15 @@ def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe:
     final = table.prompt + table.output - 1
     if isinstance(probe, HybridPagedAllocator):  # dep.grouped: pages per layer group
         chunk = table.prompt if sc.static_batch else sc.max_batched_tokens  # static: the prompt in one step
-        return probe.peak_pages(final, chunk) > num_blocks  # type: ignore[arg-type]
+        return probe.peak_pages(final, chunk) > num_blocks
     return -(-final // bs) > num_blocks
 
 
-def build(trace: Trace, scenario: Scenario) -> Setup:
-    """Resolve the scenario once (sim.run.deployment.Deployment) and lay out the replicas for `trace`."""
-    dep = Deployment.resolve(scenario)
+def build(trace: Trace, target: Scenario | Deployment) -> Setup:
+    """Lay out the replicas of a deployment for `trace` (a Scenario is resolved here, once:
+    sim.run.deployment; callers that run one scenario many times pass its Deployment)."""
+    dep = target if isinstance(target, Deployment) else Deployment.resolve(target)
+    scenario = dep.scenario
     max_len, num_blocks, bpt = dep.max_model_len, dep.num_blocks, dep.bytes_per_token
 
     arrival, prompt, output = trace.arrays()
@@ -347,10 +349,10 @@ class Simulation:
         self.close(max((rep.t for rep in self.s.replicas), default=0.0))
 
 
-def simulate(trace: Trace, scenario: Scenario, *, progress: Callable[[float], None] | None = None,
+def simulate(trace: Trace, target: Scenario | Deployment, *, progress: Callable[[float], None] | None = None,
              step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
-    """Replay `trace` under `scenario`; see docs/METRICS.md for what comes back."""
+    """Replay `trace` under a scenario (or its resolved Deployment); docs/METRICS.md says what comes back."""
     wall0 = time.perf_counter()
-    sim = Simulation(build(trace, scenario), skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
+    sim = Simulation(build(trace, target), skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
     sim.run()
     return sim.result(trace.digest(), time.perf_counter() - wall0)

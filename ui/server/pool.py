@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from models.registry import added_entries, apply_entries
 from sim.out.snapshot import Snapshot
-from sim.plan.search import SearchOptions
+from sim.plan.config_search import SearchOptions
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
 from sim.trace import Trace

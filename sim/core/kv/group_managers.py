@@ -63,7 +63,7 @@ class GroupManager:
         """Computed tokens at which a step starts dropping block `first` (None: never)."""
         return None
 
-    def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
+    def max_blocks(self, final_tokens: Any, chunk: Any) -> Any:
         """Most blocks a request of `final_tokens` holds, with prefill chunks of up to `chunk`
         tokens (dropped blocks are freed at the start of the next step, so a chunk adds to the span)."""
         return self.blocks_for(final_tokens)
@@ -121,7 +121,7 @@ class SlidingWindowManager(GroupManager):
     def first_drop_computed(self, first: Any) -> Any:
         return (first + 1) * self.block_size + self.window - 1
 
-    def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
+    def max_blocks(self, final_tokens: Any, chunk: Any) -> Any:
         return np.minimum(self.blocks_for(final_tokens), -(-(self.window - 1 + chunk) // self.block_size) + 1)
 
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
@@ -163,7 +163,7 @@ class ChunkedLocalAttentionManager(GroupManager):
     def first_drop_computed(self, first: Any) -> Any:
         return -(-((first + 1) * self.block_size) // self.chunk) * self.chunk
 
-    def max_blocks(self, final_tokens: Any, chunk: int) -> Any:
+    def max_blocks(self, final_tokens: Any, chunk: Any) -> Any:
         return np.minimum(self.blocks_for(final_tokens), -(-(self.chunk + chunk) // self.block_size) + 1)
 
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:

@@ -54,9 +54,9 @@ class HybridPagedAllocator(KVAllocator):
         """Pages one fresh request of `num_tokens` tokens takes at admission."""
         return sum(m.pages * int(m.blocks_for(num_tokens)) for m in self.managers)
 
-    def peak_pages(self, final_tokens: np.ndarray, chunk: int) -> np.ndarray:
+    def peak_pages(self, final_tokens: np.ndarray, chunk: int | np.ndarray) -> np.ndarray:
         """Most pages each request of `final_tokens` tokens holds at once, with prefill chunks of
-        up to `chunk` tokens: the engine rejects up front a request no empty pool could hold."""
+        up to `chunk` tokens (one for all, or per request): the engine rejects up front a request no empty pool could hold."""
         return sum((m.pages * m.max_blocks(final_tokens, chunk) for m in self.managers), np.zeros_like(final_tokens))
 
     # --- admission ---------------------------------------------------------------------------
