@@ -83,6 +83,7 @@ class Server:
 
     def __init__(self, port: int, workdir: Path, env: dict[str, str]) -> None:
         self.url = f"http://127.0.0.1:{port}"
+        self.workers = int(env.get("KVSIM_RUN_WORKERS") or os.cpu_count() or 1)
         log = (workdir / "server.log").open("w")
         full_env = dict(os.environ, KVSIM_SNAPSHOT_DB=str(workdir / "snapshots.sqlite"), **env)
         self.proc = subprocess.Popen(
@@ -259,6 +260,39 @@ async def page_loads_during(server: Server, trace: Path, busy: str) -> dict[str,
             "worst_page": max(loads, key=lambda pt: pt[1])[0]}
 
 
+async def queue_and_cancel(server: Server, trace: Path) -> dict[str, Any]:
+    """Two visitors' new runs fill the workers; a third visitor's run must show its place in line and
+    a cancel button that works (the run is dropped: a fresh page then shows nothing queued)."""
+    people = [Visitor(server, trace) for _ in range(server.workers + 1)]
+    for person in people:
+        await person.open()
+        await person.upload()
+    busy = people[:-1]
+    for i, person in enumerate(busy):  # new loads: runs nobody has made
+        assert person.session is not None and person.page is not None
+        person.session.set_number(person.page.widget("number_input", "Load x K"), 3.0 + 0.01 * i)
+        await person.session.send_rerun("", "trace_src=upload")
+    await asyncio.sleep(1.0)
+    last = people[-1]
+    assert last.session is not None and last.page is not None
+    last.session.set_number(last.page.widget("number_input", "Load x K"), 3.5)
+    await last.session.send_rerun("", "trace_src=upload")
+    seen = await last.session.read(lambda r: any(e.kind == "button" and e.label.startswith("Cancel") for e in r.elements), 120)
+    place = next((e.text for e in seen.elements if "in line" in e.text), "")
+    last.session.click(next(e for e in seen.elements if e.kind == "button" and e.label.startswith("Cancel")))
+    cancelled = await last.session.run("", "trace_src=upload")
+    check = await Session.open(server.url)
+    after = _check(await check.run("capacity", ""), "open /capacity")
+    await check.close()
+    for person in busy:
+        assert person.session is not None
+        await person.session.read(lambda r: False, 600)
+    for person in people:
+        await person.close()
+    return {"place_shown": place, "cancelled_shown": cancelled.has_text("cancelled"),
+            "status_after_cancel": _status_line(after)}
+
+
 async def _plan_sweep(visitor: Visitor) -> None:
     """A Plan search over a grid no one has searched (int8 KV on the default GPUs): a fresh sweep."""
     assert visitor.session is not None
@@ -283,9 +317,11 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
             for k, users in enumerate(args.users[1:], start=1):
                 levels.append(await level(server, trace, users, k))
             busy = [await page_loads_during(server, trace, what) for what in ("compare", "plan")]
+            queue = await queue_and_cancel(server, trace)
         finally:
             server.stop()
-    return {"trace": trace.name, "machine": _machine(), "levels": levels, "page_loads_during": busy}
+    return {"trace": trace.name, "machine": _machine(), "levels": levels, "page_loads_during": busy,
+            "queue_and_cancel": queue}
 
 
 def _machine() -> str:
@@ -314,6 +350,9 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"page loads during a {busy['busy_s']:.1f} s {busy['busy']}: {busy['loads']} loads, "
                      f"p50 {busy['p50']:.2f} s, max {busy['max']:.2f} s (/{busy['worst_page']}); "
                      f"idle: {busy['quiet_s']}")
+    queue = result["queue_and_cancel"]
+    lines.append(f"queued run: {queue['place_shown']!r}; after its cancel button: cancelled shown "
+                 f"{queue['cancelled_shown']}; a fresh page then: {queue['status_after_cancel']!r}")
     return "\n".join(lines)
 
 

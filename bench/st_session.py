@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from pathlib import Path
@@ -111,6 +112,14 @@ class Session:
 
     async def run(self, page: str = "", query: str = "", timeout_s: float = 600) -> RunResult:
         """One script run of `page` (a URL path; "" = the page on screen) with this visitor's widgets."""
+        start = time.perf_counter()
+        await self.send_rerun(page, query)
+        result = await self.read(lambda r: False, timeout_s)
+        result.seconds = time.perf_counter() - start
+        return result
+
+    async def send_rerun(self, page: str = "", query: str = "") -> None:
+        """Ask for a script run, as a browser does after a click (a run in progress is interrupted)."""
         msg = BackMsg()
         state = msg.rerun_script
         state.query_string = query
@@ -119,10 +128,13 @@ class Session:
             state.page_name = page
         state.page_script_hash = self._page_hash
         state.widget_states.widgets.extend(self.widgets.values())
-        start = time.perf_counter()
         await self._ws.send(msg.SerializeToString())
+
+    async def read(self, stop: Callable[[RunResult], bool], timeout_s: float = 600) -> RunResult:
+        """Frames until the script run finishes, or until stop(what has arrived so far) is true
+        (then `status` is "" and the run goes on)."""
         result = RunResult(0.0, "")
-        while True:
+        while not stop(result):
             raw = await asyncio.wait_for(self._ws.recv(), timeout_s)
             result.frames += 1
             result.bytes_in += len(raw)
@@ -139,10 +151,10 @@ class Session:
                 if element is not None:
                     result.elements.append(element)
             elif kind == "script_finished":
-                result.seconds = time.perf_counter() - start
                 result.status = ForwardMsg.ScriptFinishedStatus.Name(fwd.script_finished)
                 if result.status != "FINISHED_EARLY_FOR_RERUN":
                     return result
+        return result
 
     def set_number(self, element: Element, value: float) -> None:
         self.widgets[element.widget_id] = WidgetState(id=element.widget_id, double_value=value)

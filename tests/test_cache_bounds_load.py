@@ -86,8 +86,9 @@ def test_caches_stay_within_their_bounds_under_concurrent_load(monkeypatch):
         sampler.join()
         assert not errors, errors
         results = service.stats()
-        assert results.submitted == VISITORS * RUNS_EACH and not service._jobs
-        assert results.cache.entries < VISITORS * RUNS_EACH  # more than fits: the LRU evicted
+        left = VISITORS // 2  # runs whose visitor left: dropped if still in line, else finished
+        assert VISITORS * RUNS_EACH - left <= results.submitted <= VISITORS * RUNS_EACH and not service._jobs
+        assert results.cache.entries < results.submitted  # more than fits: the LRU evicted
         assert traces.stats().entries < UPLOADS
         assert 0 < highest["results"] <= RESULTS_BOUND and 0 < highest["traces"] <= TRACE_BOUND
         gc.collect()

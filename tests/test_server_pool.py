@@ -83,7 +83,14 @@ def test_queued_runs_know_their_place_and_can_be_released(one_worker):
     assert one_worker.state(keys[-2]).place < last.place
     assert one_worker.release(keys[-1]) is True  # nobody else watches it and it has not started
     assert one_worker.state(keys[-1]).phase == "gone"
-    for key in keys[:-1]:
+    deadline = time.monotonic() + 60
+    while one_worker.state(keys[0]).phase == "queued" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    nxt = one_worker.state(keys[1])
+    assert nxt.phase == "queued" and nxt.place == 1  # next in line while the one worker is busy
+    assert one_worker.release(keys[1]) is True  # the next in line can be dropped too
+    assert one_worker.state(keys[1]).phase == "gone" and one_worker.state(keys[2]).place == 1
+    for key in (keys[0], keys[2]):
         assert wait(one_worker, key).phase == "done"
     assert one_worker.stats().queued == 0 and one_worker.stats().running == 0
 

@@ -113,7 +113,7 @@ def _wait(service: RunService, key: RunKey, label: str, resubmit: Callable[[], R
                 bar.progress(state.fraction, text=f"{label}: {describe(state.fraction)}")
             time.sleep(POLL_S)
     finally:
+        if not finished:  # the visitor left, changed a setting or cancelled: stop watching (first: the
+            service.release(key)  # st calls below raise again when Streamlit is stopping this run)
         bar.empty()
         cancel.empty()
-        if not finished:  # the visitor left, changed a setting or cancelled: stop watching
-            service.release(key)

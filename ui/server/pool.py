@@ -10,8 +10,8 @@ threads only wait and draw progress, so pages stay responsive.
   label a page shows: (trace digest, scenario JSON), or ("search:" + trace digest, grid and options).
 - Identical jobs are computed once: a second request for a key in flight watches the same job, and
   a finished one is served from a byte-bounded LRU (ui/server/lru.py).
-- A queued job knows its place in line and can be released; a job nobody watches any more is
-  cancelled if it has not started. A started one finishes, goes into the cache and leaves the
+- The line is kept here: at most `workers` jobs are handed to the processes at a time, so a queued
+  job knows its place and a job nobody watches any more leaves the line before it starts. A started one finishes, goes into the cache and leaves the
   table of jobs even if nobody polls it again (so nothing outside the bound piles up).
 - Workers report progress through one queue; the first message says the job started.
 - All workers start when the service is made (and import the simulator then), never later from a
@@ -127,10 +127,12 @@ def search_key(trace: Trace, configs: list[Scenario], options: SearchOptions) ->
 
 @dataclass
 class _Job:
-    future: Future
+    work: Callable[..., Any]
+    args: tuple[Any, ...]
     order: int
     watchers: int = 1
-    fraction: float | None = None  # None: not started yet
+    future: Future | None = None  # None: waiting in this service's line, not yet handed to a worker
+    fraction: float | None = None  # None: no progress message yet
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,10 @@ class RunService:
             future.result()
         self.results: ByteLRU[Any] = ByteLRU(cache_bytes)  # Snapshots and search dicts
         self._jobs: dict[RunKey, _Job] = {}
-        self._lock = threading.RLock()  # future.cancel() runs _finished at once, in the thread that holds it
+        self._lock = threading.RLock()  # _finished may run at once, in a thread that holds it
         self._order = itertools.count()
         self._submitted = 0
+        self._closed = False
 
     @classmethod
     def from_env(cls) -> RunService:
@@ -211,38 +214,50 @@ class RunService:
             return key
         with self._lock:
             job = self._jobs.get(key)
-            if job is not None and not job.future.cancelled():
+            if job is not None:
                 job.watchers += 1
                 return key
-            future = self._pool.submit(work, *args)
-            self._jobs[key] = _Job(future, next(self._order))
-            self._submitted += 1
-        future.add_done_callback(lambda done: self._finished(key, done))  # outside the lock: it may run at once
+            self._jobs[key] = _Job(work, args, next(self._order))
+            self._dispatch()
         return key
 
-    def _finished(self, key: RunKey, future: Future) -> None:
-        """A job ended (in the pool's thread): cache its result; forget the job if nobody watches it."""
+    def _dispatch(self) -> None:
+        """Hand waiting jobs to free workers, oldest first. The line is kept here, not in the executor:
+        an executor marks a few queued futures as running ahead of time, and those cannot be cancelled."""
         with self._lock:
-            if not future.cancelled() and future.exception() is None:
+            if self._closed:
+                return
+            waiting = sorted((j.order, key) for key, j in self._jobs.items() if j.future is None)
+            free = self.workers - sum(1 for j in self._jobs.values() if j.future is not None and not j.future.done())
+            for _, key in waiting[:max(free, 0)]:
+                job = self._jobs[key]
+                job.future = self._pool.submit(job.work, *job.args)
+                self._submitted += 1
+                job.future.add_done_callback(lambda done, key=key: self._finished(key, done))
+
+    def _finished(self, key: RunKey, future: Future) -> None:
+        """A job ended (in the pool's thread): cache its result, forget the job if nobody watches it,
+        start the next one in line."""
+        with self._lock:
+            if future.exception() is None:
                 self.results.put(key, future.result())
             job = self._jobs.get(key)
             if job is not None and job.future is future and job.watchers <= 0:
                 del self._jobs[key]
+            self._dispatch()
 
     def state(self, key: RunKey) -> RunState:
         self._drain_progress()
         with self._lock:
             job = self._jobs.get(key)
-            if job is not None and job.future.done():
+            if job is not None and job.future is not None and job.future.done():
                 del self._jobs[key]
-                if job.future.cancelled():
-                    return RunState("gone")
                 error = job.future.exception()
                 if error is not None:
                     return RunState("failed", error=error)
                 return RunState("done", result=job.future.result())  # cached by _finished unless over the bound
-            if job is not None and job.fraction is None:
-                ahead = sum(1 for j in self._jobs.values() if j.fraction is None and j.order < job.order)
+            if job is not None and job.future is None:
+                ahead = sum(1 for j in self._jobs.values() if j.future is None and j.order < job.order)
                 return RunState("queued", place=ahead + 1)
             if job is not None:
                 return RunState("running", fraction=job.fraction or 0.0)
@@ -250,7 +265,7 @@ class RunService:
         return RunState("done", result=cached) if cached is not None else RunState("gone")
 
     def release(self, key: RunKey) -> bool:
-        """One visitor stops waiting; the last one cancels the job if it has not started. True if cancelled."""
+        """One visitor stops waiting; the last one drops the job if it is still in line. True if dropped."""
         with self._lock:
             job = self._jobs.get(key)
             if job is None:
@@ -258,19 +273,23 @@ class RunService:
             job.watchers -= 1
             if job.watchers > 0:
                 return False
-            cancelled = job.future.cancel()
-            if cancelled or job.future.done():  # a running one leaves in _finished
-                self._jobs.pop(key, None)
-            return cancelled
+            if job.future is None:
+                del self._jobs[key]
+                return True
+            if job.future.done():
+                del self._jobs[key]
+            return False  # a running one finishes, is cached and leaves in _finished
 
     def stats(self) -> ServiceStats:
         self._drain_progress()
         with self._lock:
-            running = sum(1 for j in self._jobs.values() if j.fraction is not None and not j.future.done())
-            queued = sum(1 for j in self._jobs.values() if j.fraction is None and not j.future.done())
+            running = sum(1 for j in self._jobs.values() if j.future is not None and not j.future.done())
+            queued = sum(1 for j in self._jobs.values() if j.future is None)
             return ServiceStats(self.workers, running, queued, self._submitted, self.results.stats())
 
     def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def _drain_progress(self) -> None:
