@@ -65,14 +65,8 @@ class HybridPagedAllocator(KVAllocator):
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
                  prefix_hashes: Sequence[int] | None = None) -> int:
-        if num_tokens < 0:
-            raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
-        self._ensure(req_id)
-        if self._active[req_id]:
-            raise AllocationError(f"request {req_id} is already allocated")
         need = self.pages_for(num_tokens)
-        if need > self._free_pages:
-            raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
+        self._admit_check(req_id, num_tokens, need)
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
             first[req_id], end[req_id] = 0, int(m.blocks_for(num_tokens))
         self._free_pages -= need
@@ -259,6 +253,16 @@ class HybridPagedAllocator(KVAllocator):
             self._ntok, self._active = grown(self._ntok, size), grown(self._active, size)
             self._first = [grown(a, size) for a in self._first]
             self._end = [grown(a, size) for a in self._end]
+
+    def _admit_check(self, req_id: int, num_tokens: int, need: int) -> None:
+        """Raise AllocationError unless a new request of num_tokens taking `need` pages may be allocated."""
+        if num_tokens < 0:
+            raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
+        self._ensure(req_id)
+        if self._active[req_id]:
+            raise AllocationError(f"request {req_id} is already allocated")
+        if need > self._free_pages:
+            raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
 
     def _check(self, req_id: int) -> None:
         if req_id < 0 or req_id >= len(self._active) or not self._active[req_id]:

@@ -122,16 +122,9 @@ class HybridPrefixAllocator(HybridPagedAllocator):
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
                  prefix_hashes: Sequence[int] | None = None) -> int:
-        if num_tokens < 0:
-            raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
-        self._ensure(req_id)
-        if self._active[req_id]:
-            raise AllocationError(f"request {req_id} is already allocated")
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
-        need = self._admission_pages(num_tokens, hit)
-        if need > self._free_pages:
-            raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
+        self._admit_check(req_id, num_tokens, self._admission_pages(num_tokens, hit))
         tokens, kept = hit[0], self._kept(hit)
         for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
             for b in blocks:  # every group's hits first, so no new block evicts a hit (vLLM #33775)
