@@ -9,7 +9,7 @@ import copy
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sim.core import decode_run
@@ -158,7 +158,7 @@ def test_step_ends_are_the_sums_of_single_steps_bit_for_bit():
     sched, now = two_decoding()
     k, ctx = sched.decode_run_limit(), sched.decode_context_tokens()
     assert k > 2 * decode_run.SHORT_RUN  # past the Python loop: the numpy cumsum path too
-    run = decode_run.plan_run(sched, COST, now, next_sample=FAR, next_arrival=None, max_steps=None)
+    run = decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=FAR, next_arrival=None, max_steps=None)
     expected, t = [], now
     for j in range(k):
         t += COST.step_time(2, ctx + 2 * j)
@@ -169,30 +169,29 @@ def test_step_ends_are_the_sums_of_single_steps_bit_for_bit():
 @pytest.mark.parametrize("at", [0, 3, 40])
 def test_a_run_ends_at_the_step_that_reaches_the_next_arrival_or_sample(at):
     sched, now = two_decoding()
-    full = decode_run.plan_run(sched, COST, now, next_sample=FAR, next_arrival=None, max_steps=None).ends
+    full = decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=FAR, next_arrival=None, max_steps=None).ends
     for point in (full[at], (full[at] + full[at + 1]) / 2):
         want = at + 1 if point == full[at] else at + 2  # the step that reaches it still runs
-        by_arrival = decode_run.plan_run(sched, COST, now, next_sample=FAR, next_arrival=point, max_steps=None)
-        by_sample = decode_run.plan_run(sched, COST, now, next_sample=point, next_arrival=None, max_steps=None)
+        by_arrival = decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=FAR, next_arrival=point, max_steps=None)
+        by_sample = decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=point, next_arrival=None, max_steps=None)
         assert by_arrival.ends == by_sample.ends == full[:want]
-    assert decode_run.plan_run(sched, COST, now, next_sample=FAR, next_arrival=None, max_steps=5).ends == full[:5]
+    assert decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=FAR, next_arrival=None, max_steps=5).ends == full[:5]
 
 
 def test_an_arrival_behind_a_blocked_queue_does_not_end_a_run():
     sched = queued([300, 500, 100], [200, 200, 5], 1000, max_num_seqs=2)
     now = decoding(sched)
-    run = decode_run.plan_run(sched, COST, now, next_sample=FAR, next_arrival=now + 1e-9, max_steps=None)
-    assert run.steps == sched.decode_run_limit() > 1
+    run = decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=FAR, next_arrival=now + 1e-9, max_steps=None)
+    assert len(run.ends) == sched.decode_run_limit() > 1
 
 
 def test_bookings_put_every_step_in_the_bucket_its_end_falls_in():
     rec = StepRecorder(horizon_s=100.0)  # bucket width 0.125 s
     assert rec.width == 0.125  # buckets [0.25, 0.375), [0.375, 0.5)
-    run = decode_run.DecodeRun(4, [0.26, 0.30, 0.33, 0.36])
-    assert run.bookings(rec.bucket) == [(0.36, 4)]
+    assert decode_run.DecodeRun(4, [0.26, 0.30, 0.33, 0.36]).early_steps(rec.bucket) == 0  # all 4 at 0.36
     cross = decode_run.DecodeRun(4, [0.30, 0.33, 0.36, 0.38])  # 0.375 starts a new bucket
-    assert cross.bookings(rec.bucket) == [(0.36, 3), (0.38, 1)]
-    assert decode_run.DecodeRun(4, [0.38]).bookings(rec.bucket) == [(0.38, 1)]
+    assert cross.early_steps(rec.bucket) == 3  # 3 at 0.36, the last at 0.38
+    assert decode_run.DecodeRun(4, [0.38]).early_steps(rec.bucket) == 0
 
 
 # --- properties over random states and whole replays --------------------------------------------------
@@ -206,9 +205,11 @@ SCHEDULERS = {
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(sorted(SCHEDULERS)), seed=st.integers(0, 10_000), max_seqs=st.sampled_from([4, 16, 256]))
+@example(kind="sliding", seed=42, max_seqs=4)  # a sliding-window run whose peak of blocks lies before its end
 def test_every_run_limit_is_a_run_of_pure_decode_steps(kind, seed, max_seqs):
     """From random states on a fake clock (arrivals between steps, random run lengths), every
-    k <= decode_run_limit() taken in one go leaves exactly the books of k single steps."""
+    k <= decode_run_limit() taken in one go leaves exactly the books of k single steps (the peak
+    of blocks in use included)."""
     sc = SCHEDULERS[kind][0].replace(max_num_seqs=max_seqs)
     trace = synthetic(40, rate=4.0, input="lognormal:mean=400:sigma=0.8", output="lognormal:mean=60:sigma=0.8",
                       seed=seed)

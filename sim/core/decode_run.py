@@ -4,7 +4,8 @@ Most engine steps of a busy replay are pure decode steps (every running request 
 token and samples the next) in which nothing changes but token counts. The simulator jumps over
 a run of them with one SimPy timeout instead of k. Everything that makes the jump exact lives
 here; the scheduler (sim/core/scheduler.py) stays the policy it implements and the engine
-(sim/run/engine.py) only asks `plan_run` for a run, waits its end and books it.
+(sim/run/engine.py) only asks for the limit (`decode_run_limit`) and a run (`plan_run`), waits
+the run's end and books it.
 
 When a run of k steps may be taken in one go (all must hold; `run_limit` + `plan_run`):
 1. every running request is decoding (prompt all in K/V, one token sampled), nothing is swapped
@@ -33,9 +34,11 @@ What must be booked for the k steps, so that the result is identical to stepping
   whose last token is sampled at the last step finish at its end (`finish_s`, status, K/V freed
   in running order) and are returned to the caller;
 - KV growth: the allocator grows every member by k tokens at once (`grow_by`), the same books as
-  k appends; the peak of blocks in use is taken after the growth (it only rises along a run);
+  k appends; the peak of blocks in use is taken after the growth, where it lies when no block
+  comes back during the run, else from the allocator's per-step peak (`blocks_to_grow` of a
+  sliding or chunked group's allocator is the most blocks held at any step of the growth);
 - counters (steps, decode tokens) go to the metrics bucket in which each step ends; all steps but
-  the last end before the next grid point, so they share one bucket (`DecodeRun.bookings`);
+  the last end before the next grid point, so they share one bucket (`DecodeRun.early_steps`);
 - gauges: sampled once, at the run's end, from the state after it (rule 6 makes that the state
   stepping would sample); the last batch size is b;
 - arrivals behind a blocked queue that arrive by the start of the last step are queued before it,
@@ -55,6 +58,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from sim.core.kv.hybrid import PEAK_GRID_LIMIT
 from sim.core.request import RequestTable
 
 if TYPE_CHECKING:
@@ -213,60 +217,63 @@ def context_tokens(sched: Scheduler) -> int:
 def grow(sched: Scheduler, k: int) -> None:
     """The K/V and token books of k decode steps of the running batch (k <= run_limit(sched));
     the caller then releases the members that finished."""
-    t = sched.t
+    t, alloc = sched.t, sched.alloc
     run = sched.running_ids()
     batch = sched.decode_batch()  # before the table moves on: it is advanced below
-    alloc = sched.alloc
-    peak = 0
-    if alloc.steps_until_free_rises(run) < k:  # windows drop blocks inside the run: its peak is mid-run
-        peak = alloc.num_used_blocks + alloc.blocks_to_grow(run, [alloc.num_tokens(int(r)) + k for r in run])
-    alloc.grow_by(run, k)
-    sched.peak_used_blocks = max(sched.peak_used_blocks, alloc.num_used_blocks, peak)
+    if alloc.steps_until_free_rises(run) < k:  # blocks come back inside the run: it may peak before its end
+        _grow_past_releases(sched, run, k)
+    else:
+        alloc.grow_by(run, k)
+    sched.peak_used_blocks = max(sched.peak_used_blocks, alloc.num_used_blocks)
     t.computed[run] += k
     t.generated[run] += k
     if batch is not None:
         batch.advance(k)
 
 
+def _grow_past_releases(sched: Scheduler, run: np.ndarray, k: int) -> None:
+    """grow_by(run, k) for a run in which sliding or chunked groups give blocks back, booking the
+    peak of blocks in use over its steps, as stepping would see it: blocks_to_grow is that peak
+    (exactly for up to PEAK_GRID_LIMIT steps x requests, so longer runs grow in pieces)."""
+    alloc, computed = sched.alloc, sched.t.computed[run]
+    piece = max(1, PEAK_GRID_LIMIT // run.size)
+    done = 0
+    while done < k:
+        j = min(piece, k - done)
+        peak = alloc.num_used_blocks + alloc.blocks_to_grow(run, computed + (done + j))
+        sched.peak_used_blocks = max(sched.peak_used_blocks, peak)
+        alloc.grow_by(run, j)
+        done += j
+
+
 # --- the engine's side: the run's step times and its books -------------------------------------
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class DecodeRun:
-    """k = len(ends) pure-decode steps of `batch` sequences, step j ending at ends[j]."""
+    """len(ends) pure-decode steps of `batch` sequences, step j ending at ends[j]."""
 
     batch: int
     ends: list[float]
 
-    @property
-    def steps(self) -> int:
-        return len(self.ends)
-
-    @property
-    def t_end(self) -> float:
-        return self.ends[-1]
-
-    def bookings(self, bucket: Callable[[float], int]) -> list[tuple[float, int]]:
-        """(time, steps) pairs to book the counters at: every step in the bucket its end falls in.
-        All steps but the last end before the next grid point (rule 6), so they share a bucket:
-        the k-1 early ones are booked at the second-to-last end when its bucket differs."""
-        k, t_end = len(self.ends), self.ends[-1]
-        if k > 1 and bucket(self.ends[-2]) != bucket(t_end):
-            return [(self.ends[-2], k - 1), (t_end, 1)]
-        return [(t_end, k)]
+    def early_steps(self, bucket: Callable[[float], int]) -> int:
+        """Steps whose counters are booked at the second-to-last end (0: all at the last end).
+        Every step is booked in the bucket its end falls in; all but the last end before the next
+        grid point (rule 6), so they share one bucket, which differs from the last's at most."""
+        ends = self.ends
+        if len(ends) > 1 and bucket(ends[-2]) != bucket(ends[-1]):
+            return len(ends) - 1
+        return 0
 
 
-def plan_run(sched: SkipAhead, cost: DecodeCost, t: float, *, next_sample: float,
-             next_arrival: float | None, max_steps: int | None) -> DecodeRun | None:
-    """The decode run the engine may take from time t (rules 1-7), or None: take a general step.
-    next_sample: the next metrics grid point; next_arrival: the next request routed to this
-    replica (None: no more); max_steps: steps left before the step limit (None: no limit)."""
-    k = sched.decode_run_limit()
-    if not k:
-        return None
+def plan_run(sched: SkipAhead, cost: DecodeCost, t: float, limit: int, *, next_sample: float,
+             next_arrival: float | None, max_steps: int | None) -> DecodeRun:
+    """The decode run the engine takes from time t, given limit = sched.decode_run_limit() > 0
+    (rules 1-4), cut by rules 5-7. next_sample: the next metrics grid point; next_arrival: the
+    next request routed to this replica (None: no more); max_steps: steps left before the step
+    limit (None: no limit). (The engine asks for the limit first: most steps have none.)"""
     horizon = next_sample
     if next_arrival is not None and not sched.num_waiting and next_arrival < horizon:
         horizon = next_arrival
-    if max_steps is not None:
-        k = min(k, max_steps)
+    k = limit if max_steps is None else min(limit, max_steps)
     b = sched.num_running
     return DecodeRun(b, step_ends(cost, t, k, b, sched.decode_context_tokens(), horizon))
 

@@ -125,6 +125,14 @@ class Scheduler(interfaces.Scheduler):
     API: add_request(r) when a request arrives; schedule(now) -> StepPlan | None (None: nothing to
     run); complete_step(plan, t_end) -> finished ids. has_work / num_running / num_waiting for
     the caller's loop. `prefix_hashes(r)` (optional) gives a request's prefix block hashes.
+
+    The policy, in the order a step applies it (module docstring): the running requests get their
+    tokens (`_schedule_running_slow`, preempting the newest with `_preempt` when the pool is full;
+    a batch that is all decoding takes one vectorised path), then swapped-out requests come back
+    (`_resume_swapped`), then waiting ones are admitted FCFS (`_admit_waiting`); `complete_step`
+    writes the step's outcome and frees who finished (`_finish_done`). The simulator's skip-ahead
+    (`decode_run_limit` / `advance_decode`) is sim/core/decode_run.py, which asks this policy one
+    question: `head_admissible`.
     """
 
     def __init__(self, table: RequestTable, allocator: interfaces.Allocator, config: SchedulerConfig,

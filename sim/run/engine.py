@@ -4,8 +4,8 @@ time from the cost model, and applies it.
 Events: at most one SimPy timeout per engine step, and far fewer with skip-ahead: a run of pure
 decode steps in which nothing changes but token counts is one timeout. When a run may be taken and
 what it must book so that `skip_ahead=False` gives identical results is the contract of
-sim/core/decode_run.py; the engine asks it for a run (`plan_run`), waits the run's end and books
-it (`_decode_run`).
+sim/core/decode_run.py; the engine asks the scheduler for the limit and the module for a run
+(`plan_run`), waits the run's end and books it (`_decode_run`).
 
 Arrivals: the trace is replayed by each replica's arrival feed (requests routed round-robin by
 trace order, so replicas never wait on each other's timing); an engine takes every arrival up to
@@ -297,9 +297,9 @@ class Simulation:
         env, sched = self.env, rep.sched
         while not self._out_of_steps():
             self.admit_arrivals(rep, rep.t)
-            run = self._plan_decode_run(rep) if self.skip_ahead and sched.has_work else None
-            if run is not None:
-                yield from self._decode_run(rep, run)
+            k = sched.decode_run_limit() if self.skip_ahead and sched.has_work else 0
+            if k:
+                yield from self._decode_run(rep, k)
                 continue
             plan = sched.schedule(rep.t) if sched.has_work else None
             if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
@@ -318,27 +318,31 @@ class Simulation:
             self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
         rep.done = True
 
-    def _plan_decode_run(self, rep: Replica) -> decode_run.DecodeRun | None:
+    def _decode_run(self, rep: Replica, limit: int):
+        """Take a decode run (at most `limit` steps, the scheduler's decode_run_limit) with one
+        timeout and book it as its contract says (sim/core/decode_run.py)."""
+        sched, rec = rep.sched, self.rec
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
-        return decode_run.plan_run(rep.sched, self.s.cost, rep.t, next_sample=self.rec.next_grid,
-                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
-
-    def _decode_run(self, rep: Replica, run: decode_run.DecodeRun):
-        """Take a decode run with one timeout and book it as its contract says (decode_run.py)."""
-        sched, rec, b = rep.sched, self.rec, run.batch
+        run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=rec.next_grid,
+                                  next_arrival=self.next_arrival(rep), max_steps=steps_left)
+        ends, b = run.ends, run.batch
+        k, t_end = len(ends), ends[-1]
         self.events += 1
-        yield self.env.timeout(run.t_end - rep.t)
-        if run.steps > 1:
-            self.admit_arrivals(rep, run.ends[-2])  # arrivals behind a blocked queue, as stepping adds them
-        for t_book, steps in run.bookings(rec.bucket):
-            rec.add_counts(t_book, steps, 0, steps * b, 0)
-        rep.t = run.t_end
-        finished = sched.advance_decode(run.steps, run.t_end)
+        yield self.env.timeout(t_end - rep.t)
+        early = 0  # steps booked at the second-to-last end: only when it falls in another bucket
+        if k > 1:
+            self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
+            early = run.early_steps(rec.bucket)
+            if early:
+                rec.add_counts(ends[-2], early, 0, early * b, 0)
+        rep.t = t_end
+        finished = sched.advance_decode(k, t_end)
         rep.last_batch = b
-        rep.steps += run.steps
-        self.total_steps += run.steps
-        if rec.needs_sample(run.t_end):
-            rec.sample_until(run.t_end, self.gauges())
+        rep.steps += k
+        self.total_steps += k
+        rec.add_counts(t_end, k - early, 0, (k - early) * b, 0)
+        if rec.needs_sample(t_end):
+            rec.sample_until(t_end, self.gauges())
         if finished:
             self._finished(len(finished))
 
