@@ -420,13 +420,9 @@ class Scheduler(interfaces.Scheduler):
         return bool(n) and self._can_admit(r, n, hashes)
 
     # --- skip-ahead over runs of decode steps: the machinery and its contract are in decode_run --
-    def decode_run_limit(self) -> int:
-        """How many next steps may be taken in one go (0: take the general path)."""
-        return decode_run.run_limit(self)
-
-    def decode_context_tokens(self) -> int:
-        """Summed K/V tokens of the running batch (cost model input for decode runs)."""
-        return decode_run.context_tokens(self)
+    # (bound as methods, not wrapped: the engine asks for the limit before every step)
+    decode_run_limit = decode_run.run_limit  # how many next steps may be taken in one go (0: none)
+    decode_context_tokens = decode_run.context_tokens  # summed K/V tokens of the running batch
 
     def advance_decode(self, k: int, t_end: float) -> list[int]:
         """Apply k pure-decode steps at once (k <= decode_run_limit()); returns finished ids."""

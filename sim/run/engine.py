@@ -289,19 +289,17 @@ class Simulation:
                 self._last_progress = now
                 self.progress(min(self.n_done / max(len(self.s.table), 1), 1.0))
 
-    def _out_of_steps(self) -> bool:
-        return self.step_limit is not None and self.total_steps >= self.step_limit
-
     # --- the engine process ---------------------------------------------------------------------
     def engine(self, rep: Replica):
-        env, sched = self.env, rep.sched
-        while not self._out_of_steps():
+        env, sched, skip_ahead, limit = self.env, rep.sched, self.skip_ahead, self.step_limit
+        while limit is None or self.total_steps < limit:
             self.admit_arrivals(rep, rep.t)
-            k = sched.decode_run_limit() if self.skip_ahead and sched.has_work else 0
+            work = sched.has_work
+            k = sched.decode_run_limit() if skip_ahead and work else 0
             if k:
                 yield from self._decode_run(rep, k)
                 continue
-            plan = sched.schedule(rep.t) if sched.has_work else None
+            plan = sched.schedule(rep.t) if work else None
             if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
                 t_next = self.next_arrival(rep)
                 if t_next is None:
