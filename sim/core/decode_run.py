@@ -58,7 +58,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from sim.core.kv.hybrid import PEAK_GRID_LIMIT
 from sim.core.request import RequestTable
 
 if TYPE_CHECKING:
@@ -70,6 +69,10 @@ if TYPE_CHECKING:
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
 SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
+# What the fast path asks of allocators that give blocks back while requests run (sliding or
+# chunked groups, sim/core/kv/hybrid.py): blocks_to_grow is the peak over the steps, exactly for
+# up to this many (steps x requests); longer runs are grown in pieces of at most this size.
+PEAK_GRID_LIMIT = 1 << 20
 
 
 class SkipAhead(Protocol):

@@ -24,11 +24,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.core.decode_run import PEAK_GRID_LIMIT  # (steps x requests) evaluated exactly for a decode run
 from sim.core.kv.base import AllocationError, Ids, KVAllocator, KVBreakdown
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.paged import grown
-
-PEAK_GRID_LIMIT = 1 << 20  # (steps x requests) evaluated exactly when checking a decode run
 
 
 class HybridPagedAllocator(KVAllocator):
