@@ -27,6 +27,7 @@ MALFORMED_FIX = "subject:Trace loader: without a format, the header must name on
 INT8_FIX = "subject:int8 vs fp8 explained where the bytes are"
 LATER_TESTS = INT8_FIX  # the same commit added tests for Why items fixed earlier without one
 WORDS_TESTS = "subject:tests/test_app_words.py"
+SPLIT_CHARTS = "subject:Chart legibility tests one per complaint"
 CONTEXT_LABEL_FIX = "subject:Capacity chart: the 'your context' label is drawn where the dashed line is"
 
 # (Why item, fixing commit, test node[, commit the test file comes from when not the fix itself])
@@ -40,13 +41,24 @@ AUDIT: list[tuple[str, ...]] = [
     ("2 overload not flagged", "9dd0b82", "tests/test_app_simulate.py::test_load_dial_overloads_and_the_page_says_so"),
     ("3 load can't be dialled", "9dd0b82", "tests/test_served.py::test_speedup_scales_arrivals_exactly"),
     ("7 'KV holding tokens (mean)'", "9dd0b82", "tests/test_report.py::test_headline_metrics_formatting"),
+    ("7 'KV holding tokens (mean)'", "9dd0b82", "tests/test_app_words.py::test_the_token_share_says_what_it_is",
+     WORDS_TESTS),
     ("4 '0.0x'; claims vs table", "8da72e2",
      "tests/test_charts.py::test_compare_words_read_right_both_ways_and_put_unserved_first"),
-    ("4 linear TTFT axis, overlapping lines; 5 log ticks, context unmarked; 7 queue/running squashed, "
-     "running behind batch size, TPOT in s", "8da72e2",
-     "tests/test_charts.py::test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks"),
+    ("7 queue/running squashed; running hidden behind batch size", "8da72e2",
+     "tests/test_charts.py::test_a_long_queue_does_not_squash_running_and_running_is_not_hidden", SPLIT_CHARTS),
+    ("7 TPOT chart in s beside headlines in ms", "8da72e2",
+     "tests/test_charts.py::test_tpot_chart_in_ms_like_the_headline", SPLIT_CHARTS),
+    ("4 linear TTFT axis", "8da72e2", "tests/test_charts.py::test_ttft_overlay_goes_log_when_values_span_decades",
+     SPLIT_CHARTS),
+    ("4 overlapping lines", "8da72e2", "tests/test_charts.py::test_overlaid_identical_lines_stay_told_apart",
+     SPLIT_CHARTS),
+    ("5 log ticks '2, 1000, 5'; user's context unmarked", "8da72e2",
+     "tests/test_charts.py::test_capacity_ticks_read_1_10_100_1k_and_the_users_context_is_marked", SPLIT_CHARTS),
     ("5 answer in a table cell, jargon units, requests vs users", "8da72e2",
      "tests/test_app_capacity.py::test_seed_table_qwen25_7b_on_h100"),
+    ("5 answer in a table cell, jargon units", "8da72e2",
+     "tests/test_app_words.py::test_capacity_answers_in_one_sentence_first", WORDS_TESTS),
     ("6 error in a collapsed expander", "9b498c0",
      "tests/test_app_simulate.py::test_a_bad_trace_is_explained_in_the_main_area"),
     ("6 out-of-range link values ignored", "9b498c0",
@@ -73,7 +85,7 @@ AUDIT: list[tuple[str, ...]] = [
     ("4 fragmentation kinds unexplained", "8da72e2", "tests/test_app_words.py::test_compare_explains_each_kv_part",
      WORDS_TESTS),
     ("5 user's context unmarked (its label was off the chart)", CONTEXT_LABEL_FIX,
-     "tests/test_charts.py::test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks"),
+     "tests/test_charts.py::test_the_users_context_label_sits_on_its_line", SPLIT_CHARTS),
     ("7 digests clutter the top", "9b498c0", "tests/test_app_simulate.py::test_digests_come_below_the_result", LATER_TESTS),
     ("7 'max_batched_tok/ens' wraps", "9b498c0",
      "tests/test_app_simulate.py::test_max_batched_tokens_label_has_the_sidebar_width", LATER_TESTS),
@@ -107,33 +119,39 @@ def worktree(base: Path, name: str, commit: str, tests_from: str, files: list[st
 
 def run_tests(where: Path, nodes: list[str]) -> dict[str, str]:
     """node -> 'passes', 'skipped' or 'fails: <pytest's message, shortened>' (a node pytest could not even
-    collect, an import error, fails too; one failing parameter fails the node)."""
-    report = where / "junit.xml"
-    subprocess.run([str(where / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    f"--junitxml={report}", *nodes], cwd=where, capture_output=True, text=True)
+    collect, an import error, fails too; one failing parameter fails the node). One pytest per file:
+    a node in a file that does not import stops a whole session."""
     seen: dict[str, list[str]] = {}
     collect_errors: dict[str, str] = {}  # test file -> why it did not import
-    if report.exists():
-        for case in ET.parse(report).iter("testcase"):
-            node = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '').split('[')[0]}"
-            bad = [child for child in case if child.tag in ("failure", "error")]
-            if bad:
-                message = bad[0].get("message") or bad[0].tag
-                if message == "collection failure":  # name the import that failed
-                    lines = [ln[1:].strip() for ln in (bad[0].text or "").splitlines() if ln.startswith("E ")]
-                    message = f"does not import: {lines[-1] if lines else message}"
-                message = " ".join(message.split())[:110].replace("|", "/")
-                state = f"fails: {message}"
-                if not case.get("classname"):  # a module that does not import: named "tests.test_x"
-                    collect_errors[case.get("name", "").replace(".", "/") + ".py"] = state
-            else:
-                state = "skipped" if any(child.tag == "skipped" for child in case) else "passes"
-            seen.setdefault(node, []).append(state)
+    for i, file in enumerate(dict.fromkeys(n.split("::")[0] for n in nodes)):
+        report = where / f"junit-{i}.xml"
+        subprocess.run([str(where / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--junitxml={report}", *[n for n in nodes if n.startswith(f"{file}::")]],
+                       cwd=where, capture_output=True, text=True)
+        if report.exists():
+            _read_junit(report, seen, collect_errors)
     out = {}
     for node in nodes:
         states = seen.get(node, [collect_errors.get(node.split("::")[0], "fails: not collected")])
         out[node] = next((s for s in states if s.startswith("fails")), "passes" if "passes" in states else "skipped")
     return out
+
+
+def _read_junit(report: Path, seen: dict[str, list[str]], collect_errors: dict[str, str]) -> None:
+    for case in ET.parse(report).iter("testcase"):
+        node = f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name', '').split('[')[0]}"
+        bad = [child for child in case if child.tag in ("failure", "error")]
+        if bad:
+            message = bad[0].get("message") or bad[0].tag
+            if message == "collection failure":  # name the import that failed
+                lines = [ln[1:].strip() for ln in (bad[0].text or "").splitlines() if ln.startswith("E ")]
+                message = f"does not import: {lines[-1] if lines else message}"
+            state = "fails: " + " ".join(message.split())[:110].replace("|", "/")
+            if not case.get("classname"):  # a module that does not import: named "tests.test_x"
+                collect_errors[case.get("name", "").replace(".", "/") + ".py"] = state
+        else:
+            state = "skipped" if any(child.tag == "skipped" for child in case) else "passes"
+        seen.setdefault(node, []).append(state)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,3 +30,20 @@ def test_a_contiguous_run_is_not_said_in_blocks():
     at.run()
     pool = next(c.value for c in at.caption if c.value.startswith("KV pool:"))
     assert "token slots per replica, reserved contiguously" in pool and "blocks of" not in pool
+
+
+def test_the_token_share_says_what_it_is():
+    """Issue 17: "KV holding tokens (mean)" on the headline; it is the pool's share holding token states."""
+    at = AppTest.from_file(SIMULATE, default_timeout=120)
+    at.query_params["trace_first"] = "20"
+    at.run()
+    labels = [m.label for m in at.metric]
+    assert "KV holding tokens (mean)" not in labels and "KV pool holding token states (avg)" in labels
+
+
+def test_capacity_answers_in_one_sentence_first():
+    """Issue 17: the answer ("126 sequences") was only in a table cell, under a "KV B/token/GPU" column."""
+    at = AppTest.from_file(str(PAGES / "capacity.py"), default_timeout=60).run()
+    assert at.markdown[0].value == ("### qwen2.5-7b on one h100-sxm at 8,192-token context (bf16 KV): "
+                                    "126 concurrent sequences; 1 GPU for 100 users.")
+    assert all("KV B/token/GPU" not in table.value.columns for table in at.dataframe)

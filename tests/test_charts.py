@@ -155,27 +155,50 @@ def test_compare_words_read_right_both_ways_and_put_unserved_first():
     assert [r["keeps up"] for r in rows] == ["yes", "no (overloaded)"] and rows[1]["rejected"] == 40
 
 
-def test_legibility_queue_panel_tpot_ms_log_axes_dashes_and_ticks():
-    """Issue 17's chart complaints, one assertion each."""
+# Issue 17's chart complaints, one test each (bench/why_audit.py runs each on the code before its fix).
+def test_a_long_queue_does_not_squash_running_and_running_is_not_hidden():
     r = make_result()
     steps = r.steps.assign(num_waiting=np.linspace(0, 1000, 10))  # a 1,000-request queue ...
     q = charts.queue_and_batch(steps)
     by_name = {t.name: t for t in q.data}
     assert by_name["waiting (queue)"].yaxis != by_name["running"].yaxis  # ... on its own axis: running stays legible
     assert by_name["running"].line.dash == "solid" and by_name["batch size (latest step)"].line.dash == "dot"
-    cdf = charts.latency_cdfs(r.requests)
+
+
+def test_tpot_chart_in_ms_like_the_headline():
+    cdf = charts.latency_cdfs(make_result().requests)
     assert cdf.layout.xaxis2.title.text == "ms" and max(cdf.data[1].x) == pytest.approx(20.0)  # TPOT 0.02 s
+
+
+def test_ttft_overlay_goes_log_when_values_span_decades():
+    r = make_result()
     fast, slow = r.requests, r.requests.assign(ttft_s=r.requests["ttft_s"] * 5000)
     over = charts.overlay_cdf({"fast": fast, "slow": slow}, "ttft_s")
     assert over.layout.xaxis.type == "log"  # 0.1 s .. 4,000 s: a linear axis would hide "fast"
     assert charts.overlay_cdf({"a": fast, "b": fast}, "ttft_s").layout.xaxis.type != "log"
+
+
+def test_overlaid_identical_lines_stay_told_apart():
+    r = make_result()
     lines = charts.overlay_timeline({"A": r.steps, "B": r.steps}, "num_running", "running", "requests")
-    assert lines.data[0].line.dash != lines.data[1].line.dash  # identical lines stay told apart
+    assert lines.data[0].line.dash != lines.data[1].line.dash
+
+
+def _capacity_figure():
     curves = pd.DataFrame({"label": ["x", "x"], "context_tokens": [512, 131072], "max_concurrency": [2000, 7]})
-    cap = charts.concurrency_curves(curves, context_tokens=8192)
+    return charts.concurrency_curves(curves, context_tokens=8192)
+
+
+def test_capacity_ticks_read_1_10_100_1k_and_the_users_context_is_marked():
+    cap = _capacity_figure()
     assert cap.layout.xaxis.dtick == 1 and cap.layout.xaxis.tickformat == "~s"  # 1, 10, 100, 1k
     assert cap.layout.shapes[0].x0 == 8192 and "8,192" in cap.layout.annotations[0].text
-    # on a log axis an annotation sits at log10(x): at x=8192 it was drawn at 10^8192, off the chart (issue 17)
+
+
+def test_the_users_context_label_sits_on_its_line():
+    """On a log axis an annotation sits at log10(x): add_vline's label for x=8192 was drawn at 10^8192, off
+    the chart (the loaded capacity screenshot had the dashed line and no label)."""
+    cap = _capacity_figure()
     assert cap.layout.annotations[0].x == pytest.approx(math.log10(8192)) and cap.layout.annotations[0].yref == "paper"
 
 
