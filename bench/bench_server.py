@@ -22,6 +22,8 @@ Each level uses load values no earlier level used, so its runs are computed, not
 
 Then the page-load check: while one visitor's long Compare (the paging preset, 4 runs) or a Plan
 sweep (on a grid nobody searched) goes on, fresh visitors open /plan, /simulate and /capacity.
+Last, the queue check: with every worker busy, one more visitor's run must show its place in line
+and a cancel button that drops it.
 
 Usage: python bench/bench_server.py [--users 1,4,8,16] [--trace PATH] [--json OUT]
 """
