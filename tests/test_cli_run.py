@@ -32,6 +32,15 @@ def test_run_text_summary(capsys):
     assert "KV breakdown" in out and "completed 150" in out
 
 
+def test_run_text_summary_names_each_kv_group(capsys):
+    args = ["--synthetic", SYN, "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--kv-budget-gib", "2", "--no-progress"]
+    assert main(["run", *args, "--allocator", "contiguous", "--reserve", "max"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("KV by layer group"))
+    assert "full " in line and "sliding(128) " in line and "reserved" in line
+    assert main(["run", *COMMON, "--no-progress"]) == 0
+    assert "KV by layer group" not in capsys.readouterr().out  # one group: the breakdown line says it all
+
+
 def test_run_html(tmp_path, capsys):
     path = tmp_path / "r.html"
     code = main(["run", *COMMON, "--html", str(path)])

@@ -106,9 +106,22 @@ def format_summary(s: dict[str, Any]) -> str:
         f"{s['kv_cache_usage_perc']['mean']:.1%} peak {s['kv_cache_usage_perc']['peak']:.1%}",
         "KV breakdown (time-weighted): " + ", ".join(f"{k} {v:.1%}" for k, v in kv.items()),
     ]
+    if s.get("kv_group_breakdown_mean"):
+        lines.append(group_line(s["kv_group_breakdown_mean"]))
     if s.get("kv_eviction"):
         lines.append(f"KV eviction {s['kv_eviction']['policy']}: {s['kv_eviction']['note']}")
     return "\n".join(lines)
+
+
+def group_line(groups: dict[str, dict[str, float]]) -> str:
+    """The KV pool held per layer group (run mean): GiB held and its split (several KV groups only)."""
+    def one(label: str, parts: dict[str, float]) -> str:
+        held = parts.get("held", 0.0) or 1.0
+        split = ", ".join(f"{k.replace('_', ' ')} {parts[k] / held:.0%}"
+                          for k in ("token_states", "reserved", "internal_frag") if k in parts)
+        return f"{label} {parts.get('held', 0.0) / 2**30:.2f} GiB held ({split})"
+
+    return "KV by layer group (mean): " + "; ".join(one(label, parts) for label, parts in groups.items())
 
 
 def run(args: argparse.Namespace) -> int:
