@@ -67,12 +67,14 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None) 
     """A v2 profile fitted by replaying a measured run (module docstring)."""
     from scipy.optimize import minimize
 
+    from sim.run.deployment import Deployment
     from sim.run.engine import Simulation, build
     from sim.timing.cost_model import CostModel
 
     scenario = run_scenario(run, cost_source="roofline")
+    dep = Deployment.resolve(scenario)  # once: every replay runs it with other coefficients
     trace = run_trace(run)
-    base = default_coefficients(CostModel.from_scenario(None, None, scenario))
+    base = default_coefficients(dep.cost)
     measured = {col: float(np.nanmean(run.requests[col])) for col, _ in TARGETS}
     calls = [0]
 
@@ -84,8 +86,8 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None) 
         calls[0] += 1
         if progress is not None:
             progress(min(calls[0] / MAX_REPLAYS, 1.0))
-        setup = build(trace, scenario)
-        setup.cost = CostModel.from_scenario(None, None, scenario, profile=coefficients(x), source="profile")
+        setup = build(trace, dep)
+        setup.cost = CostModel.from_scenario(dep.spec, dep.gpu, scenario, profile=coefficients(x), source="profile")
         sim = Simulation(setup)
         sim.run()
         req = sim.result("calibrate", 0.0).requests
