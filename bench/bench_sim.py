@@ -5,6 +5,8 @@
     cached on disk, so the first run on a fresh machine pays ~2 s more, outside the timed replay only
     if the cache exists: run it twice);
 (b) wall time and peak RSS for a 1,000,000-request synthetic trace, on one core.
+Both also give `cpu_s` (process CPU time of the replay): on a shared machine it varies less than
+the wall time, so before/after comparisons use it.
 
 Run: .venv/bin/python bench/bench_sim.py [--n 1000000] [--skip-azure] [--json]
 """
@@ -36,11 +38,11 @@ def peak_rss_mib() -> float:
 def bench_azure(path: Path) -> dict:
     trace = load_trace(path)
     scenario = Scenario(model="llama-3-8b", gpu="h100-sxm", allocator="paged")
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(trace, scenario)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     s = res.summary
-    return {"bench": "azure_conv", "requests": s["requests"], "simulated_s": s["duration_s"], "wall_s": wall,
+    return {"bench": "azure_conv", "requests": s["requests"], "simulated_s": s["duration_s"], "wall_s": wall, "cpu_s": cpu,
             "speedup_x": s["duration_s"] / wall, "steps": s["num_steps"], "sim_events": s["sim_events"],
             "mean_batch_size": s["mean_batch_size"], "cost_model": s["cost_model"]["source"]}
 
@@ -50,11 +52,11 @@ def bench_million(n: int) -> dict:
     trace = synthetic(n=n, **MILLION_SPEC)
     gen = time.perf_counter() - t0
     scenario = Scenario(model="llama-3-8b", gpu="h100-sxm", allocator="paged")
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     res = simulate(trace, scenario)
-    wall = time.perf_counter() - t1
+    wall, cpu = time.perf_counter() - t1, time.process_time() - c1
     s = res.summary
-    return {"bench": "synthetic", "requests": n, "spec": MILLION_SPEC, "trace_gen_s": gen, "wall_s": wall,
+    return {"bench": "synthetic", "requests": n, "spec": MILLION_SPEC, "trace_gen_s": gen, "wall_s": wall, "cpu_s": cpu,
             "simulated_s": s["duration_s"], "speedup_x": s["duration_s"] / wall, "steps": s["num_steps"],
             "sim_events": s["sim_events"], "completed": s["completed"], "mean_batch_size": s["mean_batch_size"],
             "peak_rss_mib": peak_rss_mib()}
