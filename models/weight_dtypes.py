@@ -54,7 +54,7 @@ class _StoredBytes(Mapping[str, float]):
         return sum(1 for _ in self)
 
     def __contains__(self, name: object) -> bool:
-        return name in WEIGHT_DTYPES and WEIGHT_DTYPES[name].bytes_per_param is not None  # type: ignore[index]
+        return isinstance(name, str) and name in WEIGHT_DTYPES and WEIGHT_DTYPES[name].bytes_per_param is not None
 
 
 WEIGHT_BYTES: Mapping[str, float] = _StoredBytes()

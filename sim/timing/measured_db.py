@@ -293,7 +293,7 @@ def _cached_arrays(key: str, config_json: str, dep: Deployment) -> dict[str, np.
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")
-        np.savez(tmp, **arrays)  # type: ignore[arg-type]
+        np.savez(tmp, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **kwds against allow_pickle: bool
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home still works, just without the disk cache

@@ -39,6 +39,12 @@ Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holdin
 UNBOUNDED = 1 << 62  # token_cap of a group that never limits a request's length
 
 
+def _cached(lookup: Lookup, keys: Sequence[int]) -> list[int]:
+    """The cached blocks of keys already found cached (a lookup of a cached key is never None)."""
+    blocks = [lookup(k) for k in keys]
+    return [b for b in blocks if b is not None]
+
+
 class GroupManager:
     """Full attention: a request of n tokens holds ceil(n / block_size) blocks, none skipped."""
 
@@ -136,8 +142,8 @@ class SlidingWindowManager(GroupManager):
                 continue
             run += 1
             if run >= need:
-                return i + run, i, [lookup(k) for k in keys[i : i + run]]  # type: ignore[misc]
-        return run, 0, [lookup(k) for k in keys[:run]]  # type: ignore[misc]
+                return i + run, i, _cached(lookup, keys[i : i + run])
+        return run, 0, _cached(lookup, keys[:run])
 
 
 class ChunkedLocalAttentionManager(GroupManager):
