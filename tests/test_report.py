@@ -113,3 +113,17 @@ def test_downloads_are_named_after_the_snapshot():
     assert named_for_download(live.named("saved"), "")[1] == "saved"  # a reopened snapshot keeps its name
     model, allocator = live.scenario.model, live.scenario.allocator
     assert named_for_download(live, "")[1] == f"{model}-{allocator}-{live.scenario.digest()[:6]}"
+
+
+def test_weight_bytes_follow_the_kv_heads_what_if():
+    """The report's weight figure is the deployed model's (the K/V projections shrink with fewer
+    KV heads), read from the resolved model, not the catalog entry."""
+    from models.spec import load_spec
+    from sim.out.report import weights_bytes
+
+    full, fewer = _chat_run(), _chat_run(kv_heads=2)
+    full.summary.pop("weights_bytes", None)
+    fewer.summary.pop("weights_bytes", None)
+    catalog = load_spec(full.scenario.model).weight_bytes(full.scenario.weight_dtype)
+    assert weights_bytes(full) == catalog * full.scenario.replicas
+    assert weights_bytes(fewer) < weights_bytes(full)

@@ -112,10 +112,10 @@ def weights_bytes(result: Any) -> float | None:
         if summary.get(key):
             return float(summary[key])
     try:
-        from models.spec import load_spec
+        from sim.run.deployment import Deployment
 
         sc = result.scenario
-        return float(load_spec(sc.model).weight_bytes(sc.weight_dtype)) * sc.replicas
+        return float(Deployment.model_of(sc).weight_bytes(sc.weight_dtype)) * sc.replicas
     except Exception:  # an uploaded config no longer on disk: draw the KV pool alone
         return None
 
