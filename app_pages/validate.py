@@ -22,8 +22,7 @@ if source == "upload":
         st.stop()
     files = validate_view.read_uploads(uploads)
 try:
-    with st.spinner("Replaying the run..."):
-        shown = validate_view.validate_files(files, validate_view.files_digest(files))
+    shown = validate_view.validate_files(files)
 except (RunError, ValueError) as exc:
     st.error(str(exc).splitlines()[0])
     st.stop()

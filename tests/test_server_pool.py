@@ -170,3 +170,23 @@ def test_a_run_nobody_waits_for_any_more_is_cached_and_leaves_the_job_table(one_
         time.sleep(0.05)
     assert key not in one_worker._jobs and one_worker.results.get(key) is not None
 
+
+
+def test_a_validate_replay_runs_once_in_a_worker_and_matches_the_inline_replay(one_worker):
+    """The Validate page's replay is a simulation too: it goes to the pool (not the page's thread),
+    keyed by the run files' bytes, and a bad upload comes back as the same one-line RunError."""
+    from sim.fidelity.run_record import RunError
+    from ui.validate_job import files_digest, replay
+
+    before = one_worker.stats().submitted
+    key = one_worker.submit_validate(None, files_digest(None))
+    assert one_worker.submit_validate(None, files_digest(None)) == key and key[0].startswith("validate:")
+    state = wait(one_worker, key)
+    assert state.phase == "done" and one_worker.stats().submitted == before + 1
+    inline = replay(None)
+    assert state.result.engine == inline.engine
+    pd.testing.assert_frame_equal(state.result.table, inline.table)
+    partial = (("meta.json", b"{}"),)
+    bad = wait(one_worker, one_worker.submit_validate(partial, files_digest(partial)))
+    assert bad.phase == "failed" and isinstance(bad.error, RunError)
+    assert str(bad.error) == "upload: add requests.jsonl, timeseries.csv (or one .zip holding the run's files)"

@@ -21,6 +21,7 @@ from sim.plan.config_search import SearchOptions
 from sim.scenario import Scenario
 from sim.trace import Trace
 from ui.server.pool import RunKey, RunService, ServiceStats
+from ui.validate_job import Files, Shown
 
 POLL_S = 0.1
 
@@ -72,6 +73,13 @@ def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) ->
     total = len(configs)
     return _wait(service, resubmit(), f"Searching {total} configurations", resubmit,
                  lambda f: f"{round(f * total)} of {total} configurations")
+
+
+def run_validate(files: Files | None, digest: str) -> Shown:
+    """A Validate page replay from the pool; raises what the replay raised (RunError: one line)."""
+    service = run_service()
+    resubmit = lambda: service.submit_validate(files, digest)  # noqa: E731
+    return _wait(service, resubmit(), "Replaying the run", resubmit, lambda f: "replaying with its own engine config")
 
 
 def _percent_of_trace(fraction: float) -> str:

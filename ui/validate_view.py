@@ -3,33 +3,17 @@ it with its own engine config (sim.fidelity.validate) and show measured vs simul
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 import streamlit as st
 
-from sim.fidelity.run_record import RUN_FILES, RunError, load_run_bytes, load_run_dir, load_run_zip
 from sim.fidelity.validate import SERIES
 from sim.out import charts
-from ui.pages import ROOT
+from ui.runner import run_validate
+from ui.validate_job import Files, Shown, files_digest
 
-SAMPLE_RUN = ROOT / "samples" / "vllm_run"
 UNITS = {"TTFT": ("s", 1.0), "E2E": ("s", 1.0), "TPOT": ("ms", 1e3)}
-
-
-@dataclass
-class Shown:
-    """What the page shows of one validation (all picklable, for st.cache_data)."""
-
-    source: str
-    engine: str
-    cost_model: dict[str, Any]
-    table: pd.DataFrame
-    series: pd.DataFrame
-    measured: pd.DataFrame
-    simulated: pd.DataFrame
 
 
 def read_uploads(files: list[Any]) -> tuple[tuple[str, bytes], ...]:
@@ -37,37 +21,10 @@ def read_uploads(files: list[Any]) -> tuple[tuple[str, bytes], ...]:
     return tuple(sorted((f.name, f.getvalue()) for f in files))
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def validate_files(files: tuple[tuple[str, bytes], ...] | None, digest: str) -> Shown:
-    """Replay a run given as uploaded files (a .zip, or the three files and config.json); None = the sample.
-    `digest` keys the cache (the bytes' hash), so reruns of the page cost nothing."""
-    from sim.fidelity.validate import validate
-
-    if files is None:
-        run = load_run_dir(SAMPLE_RUN)
-    elif len(files) == 1 and files[0][0].lower().endswith(".zip"):
-        run = load_run_zip(files[0][1], files[0][0])
-    else:
-        named = {name.rsplit("/", 1)[-1]: data for name, data in files}
-        missing = [f for f in RUN_FILES if f not in named]
-        if missing:
-            raise RunError(f"upload: add {', '.join(missing)} (or one .zip holding the run's files)")
-        run = load_run_bytes(named["meta.json"], named["requests.jsonl"], named["timeseries.csv"],
-                             named.get("config.json"), source="upload")
-    v = validate(run)
-    e = run.engine
-    engine = (f"{e.device_name}, {e.model}, TP {e.tp}, vLLM {e.vllm_version or '?'}: {e.num_gpu_blocks:,} KV blocks of "
-              f"{e.block_size}, max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_batched_tokens}")
-    return Shown(run.source, engine, v.result.summary["cost_model"], v.table, v.series, run.requests,
-                 v.result.requests)
-
-
-def files_digest(files: tuple[tuple[str, bytes], ...] | None) -> str:
-    h = hashlib.sha256()
-    for name, data in files or ():
-        h.update(name.encode())
-        h.update(hashlib.sha256(data).digest())
-    return h.hexdigest()
+def validate_files(files: Files | None) -> Shown:
+    """The replay of `files` (None: the bundled sample) from the server's worker pool: computed once
+    per distinct upload for every visitor, with a progress bar, its place in line and a cancel button."""
+    return run_validate(files, files_digest(files))
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:

@@ -5,8 +5,8 @@ Why: a run used to execute on the visitor's own Streamlit thread. With 16 people
 shares one GIL. Here runs go to `workers` processes (default: the core count); the server's
 threads only wait and draw progress, so pages stay responsive.
 
-- Two kinds of job: one scenario on one trace (`submit`), and a Plan page search (`submit_search`,
-  the whole sweep inline in one worker). Each is keyed by what determines its answer, never by the
+- Three kinds of job: one scenario on one trace (`submit`), a Plan page search (`submit_search`,
+  the whole sweep inline in one worker), and a Validate page replay of a measured run (`submit_validate`). Each is keyed by what determines its answer, never by the
   label a page shows: (trace digest, scenario JSON), or ("search:" + trace digest, grid and options).
 - Identical jobs are computed once: a second request for a key in flight watches the same job, and
   a finished one is served from a byte-bounded LRU (ui/server/lru.py).
@@ -44,12 +44,14 @@ from sim.plan.workload import Workload
 from sim.scenario import Scenario
 from sim.trace import Trace
 from ui.server.lru import ByteLRU, CacheStats, cache_bytes_from_env
+from ui.validate_job import Files, Shown, replay
 
 WORKERS_ENV = "KVSIM_RUN_WORKERS"
 CACHE_ENV = "KVSIM_RESULT_CACHE_MIB"
 DEFAULT_CACHE_MIB = 256
 MAX_WORKERS = 64
-RunKey = tuple[str, str]  # (trace digest, scenario JSON), or ("search:" + trace digest, grid and options JSON)
+RunKey = tuple[str, str]  # (trace digest, scenario JSON), ("search:" + trace digest, grid and options JSON),
+# or ("validate:" + the run files' digest, "")
 
 _progress_queue: Any = None  # set in each worker by _init_worker
 
@@ -112,6 +114,13 @@ def _search(key: RunKey, workload: Workload, configs: list[Scenario], options: S
         _progress_queue.put((key, done / total))
 
     return search(workload, configs, options, progress=progress).to_dict()
+
+
+def _validate(key: RunKey, files: Files | None, plugins: list[tuple[str, str, object]]) -> Shown:
+    """Runs in a worker process: a Validate page replay (ui.validate_job)."""
+    apply_entries(plugins)
+    _progress_queue.put((key, 0.0))
+    return replay(files)
 
 
 def run_key(trace: Trace, scenario: Scenario) -> RunKey:
@@ -208,6 +217,11 @@ class RunService:
         """Start (or join, or find cached) a Plan search of `configs` on `trace`; returns its key."""
         key = search_key(trace, configs, options)
         return self._submit(key, _search, (key, Workload(trace=trace), configs, options, added_entries()))
+
+    def submit_validate(self, files: Files | None, digest: str) -> RunKey:
+        """Start (or join, or find cached) the replay of a measured run; `digest`: files_digest(files)."""
+        key = ("validate:" + digest, "")
+        return self._submit(key, _validate, (key, files, added_entries()))
 
     def _submit(self, key: RunKey, work: Callable[..., Any], args: tuple[Any, ...]) -> RunKey:
         if self.results.get(key) is not None:
