@@ -142,7 +142,7 @@ def test_a_comparison_says_overload_and_unserved_once():
     slow = dict(base, overloaded=True, binding="kv", load={"arrival_rate_rps": 16.16, "started_rate_rps": 1.48})
     fast = dict(base, overloaded=True, binding="compute", load={"arrival_rate_rps": 16.16, "started_rate_rps": 2.61})
     over, unserved = compared_verdicts({"max": slow, "pow2": fast})
-    assert over.startswith("Overloaded: All runs cannot keep up") and "16.16 requests/s arrived" in over
+    assert over.startswith("Overloaded: no run keeps up with the trace") and "16.16 requests/s arrived" in over
     assert "max (1.48 requests/s started; KV cache memory binds)" in over
     assert "pow2 (2.61 requests/s started; GPU compute binds)" in over
     assert unserved == "Every run: 90 of 100 requests completed; 10 rejected (10.0%): 10 because the prompt is at least max_model_len."

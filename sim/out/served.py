@@ -138,8 +138,8 @@ def compared_verdicts(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
             each.append(f"{name} ({(rate + binds).strip()})" if rate or binds else name)
         arrive = next(((s.get("load") or {}).get("arrival_rate_rps") for s in over.values()), None)
         arrived = f" while {arrive:,.2f} requests/s arrived" if isinstance(arrive, (int, float)) else ""
-        whom = "All runs" if len(over) == len(summaries) else f"{len(over)} of {len(summaries)} runs"
-        out.append(f"Overloaded: {whom} cannot keep up with the trace (the queue was still growing when arrivals "
+        whom = "no run keeps up" if len(over) == len(summaries) else f"{len(over)} of {len(summaries)} runs cannot keep up"
+        out.append(f"Overloaded: {whom} with the trace (the queue was still growing when arrivals "
                    f"stopped){arrived}: {', '.join(each)}. Their latencies grow with the trace's length; serve less "
                    "load (a smaller load x K) or add capacity.")
     unserved = {name: not_served(s) for name, s in summaries.items() if _int(s, "rejected") or _int(s, "unfinished")}
