@@ -7,6 +7,7 @@ from models.kv_dtypes import KV_DTYPES
 from models.spec import SpecError, list_catalog
 from models.weight_dtypes import WEIGHT_DTYPES
 from sim.guard.text import public_error
+from sim.memory.capacity import TP_CHOICES
 from sim.out import charts
 from ui import bounded
 from ui.capacity_view import answer, budget_parts, group_parts, need_columns, planner_tables, seed_columns
@@ -23,7 +24,7 @@ with st.sidebar:
     gpus = st.multiselect("GPUs", list_gpus(), default=["h100-sxm"], key="cap_gpus", bind=BIND)
     kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=["bf16"], key="cap_kv", bind=BIND)
     weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index("bf16"), key="cap_w", bind=BIND)
-    tp = st.selectbox("Tensor parallel", (1, 2, 4, 8), key="cap_tp", bind=BIND)
+    tp = st.selectbox("Tensor parallel", TP_CHOICES, key="cap_tp", bind=BIND)
     util = bounded.number(st, "GPU memory utilisation", 0.5, 1.0, 0.9, step=0.01, key="cap_util", slider=True)
     st.subheader("GPUs required")
     users = bounded.number(st, "Concurrent users", 1, 10_000_000, 100, key="cap_users")

@@ -17,6 +17,7 @@ import streamlit as st
 from models.gpus import list_gpus
 from models.spec import list_catalog
 from sim.guard.text import public_error
+from sim.memory.capacity import TP_CHOICES
 from sim.out.plan_charts import pareto_figure, row_label, varied_fields
 from sim.out.served import BINDING_WORDS
 from sim.out.snapshot import Snapshot
@@ -45,7 +46,7 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
                          key="plan_model", bind=BIND)
     gpus = c2.multiselect("GPUs", list_gpus(), default=[g for g in DEFAULT_GPUS if g in list_gpus()],
                           key="plan_gpus", bind=BIND)
-    tps = c3.multiselect("Tensor parallel", [1, 2, 4, 8], default=[1], key="plan_tp", bind=BIND)
+    tps = c3.multiselect("Tensor parallel", TP_CHOICES, default=[1], key="plan_tp", bind=BIND)
     c1, c2, c3 = st.columns(3)
     kv_dtypes = c1.multiselect("KV dtype", CHOICES["kv_dtype"].names(), default=list(DEFAULT_KV_DTYPES), key="plan_kv", bind=BIND)
     allocators = c2.multiselect("Allocator", CHOICES["allocator"].names(), default=["paged"], key="plan_alloc", bind=BIND)

@@ -15,6 +15,7 @@ from models.spec import SpecError, list_catalog, load_spec
 from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
 from sim.guard.text import plain, public_error
 from sim.guard.uploads import store_config
+from sim.memory.capacity import TP_CHOICES
 from sim.scenario import CHOICES, Scenario, ScenarioError
 from ui import bounded
 from ui.defaults import DEFAULT_SCENARIO
@@ -88,7 +89,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     gpus = list_gpus()
     gpu = sb.selectbox("GPU", gpus, index=_index(gpus, DEFAULT.gpu), key="gpu", bind=BIND)
     c1, c2 = sb.columns(2)
-    tp = c1.selectbox("Tensor parallel", (1, 2, 4, 8), key="tp", bind=BIND)
+    tp = c1.selectbox("Tensor parallel", TP_CHOICES, key="tp", bind=BIND)
     replicas = bounded.number(c2, "Replicas", 1, 64, DEFAULT.replicas, key="replicas")
     weight_dtype = _choice(c1, "Weights", "weight_dtype", key="wdtype")
     kv_dtype = _choice(c2, "KV dtype", "kv_dtype", key="kv_dtype")

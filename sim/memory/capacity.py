@@ -37,6 +37,7 @@ DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default
 DEFAULT_MAX_BATCHED_TOKENS = 8192  # vLLM's profiling batch on large GPUs (max_num_batched_tokens)
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's max_num_seqs default: rows of logits in the profiling sampler pass
 DEFAULT_RUNTIME_OVERHEAD = 1 * GiB  # non-torch memory + CUDA graph pool; see docs/CAPACITY.md
+TP_CHOICES = (1, 2, 4, 8)  # tensor-parallel degrees offered and searched: the GPUs of one NVLink node
 LOGIT_COPIES = 2  # fp32 logits plus the sampler's probabilities of the same shape
 ACTIVATION_BYTES = {"fp32": 4}  # activation element size by weight dtype; everything else runs in 16-bit
 
@@ -193,7 +194,7 @@ class GpuPlan:
 
 
 def gpus_required(spec: ModelSpec, gpu: GPUSpec, users: int, context: int, *, tp: int | None = None,
-                  tp_choices: Iterable[int] = (1, 2, 4, 8), **budget_args: Any) -> GpuPlan:
+                  tp_choices: Iterable[int] = TP_CHOICES, **budget_args: Any) -> GpuPlan:
     """Fewest GPUs for `users` concurrent sequences: replicas of a TP group (tp given or searched)."""
     best: GpuPlan | None = None
     for t in [tp] if tp else tp_choices:
@@ -250,7 +251,7 @@ def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], **bud
     return table
 
 
-def smallest_fitting_tp(spec: ModelSpec, gpu: GPUSpec, tp_choices: Iterable[int] = (1, 2, 4, 8),
+def smallest_fitting_tp(spec: ModelSpec, gpu: GPUSpec, tp_choices: Iterable[int] = TP_CHOICES,
                         **budget_args: Any) -> int | None:
     """The least TP degree (that divides the heads) leaving a positive KV budget, or None."""
     for tp in tp_choices:

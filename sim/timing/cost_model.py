@@ -56,8 +56,6 @@ from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's 
 if TYPE_CHECKING:
     from sim.scenario import Scenario
 
-SOURCES = ("measured-db", "roofline", "profile")
-
 
 @dataclass(frozen=True)
 class CostModel:
