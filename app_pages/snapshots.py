@@ -5,8 +5,8 @@ import pandas as pd
 import streamlit as st
 
 from sim.guard.text import plain, public_error
-from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
-from sim.out.snapshot_store import open_store
+from sim.report.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
+from sim.report.snapshot_store import open_store
 from ui.plan_view import show_plan
 from ui.result_view import MINE_KEY, reproduce_line, run_caption, share_link, show_result
 

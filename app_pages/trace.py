@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from sim.out import charts
+from sim.report import charts
 from ui.trace_picker import pick_trace
 
 st.title("Trace")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sim.out.snapshot import Snapshot, SnapshotError
-from sim.out.snapshot_store import SnapshotStore
+from sim.report.snapshot import Snapshot, SnapshotError
+from sim.report.snapshot_store import SnapshotStore
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAN = str(ROOT / "app_pages" / "plan.py")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sim.out.snapshot_store import SnapshotStore
+from sim.report.snapshot_store import SnapshotStore
 from ui.defaults import DEFAULT_SCENARIO
 
 ROOT = Path(__file__).resolve().parent.parent

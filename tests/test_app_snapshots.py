@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sim.out.report import headline_metrics
-from sim.out.snapshot import Snapshot
-from sim.out.snapshot_store import SnapshotStore
+from sim.report.html_report import headline_metrics
+from sim.report.snapshot import Snapshot
+from sim.report.snapshot_store import SnapshotStore
 from sim.scenario import Scenario
 from tests.test_charts import make_result
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from sim.out.report import TOKEN_SHARE_LABEL as TOKEN_SHARE
+from sim.report.html_report import TOKEN_SHARE_LABEL as TOKEN_SHARE
 from tests.browser_util import app_server, browser  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.browser

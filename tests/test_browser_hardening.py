@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 import pytest
 
-from sim.out.snapshot import Snapshot
+from sim.report.snapshot import Snapshot
 from tests.browser_util import app_server, browser  # noqa: F401  (fixtures)
 from tests.test_charts import make_result
 

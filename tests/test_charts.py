@@ -1,4 +1,4 @@
-"""sim.out.charts and sim.out.compare_words on small hand-built frames (the metrics schema, docs/METRICS.md)."""
+"""sim.report.charts and sim.report.compare_words on small hand-built frames (the metrics schema, docs/METRICS.md)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.out import charts
-from sim.out.compare_words import comparison_rows, describe_differences, token_state_share
+from sim.report import charts
+from sim.report.compare_words import comparison_rows, describe_differences, token_state_share
 from sim.scenario import Scenario
 
 GIB = 1 << 30

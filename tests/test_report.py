@@ -7,8 +7,14 @@ import re
 import plotly.offline
 import pytest
 
-from sim.out.report import TOKEN_SHARE_LABEL, headline_metrics, html_report, kv_pool_line, write_html_report
-from sim.out.snapshot import Snapshot
+from sim.report.html_report import (
+    TOKEN_SHARE_LABEL,
+    headline_metrics,
+    html_report,
+    kv_pool_line,
+    write_html_report,
+)
+from sim.report.snapshot import Snapshot
 from sim.run.engine import simulate
 from sim.scenario import Scenario
 from sim.trace import load_trace
@@ -119,7 +125,7 @@ def test_weight_bytes_follow_the_kv_heads_what_if():
     """The report's weight figure is the deployed model's (the K/V projections shrink with fewer
     KV heads), read from the resolved model, not the catalog entry."""
     from models.spec import load_spec
-    from sim.out.report import weights_bytes
+    from sim.report.html_report import weights_bytes
 
     full, fewer = _chat_run(), _chat_run(kv_heads=2)
     full.summary.pop("weights_bytes", None)

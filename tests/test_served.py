@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from sim.out.report import headline_metrics, html_report
-from sim.out.served import compared_verdicts, latency_basis, load_verdict, not_served, rejection_fix, share
+from sim.report.html_report import headline_metrics, html_report
+from sim.report.served import compared_verdicts, latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.run.engine import simulate
 from sim.run.verdict import MIN_QUEUE_GROWTH, OVERLOAD_MARGIN, load, overloaded
 from sim.scenario import Scenario, ScenarioError

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.out.snapshot import (
+from sim.report.snapshot import (
     MAX_STEP_ROWS,
     SCHEMA_VERSION,
     Snapshot,
@@ -17,7 +17,7 @@ from sim.out.snapshot import (
     downsample,
     snapshot_link,
 )
-from sim.out.snapshot_store import SnapshotStore
+from sim.report.snapshot_store import SnapshotStore
 from sim.trace import Trace
 from tests.test_charts import make_result
 
@@ -82,7 +82,7 @@ def test_not_json_and_oversize_rejected(monkeypatch):
         Snapshot.from_json(b"\x80\x04pickle", "x.json")
     with pytest.raises(SnapshotError, match="not a kvsim snapshot"):
         Snapshot.from_json("[1, 2]")
-    monkeypatch.setattr("sim.out.snapshot.MAX_SNAPSHOT_BYTES", 100)
+    monkeypatch.setattr("sim.report.snapshot.MAX_SNAPSHOT_BYTES", 100)
     with pytest.raises(SnapshotError, match="over the 100-byte"):
         Snapshot.from_json("{" + " " * 200 + "}")
     assert SCHEMA_VERSION == 1

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from sim.__main__ import main as sim_main
-from sim.out.snapshot import Snapshot, SnapshotError
-from sim.out.snapshot_store import STORE_VERSION, SnapshotStore, StoreError, move_aside, open_store
+from sim.report.snapshot import Snapshot, SnapshotError
+from sim.report.snapshot_store import STORE_VERSION, SnapshotStore, StoreError, move_aside, open_store
 from tests.test_charts import make_result
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -105,7 +105,7 @@ def test_version_1_store_migrates_and_keeps_links(tmp_path):
 def test_locked_store_is_a_message_and_waits(tmp_path, monkeypatch):
     db = tmp_path / "s.sqlite"
     kept = filled(db, 1)
-    monkeypatch.setattr("sim.out.snapshot_store.BUSY_TIMEOUT_S", 0.2)
+    monkeypatch.setattr("sim.report.snapshot_store.BUSY_TIMEOUT_S", 0.2)
     holder = sqlite3.connect(db, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -175,8 +175,8 @@ def test_concurrent_writers_lose_nothing(tmp_path):
 KILLED_WRITER = """
 import sys
 sys.path.insert(0, {root!r})
-from sim.out.snapshot import Snapshot
-from sim.out.snapshot_store import SnapshotStore
+from sim.report.snapshot import Snapshot
+from sim.report.snapshot_store import SnapshotStore
 from tests.test_charts import make_result
 store = SnapshotStore({db!r})
 snap = Snapshot.from_result(make_result(), None)

@@ -1,10 +1,10 @@
-"""One glossary expander, the same on every page (definitions in sim/out/glossary.py)."""
+"""One glossary expander, the same on every page (definitions in sim/report/glossary.py)."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from sim.out.glossary import KV_BYTES, KV_PARTS, TERMS
+from sim.report.glossary import KV_BYTES, KV_PARTS, TERMS
 
 
 def show_glossary(kv_parts: bool = True, terms: bool = False) -> None:

@@ -18,14 +18,14 @@ from models.gpus import list_gpus
 from models.spec import list_catalog
 from sim.guard.text import public_error
 from sim.memory.capacity import TP_CHOICES
-from sim.out.plan_charts import pareto_figure, row_label, varied_fields
-from sim.out.served import BINDING_WORDS
-from sim.out.snapshot import Snapshot
 from sim.plan.config_search import ALWAYS_SHOWN, SearchOptions
 from sim.plan.grid import expand
 from sim.plan.prices import DEFAULT_PRICES
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
+from sim.report.plan_charts import pareto_figure, row_label, varied_fields
+from sim.report.served import BINDING_WORDS
+from sim.report.snapshot import Snapshot
 from sim.scenario import CHOICES, Scenario, ScenarioError
 from sim.trace import Trace
 from ui.defaults import DEFAULT_SCENARIO, PLAN_GPUS

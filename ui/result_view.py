@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from sim.guard.text import plain, public_error
-from sim.out import charts
-from sim.out.report import headline_metrics, html_report, kv_pool_line, weights_bytes
-from sim.out.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
-from sim.out.snapshot import Snapshot, SnapshotError, snapshot_link
-from sim.out.snapshot_store import open_store
+from sim.report import charts
+from sim.report.html_report import headline_metrics, html_report, kv_pool_line, weights_bytes
+from sim.report.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
+from sim.report.snapshot import Snapshot, SnapshotError, snapshot_link
+from sim.report.snapshot_store import open_store
 from ui.glossary import show_glossary
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import streamlit as st
 
-from sim.out.snapshot import Snapshot
 from sim.plan.config_search import SearchOptions
+from sim.report.snapshot import Snapshot
 from sim.scenario import Scenario
 from sim.trace import Trace
 from ui.server.pool import RunKey, RunService, ServiceStats

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from sim.fidelity.validate import SERIES
-from sim.out import charts
+from sim.report import charts
 from ui.runner import run_validate
 from ui.validate_job import Files, Shown, files_digest
 

@@ -15,7 +15,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exception types that carry a one-line, user-facing message (no traceback wanted)."""
     from models.gpus import GpuError
     from models.spec import SpecError
-    from sim.out.snapshot import SnapshotError
+    from sim.report.snapshot import SnapshotError
     from sim.scenario import ScenarioError
     from sim.timing.cost_model import ProfileError
     from sim.trace import TraceError

@@ -73,7 +73,7 @@ def write_outputs(result: Any, out: str) -> Path:
 
 
 def write_html(result: Any, path: str, trace: str | None = None) -> None:
-    from sim.out.report import write_html_report
+    from sim.report.html_report import write_html_report
 
     try:
         write_html_report(result, path, trace=trace)
@@ -86,7 +86,7 @@ def format_summary(s: dict[str, Any]) -> str:
         v = block.get(key)
         return "-" if v is None else f"{v * 1e3:.1f} ms"
 
-    from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix
+    from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix
 
     kv = s["kv_breakdown_mean"]
     fix = rejection_fix(s)

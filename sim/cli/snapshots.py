@@ -36,7 +36,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.out.snapshot_store import open_store
+    from sim.report.snapshot_store import open_store
 
     if args.action == "check":
         return _check(args)
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             print(text)
     elif args.action == "import":
         from sim.guard.files import read_limited
-        from sim.out.snapshot import MAX_SNAPSHOT_BYTES
+        from sim.report.snapshot import MAX_SNAPSHOT_BYTES
 
         data = read_limited(args.file, MAX_SNAPSHOT_BYTES, CliError, what="snapshot")
         saved = store.import_json(data, args.file, args.name, public=args.public)
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from sim.out.snapshot_store import StoreError, move_aside, open_store, store_path
+    from sim.report.snapshot_store import StoreError, move_aside, open_store, store_path
 
     try:
         store, _ = open_store(args.db, recover=False)

@@ -224,9 +224,9 @@ def scenario_cases() -> Iterator[Case]:
 
 # ----- snapshots (uploaded files and store bodies), drawn like the page draws them ------------
 def _draw(snap: Any) -> Any:
-    from sim.out import charts
-    from sim.out.report import headline_metrics, kv_pool_line, weights_bytes
-    from sim.out.served import load_verdict, not_served, rejection_fix
+    from sim.report import charts
+    from sim.report.html_report import headline_metrics, kv_pool_line, weights_bytes
+    from sim.report.served import load_verdict, not_served, rejection_fix
 
     headline_metrics(snap.summary), kv_pool_line(snap.summary), weights_bytes(snap)
     load_verdict(snap.summary), not_served(snap.summary), rejection_fix(snap.summary)
@@ -237,7 +237,7 @@ def _draw(snap: Any) -> Any:
 
 
 def snapshot_cases(rng: random.Random, count: int) -> Iterator[Case]:
-    from sim.out.snapshot import Snapshot, SnapshotError
+    from sim.report.snapshot import Snapshot, SnapshotError
     from tests.test_charts import make_result
 
     good = json.loads(Snapshot.from_result(make_result(), None).to_json())

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from models.registry import added_entries, apply_entries
-from sim.out.snapshot import Snapshot
 from sim.plan.config_search import SearchOptions
 from sim.plan.workload import Workload
+from sim.report.snapshot import Snapshot
 from sim.scenario import Scenario
 from sim.trace import Trace
 from ui.server.lru import ByteLRU, CacheStats, cache_bytes_from_env

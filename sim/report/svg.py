@@ -1,5 +1,5 @@
 """Plotly figures drawn as static SVG, for the HTML report: the same traces, colours, axes and
-titles as the dashboard's charts (sim/out/charts.py), without the 4.8 MB plotly.js bundle, so a
+titles as the dashboard's charts (sim/report/charts.py), without the 4.8 MB plotly.js bundle, so a
 report of a bundled sample stays well under 1 MB and opens anywhere, offline, with no script.
 
 Covers what charts.py draws for one result: line and stacked-area scatters, bars, subplots

@@ -1,5 +1,5 @@
 """Snapshots: one run's view (scenario, trace, headline metrics, downsampled frames) as one JSON file,
-and (sim/out/snapshot_store.py) a SQLite store that gives each saved snapshot an id for a `?snapshot=ID` link.
+and (sim/report/snapshot_store.py) a SQLite store that gives each saved snapshot an id for a `?snapshot=ID` link.
 
 Why a file and not a re-run: a colleague must see the *same* numbers even if the code or the cost
 model changed since; the scenario and trace travel along so the run can also be repeated. The

@@ -1,5 +1,5 @@
 """A self-contained HTML report of one result: what was not served, headline figures, the scenario,
-and the same charts the dashboard shows, drawn as inline SVG (sim/out/svg.py) rather than with
+and the same charts the dashboard shows, drawn as inline SVG (sim/report/svg.py) rather than with
 the 4.8 MB plotly.js, so a bundled sample's report is a few hundred KB, opens offline with no
 script, and can be mailed or attached to a ticket. Accepts a SimResult or a Snapshot (same
 attribute names); it names the trace and, for a snapshot, the snapshot.
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from models.kv_dtypes import get_kv_dtype
-from sim.out import charts
-from sim.out.glossary import KV_BYTES, KV_PARTS
-from sim.out.served import latency_basis, load_verdict, not_served, rejection_fix, share
-from sim.out.svg import figure_svg
+from sim.report import charts
+from sim.report.glossary import KV_BYTES, KV_PARTS
+from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix, share
+from sim.report.svg import figure_svg
 
 GIB = float(1 << 30)
 
@@ -157,7 +157,7 @@ def trace_name(result: Any) -> str:
 
 
 def html_report(result: Any, title: str = "kvsim report", trace: str | None = None) -> str:
-    """The whole report as one HTML string; charts are inline SVG (sim/out/svg.py), so no script at all.
+    """The whole report as one HTML string; charts are inline SVG (sim/report/svg.py), so no script at all.
     `trace` names the trace when the result does not carry it (a SimResult from the CLI)."""
     figs = [charts.memory_timeline(result.steps, weights_bytes(result)), charts.queue_and_batch(result.steps),
             charts.kv_usage(result.steps), charts.latency_cdfs(result.requests), charts.preemptions(result.steps)]

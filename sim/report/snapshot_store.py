@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sim.out.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
+from sim.report.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
 
 STORE_VERSION = 2  # 1: the first table (no secrets); 2: manage_hash + public, meta table
 DB_ENV = "KVSIM_SNAPSHOT_DB"
