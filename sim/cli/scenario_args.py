@@ -15,7 +15,7 @@ from sim.scenario import CHOICES, Scenario
 FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
-          "api_overhead_s", "seed", "speedup")
+          "cost_source", "api_overhead_s", "seed", "speedup")
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
