@@ -192,3 +192,27 @@ def test_static_batch_behaves_like_generate():
     assert t.finish_s[3:].tolist() == [11.0, 9.0]
     assert all(p.batch_size == 3 for p in plans[:8])
     assert sched.alloc.num_free_blocks == 100
+
+
+def test_prefix_hit_rate_counts_whole_prompts_as_vllm_does():
+    """vLLM's PrefixCacheStats: queries += request.num_tokens at each first admission, however small
+    the first chunk (here 64 of 1,000 tokens): hits / prompt tokens, not hits / first chunks."""
+    t = table_of([1000, 1000], [2, 2])
+    hashes = {0: [1, 2, 3, 4, 5, 6, 7, 8], 1: [1, 2, 3, 4, 5, 6, 7, 9]}  # 128-token hash blocks
+    cfg = SchedulerConfig(max_num_seqs=4, max_batched_tokens=64, chunked_prefill=True)
+    alloc = PagedAllocator(200, 16, 1, prefix_caching=True, prefix_block_size=128)
+    sched = Scheduler(t, alloc, cfg, hashes.get)
+    sched.add_request(0)
+    now = 0.0
+    while sched.has_work:  # request 0 alone, so its blocks are cached before request 1 looks
+        plan = sched.schedule(now)
+        now += 1.0
+        sched.complete_step(plan, now)
+    sched.add_request(1)
+    while sched.has_work:
+        plan = sched.schedule(now)
+        now += 1.0
+        sched.complete_step(plan, now)
+    assert sched.prefix_queries == 2000  # both whole prompts, not 64 + (hits + 64)
+    assert sched.prefix_hits == 7 * 128  # request 1 shares 7 of 8 hash blocks
+    assert int(t.prefix_hit[1]) == 7 * 128

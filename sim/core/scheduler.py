@@ -147,7 +147,7 @@ class Scheduler(interfaces.Scheduler):
         self._run_arr: np.ndarray | None = None
         self.swap_used_bytes = 0
         self.num_preemptions = 0
-        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
+        self.prefix_queries = 0  # prompt tokens looked up in the prefix cache (whole prompts, first admissions)
         self.prefix_hits = 0
         self.peak_used_blocks = 0
         self._decode_batch: DecodeBatch | None = None
@@ -326,8 +326,10 @@ class Scheduler(interfaces.Scheduler):
             if n == total and compute < 1:
                 compute = 1  # a token must be computed to sample the next one
             hit = n - compute
-            if hashes is not None:
-                self.prefix_queries += n
+            if hashes is not None and not t.preemptions[r]:
+                # vLLM's PrefixCacheStats: the whole request is looked up (request.num_tokens), once
+                # per admission; re-admissions after a preemption are counted apart, not here.
+                self.prefix_queries += total
                 self.prefix_hits += hit
             if hit:
                 t.prefix_hit[r] += hit
