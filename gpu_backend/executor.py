@@ -25,7 +25,7 @@ from gpu_backend.memory import CudaMemory, DeviceMemory, measure_kv_budget
 from gpu_backend.model_loader import LoadedModel, load_model
 from gpu_backend.paged_cache import PagedKVCache
 from sim.core import interfaces
-from sim.core.scheduler import StepPlan
+from sim.core.step_types import StepPlan
 from sim.trace import all_at_once
 
 

@@ -20,7 +20,7 @@ from gpu_backend.vllm_engine.conform import engine_config
 from gpu_backend.vllm_engine.model_dir import model_dir
 from gpu_backend.vllm_engine.protocol import StepRecord
 from gpu_backend.vllm_engine.trace_requests import engine_requests
-from sim.core.kv.base import BREAKDOWN_FIELDS
+from sim.core.step_types import BREAKDOWN_FIELDS
 from sim.run import metrics, verdict
 
 STEP_LOG_COLUMNS = ("step", "t_start_s", "t_end_s", "batch_size", "prefill_tokens", "decode_tokens",

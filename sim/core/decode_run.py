@@ -59,36 +59,15 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from sim.core.request import RequestTable
+from sim.core.step_types import PEAK_GRID_LIMIT, Ids, SkipAhead
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from sim.core.interfaces import Allocator
-    from sim.core.kv.base import Ids
-    from sim.core.scheduler import Scheduler
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
 SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
-# What the fast path asks of allocators that give blocks back while requests run (sliding or
-# chunked groups, sim/core/kv/hybrid.py): blocks_to_grow is the peak over the steps, exactly for
-# up to this many (steps x requests); longer runs are grown in pieces of at most this size.
-PEAK_GRID_LIMIT = 1 << 20
-
-
-class SkipAhead(Protocol):
-    """What the engine needs from a scheduler to take decode runs (Scheduler, StaticBatchScheduler)."""
-
-    @property
-    def num_running(self) -> int: ...
-
-    @property
-    def num_waiting(self) -> int: ...
-
-    def decode_run_limit(self) -> int: ...
-
-    def decode_context_tokens(self) -> int: ...
-
-    def advance_decode(self, k: int, t_end: float) -> list[int]: ...
 
 
 class DecodeCost(Protocol):
@@ -173,7 +152,48 @@ def joined(batch: DecodeBatch | None, t: RequestTable, run: np.ndarray, prefill_
 
 
 # --- the continuous-batching scheduler's side: how far, and the k steps applied -----------------
-def run_limit(sched: Scheduler) -> int:
+class BatchLimits(Protocol):
+    """The scheduler limits a run must respect (sim.core.scheduler.SchedulerConfig)."""
+
+    @property
+    def max_num_seqs(self) -> int: ...
+
+    @property
+    def max_batched_tokens(self) -> int: ...
+
+
+class DecodeRunHost(Protocol):
+    """The continuous-batching scheduler's state the fast path reads and books
+    (sim.core.scheduler.Scheduler), named here so that this module needs no import of it."""
+
+    peak_used_blocks: int
+
+    @property
+    def t(self) -> RequestTable: ...
+
+    @property
+    def alloc(self) -> Allocator: ...
+
+    @property
+    def cfg(self) -> BatchLimits: ...
+
+    @property
+    def running(self) -> Collection[int]: ...
+
+    @property
+    def waiting(self) -> Collection[int]: ...
+
+    @property
+    def swapped(self) -> Collection[int]: ...
+
+    def running_ids(self) -> np.ndarray: ...
+
+    def decode_batch(self) -> DecodeBatch | None: ...
+
+    def head_admissible(self, batch_size: int) -> bool: ...
+
+
+def run_limit(sched: DecodeRunHost) -> int:
     """Rules 1-4 of the module docstring for `sched`: how many next steps may be taken in one go
     (0: take the general path). Only valid while no new request arrives."""
     if sched.swapped or not sched.running:
@@ -211,13 +231,13 @@ def largest_fitting_growth(alloc: Allocator, run: Ids, k: int) -> int:
     return lo
 
 
-def context_tokens(sched: Scheduler) -> int:
+def context_tokens(sched: DecodeRunHost) -> int:
     """Summed K/V tokens of the running batch (cost model input for decode runs)."""
     batch = sched.decode_batch()
     return batch.context if batch is not None else int(_sum(sched.t.computed[sched.running_ids()]))
 
 
-def grow(sched: Scheduler, k: int) -> None:
+def grow(sched: DecodeRunHost, k: int) -> None:
     """The K/V and token books of k decode steps of the running batch (k <= run_limit(sched));
     the caller then releases the members that finished."""
     t, alloc = sched.t, sched.alloc
@@ -234,7 +254,7 @@ def grow(sched: Scheduler, k: int) -> None:
         batch.advance(k)
 
 
-def _grow_past_releases(sched: Scheduler, run: np.ndarray, k: int) -> None:
+def _grow_past_releases(sched: DecodeRunHost, run: np.ndarray, k: int) -> None:
     """grow_by(run, k) for a run in which sliding or chunked groups give blocks back, booking the
     peak of blocks in use over its steps, as stepping would see it: blocks_to_grow is that peak
     (exactly for up to PEAK_GRID_LIMIT steps x requests, so longer runs grow in pieces)."""

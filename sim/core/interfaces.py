@@ -4,7 +4,8 @@
   per-group hybrids); `sim.core.kv.base.KVAllocator` is their base class, with the defaults.
 - `Scheduler`: what runs in the next step. Implementations: sim/core/scheduler.py (continuous
   batching) and sim/core/static_batch.py (the static-batching baseline). It also answers the
-  decode fast path (`SkipAhead`, sim/core/decode_run.py): 0 steps when it cannot say.
+  decode fast path (`SkipAhead`, sim/core/step_types.py; its machinery is sim/core/decode_run.py):
+  0 steps when it cannot say.
 - `Executor`: carries out a step's plan and says when it ended. Implementations:
   sim/run/modelled_step.py (the simulator: the cost model's time on a SimPy clock) and
   gpu_backend/executor.py (a real model on a wall clock).
@@ -21,15 +22,10 @@ written, and callers type against these names, never against a concrete class.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Protocol
 
-from sim.core.decode_run import SkipAhead
-
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from sim.core.kv.base import Ids, KVBreakdown
-    from sim.core.scheduler import StepPlan
+from sim.core.step_types import Ids, KVBreakdown, SkipAhead, StepPlan
 
 
 class Allocator(Protocol):

@@ -31,13 +31,14 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from sim.core import decode_run, interfaces
 from sim.core.decode_run import DecodeBatch
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
+from sim.core.step_types import StepPlan
 
 _count = np.count_nonzero  # cheap on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
@@ -55,68 +56,6 @@ class SchedulerConfig:
     # only if blocks for ALL its known tokens (prompt + generated) are free now, even when chunked
     # prefill gives it a first chunk only. False: the first chunk must fit (older vLLM).
     admit_whole_prompt: bool = True
-
-
-@dataclass
-class StepPlan:
-    """What one step computes. Token counts are per request; arrays are aligned.
-
-    decode_ids: requests computing one token (their last sampled one) and sampling the next;
-    decode_context: their K/V tokens before the step.
-    prefill_ids / prefill_context / prefill_tokens: prompt (or recompute) chunks: tokens already
-    in K/V (cached or computed) and tokens computed now; prefill_end: K/V tokens after the step.
-    """
-
-    now: float
-    decode_ids: np.ndarray
-    decode_context: np.ndarray
-    prefill_ids: list[int] = field(default_factory=list)
-    prefill_context: list[int] = field(default_factory=list)
-    prefill_tokens: list[int] = field(default_factory=list)
-    prefill_end: list[int] = field(default_factory=list)
-    preempted: list[int] = field(default_factory=list)
-    swap_out_bytes: int = 0
-    swap_in_bytes: int = 0
-    decode_kv: int | None = None  # sum of decode_context when the scheduler already knows it
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return int(self.decode_ids.size)
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return int(sum(self.prefill_tokens))
-
-    @property
-    def num_new_tokens(self) -> int:
-        return self.num_decode_tokens + self.num_prefill_tokens
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.decode_ids.size) + len(self.prefill_ids)
-
-    @property
-    def is_pure_decode(self) -> bool:
-        return not self.prefill_ids and not self.swap_in_bytes and not self.swap_out_bytes
-
-    def step_shape(self) -> tuple[int, int, int, int, int, int]:
-        """(decode_seqs, decode_kv, prefill_tokens, prefill_kv, prefill_pairs, prefill_seqs) for
-        CostModel.step_time (sim/timing/cost_model.py defines them)."""
-        kd = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
-        kp = pairs = 0
-        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
-            kp += s
-            pairs += q * s + q * (q + 1) // 2
-        return int(self.decode_ids.size), kd, self.num_prefill_tokens, kp, pairs, len(self.prefill_ids)
-
-    def cost_args(self) -> tuple[int, int, int]:
-        """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""
-        kv = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
-        pairs = kv
-        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
-            kv += s
-            pairs += q * s + q * (q + 1) // 2
-        return self.num_new_tokens, kv, pairs
 
 
 class Scheduler(interfaces.Scheduler):

@@ -21,7 +21,7 @@ import numpy as np
 
 from sim.core import interfaces
 from sim.core.request import FINISHED, RUNNING, WAITING, RequestTable
-from sim.core.scheduler import StepPlan
+from sim.core.step_types import StepPlan
 
 
 class StaticBatchScheduler(interfaces.Scheduler):

@@ -30,12 +30,12 @@ import simpy
 from sim.core import decode_run
 from sim.core.interfaces import Allocator, Executor
 from sim.core.interfaces import Scheduler as SchedulerPolicy
-from sim.core.kv.base import BREAKDOWN_FIELDS
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.static_batch import StaticBatchScheduler
+from sim.core.step_types import BREAKDOWN_FIELDS
 from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
 from sim.run.modelled_step import ModelledExecutor

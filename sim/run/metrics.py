@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.core.kv.base import BREAKDOWN_FIELDS
+from sim.core.step_types import BREAKDOWN_FIELDS
 
 REQUEST_COLUMNS = ("req_id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "input_tokens",
                    "output_tokens", "queue_s", "ttft_s", "tpot_s", "e2e_s", "num_preemptions",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.core import interfaces
-from sim.core.scheduler import StepPlan
+from sim.core.step_types import StepPlan
 from sim.timing.cost_model import CostModel
 
 

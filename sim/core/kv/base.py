@@ -17,44 +17,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import numpy as np
 
 from sim.core.interfaces import Allocator
-
-Ids = Sequence[int] | np.ndarray  # request ids or token counts: a list or an int array
-
-BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
-
-
-@dataclass(frozen=True)
-class KVBreakdown:
-    """Where the KV capacity is, in bytes. The five parts add up to `capacity` exactly.
-
-    token_states:  K/V actually written (scale bytes of quantised KV included).
-    reserved:      slots held for tokens a running request has yet to generate.
-    internal_frag: slots held that will never be written (over-reservation, last-block slack).
-    external_frag: free slots no waiting request can use (no hole large enough).
-    free:          the rest.
-    """
-
-    token_states: int
-    reserved: int
-    internal_frag: int
-    external_frag: int
-    free: int
-
-    @property
-    def capacity(self) -> int:
-        return self.token_states + self.reserved + self.internal_frag + self.external_frag + self.free
-
-    def fractions(self) -> dict[str, float]:
-        cap = self.capacity or 1
-        return {name: getattr(self, name) / cap for name in BREAKDOWN_FIELDS}
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in BREAKDOWN_FIELDS}
+from sim.core.step_types import Ids, KVBreakdown
 
 
 class AllocationError(RuntimeError):

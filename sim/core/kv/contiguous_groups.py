@@ -24,10 +24,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.core.kv.base import AllocationError, KVBreakdown
+from sim.core.kv.base import AllocationError
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.paged import grown
+from sim.core.step_types import KVBreakdown
 
 ROUNDING = "(placement rounding)"
 

@@ -24,10 +24,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.core.decode_run import PEAK_GRID_LIMIT  # (steps x requests) evaluated exactly for a decode run
-from sim.core.kv.base import AllocationError, Ids, KVAllocator, KVBreakdown
+from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.paged import grown
+from sim.core.step_types import (
+    PEAK_GRID_LIMIT,  # (steps x requests) evaluated exactly for a decode run
+    Ids,
+    KVBreakdown,
+)
 
 
 class HybridPagedAllocator(KVAllocator):

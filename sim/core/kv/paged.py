@@ -29,8 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.core.kv.base import AllocationError, Ids, KVAllocator, KVBreakdown
+from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.prefix_cache import PrefixCache
+from sim.core.step_types import Ids, KVBreakdown
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
 

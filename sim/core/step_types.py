@@ -1,0 +1,133 @@
+"""The policy core's shared types: what a step plans, where KV memory is, the decode fast path's
+protocol. A leaf, like vLLM's core/sched/output.py: it imports nothing from the project, and the
+interfaces, allocators, schedulers, the engine and the GPU backend all import it, so none of them
+needs another for a type (the import contracts count type-only imports too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+__all__ = ["BREAKDOWN_FIELDS", "PEAK_GRID_LIMIT", "Ids", "KVBreakdown", "SkipAhead", "StepPlan"]
+
+Ids = Sequence[int] | np.ndarray  # request ids or token counts: a list or an int array
+
+BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+
+
+@dataclass(frozen=True)
+class KVBreakdown:
+    """Where the KV capacity is, in bytes. The five parts add up to `capacity` exactly.
+
+    token_states:  K/V actually written (scale bytes of quantised KV included).
+    reserved:      slots held for tokens a running request has yet to generate.
+    internal_frag: slots held that will never be written (over-reservation, last-block slack).
+    external_frag: free slots no waiting request can use (no hole large enough).
+    free:          the rest.
+    """
+
+    token_states: int
+    reserved: int
+    internal_frag: int
+    external_frag: int
+    free: int
+
+    @property
+    def capacity(self) -> int:
+        return self.token_states + self.reserved + self.internal_frag + self.external_frag + self.free
+
+    def fractions(self) -> dict[str, float]:
+        cap = self.capacity or 1
+        return {name: getattr(self, name) / cap for name in BREAKDOWN_FIELDS}
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in BREAKDOWN_FIELDS}
+
+
+@dataclass
+class StepPlan:
+    """What one step computes. Token counts are per request; arrays are aligned.
+
+    decode_ids: requests computing one token (their last sampled one) and sampling the next;
+    decode_context: their K/V tokens before the step.
+    prefill_ids / prefill_context / prefill_tokens: prompt (or recompute) chunks: tokens already
+    in K/V (cached or computed) and tokens computed now; prefill_end: K/V tokens after the step.
+    """
+
+    now: float
+    decode_ids: np.ndarray
+    decode_context: np.ndarray
+    prefill_ids: list[int] = field(default_factory=list)
+    prefill_context: list[int] = field(default_factory=list)
+    prefill_tokens: list[int] = field(default_factory=list)
+    prefill_end: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    swap_out_bytes: int = 0
+    swap_in_bytes: int = 0
+    decode_kv: int | None = None  # sum of decode_context when the scheduler already knows it
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return int(self.decode_ids.size)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return int(sum(self.prefill_tokens))
+
+    @property
+    def num_new_tokens(self) -> int:
+        return self.num_decode_tokens + self.num_prefill_tokens
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.decode_ids.size) + len(self.prefill_ids)
+
+    @property
+    def is_pure_decode(self) -> bool:
+        return not self.prefill_ids and not self.swap_in_bytes and not self.swap_out_bytes
+
+    def step_shape(self) -> tuple[int, int, int, int, int, int]:
+        """(decode_seqs, decode_kv, prefill_tokens, prefill_kv, prefill_pairs, prefill_seqs) for
+        CostModel.step_time (sim/timing/cost_model.py defines them)."""
+        kd = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
+        kp = pairs = 0
+        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
+            kp += s
+            pairs += q * s + q * (q + 1) // 2
+        return int(self.decode_ids.size), kd, self.num_prefill_tokens, kp, pairs, len(self.prefill_ids)
+
+    def cost_args(self) -> tuple[int, int, int]:
+        """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""
+        kv = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
+        pairs = kv
+        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
+            kv += s
+            pairs += q * s + q * (q + 1) // 2
+        return self.num_new_tokens, kv, pairs
+
+
+# --- the decode fast path (sim/core/decode_run.py says when a run may be taken and what it books)
+class SkipAhead(Protocol):
+    """What the engine needs from a scheduler to take decode runs (Scheduler, StaticBatchScheduler)."""
+
+    @property
+    def num_running(self) -> int: ...
+
+    @property
+    def num_waiting(self) -> int: ...
+
+    def decode_run_limit(self) -> int: ...
+
+    def decode_context_tokens(self) -> int: ...
+
+    def advance_decode(self, k: int, t_end: float) -> list[int]: ...
+
+
+# What the fast path asks of allocators that give blocks back while requests run (sliding or
+# chunked groups, sim/core/kv/hybrid.py): blocks_to_grow is the peak over the steps, exactly for
+# up to this many (steps x requests); longer runs are grown in pieces of at most this size.
+PEAK_GRID_LIMIT = 1 << 20
