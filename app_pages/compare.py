@@ -5,6 +5,7 @@ import streamlit as st
 
 from models.spec import SpecError
 from sim.guard.text import public_error
+from sim.plan.one_source import one_source
 from sim.report import charts
 from sim.report.compare_words import comparison_rows, describe_differences
 from sim.report.served import compared_verdicts
@@ -37,7 +38,8 @@ if len(chosen) < 2:
     st.stop()
 
 snaps = {}
-results = run_scenarios(trace, {label: variants[label] for label in chosen},
+sources = one_source([variants[label] for label in chosen])  # one step-time source for every row
+results = run_scenarios(trace, dict(zip(chosen, sources.scenarios, strict=True)),
                         catch=(SpecError, ScenarioError, TraceError, ValueError))
 for label, result in results.items():
     if isinstance(result, Exception):
@@ -67,7 +69,7 @@ st.dataframe(pd.DataFrame(comparison_rows(summaries)), hide_index=True, key="cmp
                                 "running", format="%.1f", help="requests running at once, time-averaged"),
                             "peak KV usage %": st.column_config.NumberColumn(format="%.0f"),
                             "token states %": st.column_config.NumberColumn(format="%.0f")})
-st.caption("Latency and throughput are over each run's completed requests.")
+st.caption("Latency and throughput are over each run's completed requests. " + sources.note)
 
 steps = {k: s.steps for k, s in snaps.items()}
 requests = {k: s.requests for k, s in snaps.items()}

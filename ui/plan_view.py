@@ -95,7 +95,7 @@ def plan_table(plan: dict[str, Any]) -> pd.DataFrame:
         "config": row_label(r, varied), "max req/s": r["max_rate_per_s"], "tok/s per GPU": r["tok_s_per_gpu"],
         "tok/s per user": r.get("tok_s_per_user"), "GPUs for target": r.get("gpus_for_target"),
         "$ per M tokens": r.get("cost_per_mtok"), "binds": r["binding"], "SLO met": r.get("slo_met_at_max"),
-        "preemptions": r.get("num_preemptions"),
+        "preemptions": r.get("num_preemptions"), "step times": r.get("step_time_source"),
         "peak KV usage %": None if r.get("kv_usage_peak") is None else 100 * float(r["kv_usage_peak"]),
     } for r in rows])
     empty = [c for c in ("GPUs for target", "$ per M tokens") if table[c].isna().all()]
@@ -134,6 +134,8 @@ def show_plan(plan: dict[str, Any], key: str = "plan") -> None:
                                 "tok/s per user": st.column_config.NumberColumn(format="%.1f"),
                                 "$ per M tokens": st.column_config.NumberColumn(format="%.3f"),
                                 "peak KV usage %": st.column_config.NumberColumn(format="%.0f")})
+    if plan.get("step_times"):
+        st.caption(plan["step_times"])
     if any(r.get("capped") for r in rows):
         st.caption("Some rows met the SLO at every rate tried: the trace is too short to load them.")
 

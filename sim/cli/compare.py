@@ -25,7 +25,7 @@ def presets() -> dict[str, str]:
         "batching": "static_batch=8;static_batch=32;allocator=paged",
     }
 
-COLUMNS = (("variant", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
+COLUMNS = (("variant", "{}"), ("steps", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
            ("ttft_p50_s", "{:.3f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"), ("token_states", "{:.1%}"),
            ("reserved", "{:.1%}"), ("internal", "{:.1%}"), ("external", "{:.1%}"), ("free", "{:.1%}"))
 
@@ -38,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     v = p.add_mutually_exclusive_group(required=True)
     v.add_argument("--variants", help='";"-separated variants of "field=value,..." (Scenario field names)')
     v.add_argument("--preset", choices=sorted(presets()), help="a named set of variants")
-    p.add_argument("--json", action="store_true", help="print a JSON list of {variant, scenario, summary}")
+    p.add_argument("--json", action="store_true", help="print a JSON list of {variant, scenario, summary, "
+                   "step_time_source, step_times (the comparison's one source, in words)}")
     p.add_argument("--no-progress", action="store_true")
     return p
 
@@ -82,7 +83,7 @@ def _convert(key: str, value: str, type_name: str) -> Any:
 
 def row(label: str, s: dict[str, Any]) -> dict[str, Any]:
     kv = s["kv_breakdown_mean"]
-    return {"variant": label, "completed": s["completed"], "throughput_tok_s": s["throughput_tok_s"],
+    return {"variant": label, "steps": s["cost_model"]["source"], "completed": s["completed"], "throughput_tok_s": s["throughput_tok_s"],
             "mean_batch_size": s["mean_batch_size"], "ttft_p50_s": s["ttft_s"]["p50"], "e2e_p50_s": s["e2e_s"]["p50"],
             "preempt": s["num_preemptions"], "token_states": kv["token_states"], "reserved": kv["reserved"],
             "internal": kv["internal_frag"], "external": kv["external_frag"], "free": kv["free"]}
@@ -101,12 +102,18 @@ def run(args: argparse.Namespace) -> int:
     base = scenario_from_args(args)
     variants = parse_variants(presets()[args.preset] if args.preset else args.variants, base)
     trace = trace_from_args(args)
+    from sim.plan.one_source import one_source
+
+    chosen = one_source([scenario for _, scenario in variants])
+    variants = [(label, scenario) for (label, _), scenario in zip(variants, chosen.scenarios, strict=True)]
     results = []
     for label, scenario in variants:
         result = simulate_with_progress(trace, scenario, not args.no_progress and not args.json)
-        results.append({"variant": label, "scenario": scenario.to_dict(), "summary": result.summary})
+        results.append({"variant": label, "scenario": scenario.to_dict(), "summary": result.summary,
+                        "step_time_source": result.summary["cost_model"]["source"], "step_times": chosen.note})
     if args.json:
         print_json(results)
     else:
         print(format_table([row(r["variant"], r["summary"]) for r in results]))
+        print(chosen.note)
     return 0

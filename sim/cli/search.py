@@ -131,15 +131,17 @@ def format_table(out: dict[str, Any]) -> str:
     labels = [" ".join([r["gpu"]] + [f"{k}={r[k]}" for k in varied if k != "gpu"]) for r in rows]
     width = max([len(label) for label in labels] + [6])
     lines = [head, f"{'config':<{width}} {'max req/s':>10} {'tok/s/GPU':>10} {'tok/s/user':>10} {'GPUs@target':>11} "
-             f"{'$/Mtok':>8}  binding"]
+             f"{'$/Mtok':>8} {'steps':>11}  binding"]
     for label, row in zip(labels, rows, strict=True):
         rate = (">" if row["capped"] else "") + format(row["max_rate_per_s"], ".4g")
         lines.append(f"{label:<{width}} {rate:>10} {row['tok_s_per_gpu']:>10.0f} "
                      f"{_num(row['tok_s_per_user'], '.1f'):>10} {_num(row['gpus_for_target'], 'd'):>11} "
-                     f"{_num(row['cost_per_mtok'], '.3f'):>8}  {row['binding']}")
+                     f"{_num(row['cost_per_mtok'], '.3f'):>8} {row.get('step_time_source') or '-':>11}  {row['binding']}")
     if any(r["capped"] for r in rows):
         lines.append("> met the SLO at every rate tried (x16384 the start): the workload has too few requests to "
                      "load this deployment; use a larger n or a longer trace")
+    if out.get("step_times"):
+        lines.append(out["step_times"])
     best = out["best"]
     lines.append(f"best: {labels[best['row']]}" if best else "best: no configuration meets the SLO at any rate")
     return "\n".join(lines)

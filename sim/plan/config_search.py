@@ -112,6 +112,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "kv_usage_peak": (s["kv_cache_usage_perc"] or {}).get("peak"),
         "missed_above": list(found.hi_probe.violations) if found.hi_probe is not None else [],
         "probes": len(found.probes),
+        "step_time_source": dep.cost.source,
         "scenario": scenario.to_dict(),
     })
     return row
@@ -124,7 +125,8 @@ def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str,
                 "usd_per_gpu_hour": price_for(scenario.gpu, options.prices), "cost_per_mtok": None,
                 "binding": "does_not_fit", "binding_shares": {}, "slo_met_at_max": False, "capped": False,
                 "ttft_p99_s": None, "tpot_p99_s": None, "e2e_p99_s": None, "num_preemptions": 0,
-                "kv_usage_peak": None, "missed_above": [why], "probes": 0, "scenario": scenario.to_dict()})
+                "kv_usage_peak": None, "missed_above": [why], "probes": 0, "step_time_source": None,
+                "scenario": scenario.to_dict()})
     return row
 
 

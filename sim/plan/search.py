@@ -12,6 +12,7 @@ from typing import Any
 
 from sim.plan.config_search import SearchOptions
 from sim.plan.executors import make_executor
+from sim.plan.one_source import one_source
 from sim.plan.rank import best_row, pareto_rows
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
@@ -24,9 +25,10 @@ class SearchResult:
     target_rate: float | None
     cancelled: bool = False
     configs: int = 0
+    step_times: str = ""  # the one step-time source of every row, in a sentence (sim.plan.one_source)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"slo": self.slo, "target_rate": self.target_rate, "configs": self.configs,
+        return {"slo": self.slo, "target_rate": self.target_rate, "configs": self.configs, "step_times": self.step_times,
                 "completed": len(self.rows), "cancelled": self.cancelled, "rows": self.rows,
                 "best": best_row(self.rows, self.target_rate), "pareto": pareto_rows(self.rows)}
 
@@ -34,7 +36,10 @@ class SearchResult:
 def search(workload: Workload, configs: list[Scenario], options: SearchOptions, *, workers: int = 1,
            ray: str | None = None, progress: Callable[[int, int], None] | None = None) -> SearchResult:
     """Every configuration's row, in grid order. Ctrl-C (KeyboardInterrupt) stops the sweep and
-    keeps the rows finished so far (`cancelled`). progress(done, total) after each row."""
+    keeps the rows finished so far (`cancelled`). progress(done, total) after each row. Every row is
+    timed by one step-time source (sim.plan.one_source: all on the roofline where the tables miss some)."""
+    chosen = one_source(configs)
+    configs = list(chosen.scenarios)
     rows: dict[int, dict[str, Any]] = {}
     cancelled = False
     with make_executor(workload, options, workers=workers, ray=ray) as ex:
@@ -47,4 +52,4 @@ def search(workload: Workload, configs: list[Scenario], options: SearchOptions, 
             cancelled = True
             ex.cancel()
     return SearchResult([rows[i] for i in sorted(rows)], options.slo.text(), options.target_rate, cancelled,
-                        len(configs))
+                        len(configs), chosen.note)

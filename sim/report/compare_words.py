@@ -147,5 +147,6 @@ def comparison_rows(summaries: Mapping[str, Mapping[str, Any]]) -> list[dict[str
                      "TTFT p99 s": _val(s, "ttft_s", "p99"), "TPOT p99 ms": None if tpot is None else 1000 * tpot,
                      "running (avg)": _val(s, "mean_batch_size"),
                      "peak KV usage %": pct(_val(s, "kv_cache_usage_perc", "peak")),
-                     "token states %": pct(token_state_share(s)), "preemptions": _val(s, "num_preemptions")})
+                     "token states %": pct(token_state_share(s)), "preemptions": _val(s, "num_preemptions"),
+                     "step times": (s.get("cost_model") or {}).get("source")})
     return rows

@@ -2,7 +2,9 @@
 
 - "roofline": roofline v2 from the model's shapes and the GPU datasheet (sim/timing/roofline.py);
 - "profile": a calibration profile fitted to measured steps (sim/timing/profile.py);
-- "measured-db": aiconfigurator-core's measured kernel tables (sim/timing/measured_db.py).
+- "measured-db": aiconfigurator-core's measured kernel tables (sim/timing/measured_db.py);
+- "derived": those tables for the nearest measured variant, scaled (a KV dtype without measured
+  kernels: int8/int4 from fp8, decode attention x bytes read; measured_db.nearest_measured_kv).
 
 A step is described by its shape (sums over the sequences in it):
 - decode_seqs D, decode_kv Kd: sequences computing one token, and their K/V tokens read;
@@ -127,7 +129,8 @@ class CostModel:
                 raise ProfileError(f"cost_source measured-db: {exc}") from None
             return replace(roof, source_detail=f"measured kernels not used: {exc}")
         detail = f"aiconfigurator-core {measured_db.package_version()} ({measured_db.BACKEND} tables)"
-        return replace(roof, table=table, source="measured-db", source_detail=detail,
+        source = "derived" if table.derived else "measured-db"
+        return replace(roof, table=table, source=source, source_detail=detail,
                        warnings=roof.warnings + notes)
 
     @property

@@ -97,6 +97,9 @@ class MeasuredTable:
     # Per-group attention (sim/timing/attention_groups.py): when set, ctx_attn and gen_attn hold ONE
     # full-attention layer and each group scales them by its layers at the context it reads.
     attn_groups: tuple[Any, ...] = ()
+    # "" = measured as asked; else how the table was derived from the nearest measured one (a KV
+    # dtype without kernels: the measured dtype's tables, decode attention scaled by bytes read).
+    derived: str = ""
 
     def decode_parts(self, d: float) -> tuple[float, np.ndarray | None]:
         """A pure-decode step of d sequences: (GPU seconds apart from decode attention, the decode
@@ -227,11 +230,33 @@ def coverage(gpu_name: str, tp: int, weight_dtype: str, kv_dtype: str) -> str:
         raise NotCovered(f"no measured vLLM kernels for GPU {gpu_name} (measured: {', '.join(SYSTEMS)})")
     if weight_dtype not in WEIGHT_DTYPES:
         raise NotCovered(f"weights {weight_dtype}: measured tables used for {'/'.join(WEIGHT_DTYPES)} only")
-    if kv_dtype not in KV_QUANT:
+    if kv_dtype not in KV_QUANT and nearest_measured_kv(kv_dtype) is None:
         raise NotCovered(f"KV {kv_dtype}: no measured attention kernels")
     if tp not in (1, 2, 4, 8):
         raise NotCovered(f"TP {tp}: measured all-reduce covers 1, 2, 4, 8 GPUs")
     return system
+
+
+def nearest_measured_kv(kv_dtype: str) -> str | None:
+    """The measured KV dtype with the same element width (int8 -> fp8, fp32 -> none: no measured
+    kernel reads 4-byte K/V) or, for narrower elements (int4), the narrowest measured one; None when
+    kv_dtype is measured itself or nothing measured is at least as narrow."""
+    from models.kv_dtypes import get_kv_dtype
+
+    if kv_dtype in KV_QUANT:
+        return None
+    bits = get_kv_dtype(kv_dtype).element_bits
+    measured = sorted((get_kv_dtype(m).element_bits, m) for m in KV_QUANT if m != "fp16")
+    same = [m for b, m in measured if b == bits]
+    if same:
+        return same[0]
+    return measured[0][1] if bits < measured[0][0] else None
+
+
+def derived_decode_scale(spec: ModelSpec, kv_dtype: str, measured_kv: str) -> float:
+    """Decode attention reads every cached K/V byte once (memory-bound): its time scales with the
+    bytes per token, scales included (int8 stores an fp32 scale per token per kv head)."""
+    return spec.kv_bytes_per_token(kv_dtype) / spec.kv_bytes_per_token(measured_kv)
 
 
 def cache_dir() -> Path:
@@ -411,13 +436,22 @@ def measured_table(spec: ModelSpec, gpu_name: str, scenario: Scenario, roofline:
     """The table for a deployment and the notes on where the roofline stands in; NotCovered if none."""
     tp, weight_dtype, kv_dtype = scenario.tp, scenario.weight_dtype, scenario.kv_dtype
     system = coverage(gpu_name, tp, weight_dtype, kv_dtype)
+    measured_kv = nearest_measured_kv(kv_dtype) or kv_dtype
     groups = roofline.attn_groups
-    dep = Deployment(system, tp, weight_dtype, kv_dtype, moe=spec.moe is not None,
+    dep = Deployment(system, tp, weight_dtype, measured_kv, moe=spec.moe is not None,
                      expert_parallel=scenario.expert_parallel and spec.moe is not None,
                      grouped=bool(groups))
     arrays = load_arrays(dict(spec.config), dep)
     notes = []
     gen_attn: np.ndarray | None = arrays["gen_attn"]
+    derived = ""
+    if measured_kv != kv_dtype:
+        scale = derived_decode_scale(spec, kv_dtype, measured_kv)
+        gen_attn = None if gen_attn is None else gen_attn * scale
+        derived = (f"derived: KV {kv_dtype} has no measured kernels; the {measured_kv} tables with decode "
+                   f"attention x{scale:.3f} (bytes read per token, scales included); prefill attention and "
+                   f"the other ops as measured for {measured_kv}; dequantisation cost not modelled")
+        notes.append(derived)
     kv_heads = max(spec.num_kv_heads // tp, 1)
     if kv_heads > MAX_MEASURED_KV_HEADS and spec.mla is None:
         gen_attn = None
@@ -433,5 +467,5 @@ def measured_table(spec: ModelSpec, gpu_name: str, scenario: Scenario, roofline:
     if pcie_roofline:
         notes.append("TP all-reduce over PCIe is not measured for this GPU; roofline for that term")
     table = MeasuredTable(arrays["ctx_other"], arrays["gen_other"], arrays["ctx_comm"], arrays["gen_comm"],
-                          arrays["logits"], arrays["ctx_attn"], gen_attn, roofline, pcie_roofline, groups)
+                          arrays["logits"], arrays["ctx_attn"], gen_attn, roofline, pcie_roofline, groups, derived)
     return table, tuple(notes)
