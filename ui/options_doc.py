@@ -10,6 +10,7 @@ from collections.abc import Iterable
 
 from models.gpus import GPUS
 from models.kv_dtypes import KV_DTYPES
+from models.links import LINKS
 from models.registry import Registry
 from models.spec import list_catalog, load_spec
 from models.weight_dtypes import WEIGHT_DTYPES
@@ -55,6 +56,8 @@ def render() -> str:
         _simple("Trace formats (`--format`)", "sim/trace/registry.py", FORMATS),
         _table("GPUs (`--gpu`)", "models/gpus.py", ("name", "GPU", "memory (GiB)", "HBM (GB/s)"),
                ((f"`{g.name}`", g.label, f"{g.hbm_gib:.1f}", f"{g.hbm_bandwidth / 1e9:,.0f}") for g in GPUS.values())),
+        _table("Links (`--kv-link`)", "models/links.py", ("name", "GB/s per direction", "latency (us)", "scope", "source"),
+               ((f"`{k.name}`", f"{k.bandwidth / 1e9:g}", f"{k.latency_s * 1e6:g}", k.scope, k.source) for k in LINKS.values())),
         _table("Models (`--model`)", "models/catalog/ (one JSON file per model)",
                ("name", "family", "layers", "kv heads", "context"),
                ((f"`{n}`", s.family, s.num_layers, s.num_kv_heads, f"{s.max_position_embeddings:,}")

@@ -19,6 +19,7 @@ import numpy as np
 
 # status codes
 WAITING, RUNNING, SWAPPED, FINISHED, REJECTED, PENDING = 0, 1, 2, 3, 4, 5
+LOADING = 6  # blocks reserved, its KV arriving from elsewhere (vLLM's WAITING_FOR_REMOTE_KVS)
 
 
 @dataclass

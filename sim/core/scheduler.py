@@ -25,6 +25,15 @@ The engine's fast path over runs of pure-decode steps (`decode_run_limit` / `adv
 is sim/core/decode_run.py: its contract says when a run may be taken in one go and what it books,
 so that it gives exactly what as many `schedule` + `complete_step` calls would (tests prove it).
 That module's `DecodeBatch` is also how this scheduler keeps its all-decoding batch across steps.
+
+KV that arrives from elsewhere (a prefill replica's handoff, a lower KV tier's load) is one
+mechanism, vLLM's WAITING_FOR_REMOTE_KVS (sim/core/remote_kv.py): `add_remote_request(r, tokens)`
+queues r FCFS like any request; when it reaches the head and its blocks fit, they are reserved for
+its `tokens` leading token states, the caller's `kv_source(r, tokens, now)` starts the transfer and
+says when the KV is ready; r waits LOADING (not running, no budget) and joins the running batch at
+the first step that starts at or after that time. With `hold_kv_on_finish` a finished request keeps
+its blocks until the caller's `release_at(r, t)` time (a prefill replica frees on transfer
+completion). `next_event_s()` is the earliest such time: the engine must take a step then.
 """
 
 from __future__ import annotations
@@ -35,8 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core import decode_run, interfaces
+from sim.core import decode_run, interfaces, remote_kv
 from sim.core.decode_run import DecodeBatch
+from sim.core.remote_kv import RemoteKV
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 from sim.core.step_types import StepPlan
 
@@ -56,6 +66,9 @@ class SchedulerConfig:
     # only if blocks for ALL its known tokens (prompt + generated) are free now, even when chunked
     # prefill gives it a first chunk only. False: the first chunk must fit (older vLLM).
     admit_whole_prompt: bool = True
+    # A finished request keeps its blocks until `release_at` frees them (a prefill replica whose KV
+    # is being sent: vLLM's delay_free_blocks, freed when the connector reports the send done).
+    hold_kv_on_finish: bool = False
 
 
 class Scheduler(interfaces.Scheduler):
@@ -90,11 +103,12 @@ class Scheduler(interfaces.Scheduler):
         self.prefix_hits = 0
         self.peak_used_blocks = 0
         self._decode_batch: DecodeBatch | None = None
+        self.remote = RemoteKV()  # requests whose KV arrives from elsewhere (sim/core/remote_kv.py)
 
     # --- queue state ----------------------------------------------------------------------------
     @property
     def has_work(self) -> bool:
-        return bool(self.running or self.waiting or self.swapped)
+        return bool(self.running or self.waiting or self.swapped or self.remote.pending)
 
     @property
     def num_running(self) -> int:
@@ -122,6 +136,21 @@ class Scheduler(interfaces.Scheduler):
         self.t.status[r] = WAITING
         self.waiting.append(r)
 
+    def add_remote_request(self, r: int, tokens: int) -> None:
+        """Request r arrives with its first `tokens` token states to be loaded from elsewhere (a
+        request of one known token has nothing to load: it is computed here)."""
+        if tokens > 0 and self.t.prompt[r] + self.t.generated[r] > 1:
+            self.remote.expect(r, tokens)
+        self.add_request(r)
+
+    def next_event_s(self) -> float | None:
+        """Earliest time a loading request's KV is ready or a held request is released (None: none)."""
+        return self.remote.next_event_s()
+
+    def release_at(self, r: int, t: float) -> None:
+        """Free the blocks finished request r holds (hold_kv_on_finish) at the first step from time t."""
+        self.remote.release_at(r, t)
+
     def waiting_needs(self) -> list[int]:
         """Token slots the next waiting requests need (allocator external-fragmentation input)."""
         t = self.t
@@ -137,6 +166,9 @@ class Scheduler(interfaces.Scheduler):
     def schedule(self, now: float) -> StepPlan | None:
         if not self.has_work:
             return None
+        remote = self.remote
+        if remote.loading or remote.releases:
+            remote_kv.apply_due(self, now)
         t, cfg = self.t, self.cfg
         budget = cfg.max_batched_tokens
         run = self.running_ids()
@@ -253,6 +285,10 @@ class Scheduler(interfaces.Scheduler):
         t, alloc = self.t, self.alloc
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[0]
+            if r in self.remote.expected:
+                if not remote_kv.reserve_head(self, r, now):
+                    break
+                continue
             hashes = self.prefix_hashes(r)
             n = self._admission_chunk(r, budget, hashes)
             reserve = int(t.reserve[r])
@@ -329,11 +365,17 @@ class Scheduler(interfaces.Scheduler):
         t.finish_s[done] = t_end
         t.status[done] = FINISHED
         for r in done.tolist():
-            self.alloc.free(r)
+            self._free_finished(r)
         keep = run[~done_mask]
         self.running = keep.tolist()
         self._run_arr = keep
         return done.tolist()
+
+    def _free_finished(self, r: int) -> None:
+        if self.cfg.hold_kv_on_finish:
+            self.remote.hold(r)
+        else:
+            self.alloc.free(r)
 
     def _finish_batch(self, batch: DecodeBatch, t_end: float) -> list[int]:
         """_finish_done for an all-decoding batch: its heap says who is done (no scan of the
@@ -346,7 +388,7 @@ class Scheduler(interfaces.Scheduler):
             t.finish_s[r] = t_end
             t.status[r] = FINISHED
             context -= int(t.computed[r])
-            self.alloc.free(r)
+            self._free_finished(r)
         self._run_arr = None
         if self.running:
             self._decode_batch = batch.carried(self.running_ids(), context)
@@ -356,6 +398,8 @@ class Scheduler(interfaces.Scheduler):
     def head_admissible(self, batch_size: int) -> bool:
         """Could the head of the waiting queue be admitted next to a decode batch of this size?"""
         r = self.waiting[0]
+        if r in self.remote.expected:
+            return remote_kv.head_fits(self, r)
         hashes = self.prefix_hashes(r)
         n = self._admission_chunk(r, self.cfg.max_batched_tokens - batch_size, hashes)
         return bool(n) and self._can_admit(r, n, hashes)

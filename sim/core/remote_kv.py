@@ -1,0 +1,117 @@
+"""KV that arrives from elsewhere: blocks reserved first, the request held until its KV is ready.
+
+One mechanism for every source of KV that is not this replica's own compute: a prefill replica's
+handoff in disaggregated serving (sim/fleet/), a lower KV tier's load (CPU DRAM, NVMe, a remote
+store). It follows vLLM's KV connector flow (vllm/v1/core/sched/scheduler.py with the NIXL
+connector): the scheduler asks the connector how many leading tokens are available remotely
+(`get_num_new_matched_tokens`), allocates blocks for them, starts the load and parks the request
+in WAITING_FOR_REMOTE_KVS; only when the connector reports the receive finished does the request
+become schedulable, with those tokens counted as computed. When every known token came from
+elsewhere, the last one is recomputed so that a token can be sampled (vLLM: "num_computed_tokens
+== num_tokens: -1"); here its slot is not reserved at the hold, the recompute step appends it.
+
+On the sending side vLLM's `request_finished` returns delay_free_blocks: the prefill replica keeps
+a finished request's blocks until the send completes. `hold` / `release_at` are that.
+
+Clock-free: `source(r, tokens, now)` (set by the caller) starts the load when the blocks are
+reserved and returns when it completes; the scheduler applies what is due at each step's start
+(`apply_due`) and says when the next thing is due (`next_event_s`), so an engine never takes a
+step across it (decode runs are cut there, an idle engine wakes there).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sim.core.request import LOADING, RUNNING
+
+if TYPE_CHECKING:
+    from sim.core.scheduler import Scheduler
+
+KVSource = Callable[[int, int, float], float]  # (request, tokens, now) -> when its KV is ready
+
+
+@dataclass
+class RemoteKV:
+    """The books of one scheduler's remote KV: who expects it, who is loading, who is held."""
+
+    expected: dict[int, int] = field(default_factory=dict)  # request -> leading tokens from elsewhere
+    loading: list[tuple[float, int, int]] = field(default_factory=list)  # heap (ready time, request, tokens held)
+    releases: list[tuple[float, int]] = field(default_factory=list)  # heap (release time, request)
+    held: set[int] = field(default_factory=set)  # finished requests still holding their blocks
+    source: KVSource | None = None  # None: the KV is ready the moment the blocks are reserved
+    loads: int = 0
+    loaded_tokens: int = 0
+
+    @property
+    def pending(self) -> bool:
+        """Something is due at a known time (a load completing, a release)."""
+        return bool(self.loading or self.releases)
+
+    def expect(self, r: int, tokens: int) -> None:
+        if tokens < 0:
+            raise ValueError(f"request {r}: remote tokens must be >= 0, got {tokens}")
+        self.expected[r] = tokens
+
+    def hold(self, r: int) -> None:
+        self.held.add(r)
+
+    def release_at(self, r: int, t: float) -> None:
+        if r not in self.held:
+            raise ValueError(f"request {r} holds no finished KV to release")
+        heapq.heappush(self.releases, (t, r))
+
+    def next_event_s(self) -> float | None:
+        times = [h[0][0] for h in (self.loading, self.releases) if h]
+        return min(times) if times else None
+
+
+def held_tokens(sched: Scheduler, r: int, tokens: int) -> int:
+    """Token states reserved and counted as computed: all remote ones, less the last known token
+    when every known token is remote (it is recomputed to sample the next)."""
+    t = sched.t
+    return min(tokens, int(t.prompt[r] + t.generated[r]) - 1)
+
+
+def head_fits(sched: Scheduler, r: int) -> bool:
+    """Could the remote request at the head be given its blocks now? Blocks for all its known
+    tokens must be free (vLLM reserves the whole prompt for a remote prefill)."""
+    t = sched.t
+    return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]))
+
+
+def reserve_head(sched: Scheduler, r: int, now: float) -> bool:
+    """Reserve the head's blocks and start its load (False: it does not fit; the queue waits)."""
+    if not head_fits(sched, r):
+        return False
+    t, books = sched.t, sched.remote
+    tokens = books.expected.pop(r)
+    hold = held_tokens(sched, r, tokens)
+    sched.waiting.popleft()
+    sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]))
+    if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission
+        t.admitted_s[r] = now
+    t.status[r] = LOADING
+    ready = books.source(r, tokens, now) if books.source is not None else now
+    heapq.heappush(books.loading, (max(ready, now), r, hold))
+    books.loads += 1
+    books.loaded_tokens += tokens
+    return True
+
+
+def apply_due(sched: Scheduler, now: float) -> None:
+    """At a step starting at `now`: free the held requests whose release time has come, and let
+    loaded requests join the running batch (oldest ready first, while max_num_seqs allows)."""
+    books, t = sched.remote, sched.t
+    while books.releases and books.releases[0][0] <= now:
+        _, r = heapq.heappop(books.releases)
+        books.held.discard(r)
+        sched.alloc.free(r)
+    while books.loading and books.loading[0][0] <= now and len(sched.running) < sched.cfg.max_num_seqs:
+        _, r, hold = heapq.heappop(books.loading)
+        t.computed[r] = hold
+        t.status[r] = RUNNING
+        sched._start_running(r)
