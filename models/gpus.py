@@ -14,7 +14,7 @@ Custom GPUs come from a small JSON object (gpu_from_dict / a .json path given to
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,12 @@ class GPUSpec:
     gemm_efficiency: float = 0.0  # large bf16 GEMMs (M >= 1024) / bf16_flops
     memory_efficiency: float = 0.0  # weight streaming (GEMV, M <= 8) / hbm_bandwidth
     efficiency_source: str = ""
+    # What it costs: on-demand USD per GPU-hour (None = no price: the planner shows no cost).
+    usd_per_gpu_hour: float | None = None
+    price_source: str = ""
+    # aiconfigurator-core system whose measured vLLM kernel tables time steps on it ("" = none:
+    # the roofline; sim/timing/measured_db.py).
+    measured_db_system: str = ""
 
     @property
     def hbm_gib(self) -> float:
@@ -71,48 +77,55 @@ class GPUSpec:
 
 
 def _gpu(name: str, label: str, mib: int, bw_gbs: float, bf16_tf: float, fp8_tf: float, host: str, host_bw: float,
-         nvlink_gbs: float, source: str) -> GPUSpec:
-    spec = GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
+         nvlink_gbs: float, source: str, *, efficiency: tuple[float, float, str] | None = None,
+         price: tuple[float, str] | None = None, measured_db: str = "") -> GPUSpec:
+    """One catalog entry in datasheet units; efficiency = (GEMM, streaming, source), price = (USD per
+    GPU-hour, source), measured_db = the aiconfigurator-core system with vLLM kernel tables."""
+    gemm, memory, where = efficiency or (0.0, 0.0, "")
+    usd, price_source = price or (None, "")
+    return GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
                    fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
-                   source=source, host_link=host, label=label)
-    if name in MEASURED_EFFICIENCY:
-        gemm, memory, where = MEASURED_EFFICIENCY[name]
-        spec = replace(spec, gemm_efficiency=gemm, memory_efficiency=memory, efficiency_source=where)
-    return spec
+                   source=source, host_link=host, label=label, gemm_efficiency=gemm, memory_efficiency=memory,
+                   efficiency_source=where, usd_per_gpu_hour=usd, price_source=price_source,
+                   measured_db_system=measured_db)
 
 
-# Measured GEMM / streaming efficiencies: medians over bf16 GEMMs with N, K >= 4096 in
+# Measured GEMM / streaming efficiencies (efficiency=): medians over bf16 GEMMs with N, K >= 4096 in
 # aiconfigurator-core 0.12.0's vLLM tables (NVIDIA, Apache-2.0), and for the RTX 4090 the vLLM 0.19
 # per-layer kernel profile of casys-kaist/LLMServingSim (MIT; gate_up_proj at 2,048 tokens, 166 TF/s,
 # and the decode projections streaming 0.91-0.95 of 1,008 GB/s). docs/CALIBRATION.md has the table.
 AICONFIGURATOR = "aiconfigurator-core 0.12.0 measured GEMM tables (vLLM backend)"
-MEASURED_EFFICIENCY = {
-    "h100-sxm": (0.81, 0.84, AICONFIGURATOR), "h200": (0.79, 0.77, AICONFIGURATOR),
-    "a100-80gb": (0.89, 0.70, AICONFIGURATOR), "l40s": (0.64, 0.81, AICONFIGURATOR),
-    "rtx-pro-6000": (0.78, 0.81, AICONFIGURATOR),
-    "rtx-4090": (1.0, 0.93, "LLMServingSim RTX 4090 kernel profile (vLLM 0.19.0); the card runs above its "
-                 "2,520 MHz datasheet boost clock"),
-}
+# Prices (price=): on-demand list prices per GPU from public price surveys; cloud prices move monthly
+# and differ 2-3x between providers (docs/PLAN.md repeats the table; --price and the Plan page override).
+MERCATUS = "mercatus-ai.com/blog/cloud-gpu-pricing, May 2026: specialty-cloud on-demand"
 
 GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
     _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 81_559, 3350, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H100 datasheet (SXM5: 3.35 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s bidir); "
-         "memory 81,559 MiB as nvidia-smi reports"),
+         "memory 81,559 MiB as nvidia-smi reports",
+         efficiency=(0.81, 0.84, AICONFIGURATOR), measured_db="h100_sxm",
+         price=(3.00, f"{MERCATUS} H100 SXM5 $2.50-3.50, midpoint")),
     _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81_559, 2000, 756.0, 1513.0, "PCIe Gen5 x16", PCIE5_X16, 300,
          "NVIDIA H100 datasheet (PCIe: 2.0 TB/s, 756 TF bf16 / 1513 TF fp8 dense, NVLink bridge 600 GB/s bidir); "
          "memory 81,559 MiB as nvidia-smi reports"),
     _gpu("h200", "NVIDIA H200 SXM 141GB", 143_771, 4800, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H200 datasheet (SXM: 141 GB HBM3e, 4.8 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s "
-         "bidir); memory 143,771 MiB as nvidia-smi reports"),
+         "bidir); memory 143,771 MiB as nvidia-smi reports",
+         efficiency=(0.79, 0.77, AICONFIGURATOR), measured_db="h200_sxm",
+         price=(4.00, f"{MERCATUS} H200 SXM5 $3.50-4.50, midpoint")),
     _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 40_960, 1555, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
          "NVIDIA A100 datasheet (40GB SXM: 1,555 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink 600 GB/s "
          "bidir); memory 40,960 MiB as nvidia-smi reports"),
     _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 81_920, 2039, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
          "NVIDIA A100 datasheet (80GB SXM: 2,039 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink 600 GB/s "
-         "bidir); memory 81,920 MiB as nvidia-smi reports"),
+         "bidir); memory 81,920 MiB as nvidia-smi reports",
+         efficiency=(0.89, 0.70, AICONFIGURATOR), measured_db="a100_sxm",
+         price=(1.30, f"{MERCATUS} A100 80GB $1.10-1.50, midpoint")),
     _gpu("l40s", "NVIDIA L40S 48GB", 46_068, 864, 362.05, 733.0, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA L40S datasheet (48 GB GDDR6, 864 GB/s, 362 TF bf16 / 733 TF fp8 dense, no NVLink); "
-         "memory 46,068 MiB as nvidia-smi reports"),
+         "memory 46,068 MiB as nvidia-smi reports",
+         efficiency=(0.64, 0.81, AICONFIGURATOR), measured_db="l40s",
+         price=(1.861, "modal.com/blog/nvidia-l40s-price-article, Aug 2025: AWS g6e (1x L40S) on-demand, us-east-1")),
     _gpu("l4", "NVIDIA L4 24GB", 23_034, 300, 121.0, 242.5, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA L4 datasheet (24 GB GDDR6, 300 GB/s, 121 TF bf16 / 242.5 TF fp8 dense, no NVLink); "
          "memory 23,034 MiB as nvidia-smi reports"),
@@ -121,25 +134,32 @@ GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
          "cores, no NVLink); memory 23,028 MiB as nvidia-smi reports on g5 instances"),
     _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24_564, 1008, 165.2, 330.3, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA Ada Lovelace whitepaper (RTX 4090: 1,008 GB/s GDDR6X, 165.2 TF bf16 / 330.3 TF fp8 dense with "
-         "fp32 accumulate, no NVLink); memory 24,564 MiB as nvidia-smi reports"),
+         "fp32 accumulate, no NVLink); memory 24,564 MiB as nvidia-smi reports",
+         efficiency=(1.0, 0.93, "LLMServingSim RTX 4090 kernel profile (vLLM 0.19.0); the card runs above its "
+                                "2,520 MHz datasheet boost clock"),
+         price=(0.34, "deploybase.ai/articles/nvidia-l40s-price, Mar 2026: RunPod RTX 4090 hourly")),
     _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB", 97_887, 1792, 503.8, 1007.6,
          "PCIe Gen5 x16", PCIE5_X16, 0,
          "NVIDIA RTX Blackwell PRO GPU architecture whitepaper (RTX PRO 6000: 96 GB GDDR7, 1,792 GB/s, 503.8 TF "
          "bf16 / 1,007.6 TF fp8 dense at the 2,617 MHz boost clock, no NVLink); memory 97,887 MiB as nvidia-smi "
-         "reports (aiconfigurator-core systems/rtx_pro_6000_server.yaml)"),
+         "reports (aiconfigurator-core systems/rtx_pro_6000_server.yaml)",
+         efficiency=(0.78, 0.81, AICONFIGURATOR), measured_db="rtx_pro_6000_server"),
     _gpu("mi300x", "AMD Instinct MI300X 192GB", 196_288, 5300, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
          "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1307 TF bf16 / 2615 TF fp8 dense, Infinity Fabric "
          "7 links x 128 GB/s bidir); memory 196,288 MiB as rocm-smi reports"),
     _gpu("b200", "NVIDIA B200 SXM 180GB", 180 * 1024, 7700, 2250.0, 4500.0, "PCIe Gen6 x16", PCIE6_X16, 900,
          f"NVIDIA Blackwell datasheet via {AIC}b200_sxm.yaml (7.7 TB/s, 2,250 TF bf16 / 4,500 TF fp8 dense, "
-         "NVLink 5 900 GB/s per direction, PCIe Gen6); memory 180 GiB as that file states"),
+         "NVLink 5 900 GB/s per direction, PCIe Gen6); memory 180 GiB as that file states",
+         measured_db="b200_sxm"),
     _gpu("b300", "NVIDIA B300 SXM 288GB", 275_040, 7750, 2250.0, 4500.0, "PCIe Gen6 x16", PCIE6_X16, 900,
          f"NVIDIA Blackwell Ultra datasheet via {AIC}b300_sxm.yaml (62 TB/s per 8 GPUs = 7.75 TB/s, 4.5 PF bf16 / "
-         "9 PF fp8 sparse = 2,250 / 4,500 TF dense, NVLink 5 1.8 TB/s bidir); memory 275,040 MiB as nvidia-smi reports"),
+         "9 PF fp8 sparse = 2,250 / 4,500 TF dense, NVLink 5 1.8 TB/s bidir); memory 275,040 MiB as nvidia-smi reports",
+         measured_db="b300_sxm"),
     _gpu("gb200", "NVIDIA GB200 (one Blackwell GPU of a superchip)", 189_471, 8000, 2500.0, 5000.0,
          "NVLink-C2C to Grace", 450 * GB, 900,
          f"NVIDIA Blackwell datasheet via {AIC}gb200.yaml (per GPU: 8 TB/s, 2,500 TF bf16 / 5,000 TF fp8 dense, "
-         "NVLink 5 900 GB/s per direction; host link NVLink-C2C 900 GB/s bidir); memory 189,471 MiB as nvidia-smi reports"),
+         "NVLink 5 900 GB/s per direction; host link NVLink-C2C 900 GB/s bidir); memory 189,471 MiB as nvidia-smi reports",
+         measured_db="gb200"),
     _gpu("h20", "NVIDIA H20 96GB", 96 * 1024, 4000, 148.0, 296.0, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H20 specifications as published (96 GB HBM3, 4.0 TB/s, 148 TF fp16/bf16 dense, 296 TF fp8/int8 "
          "dense, NVLink 900 GB/s bidir); memory taken as 96 GiB of HBM (no nvidia-smi figure at hand)"),
@@ -201,7 +221,7 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
     values: dict[str, Any] = {}
     for key, value in d.items():
         target, factor = _UNIT_KEYS.get(key, (key, 1))
-        if target in ("name", "source", "host_link", "label", "efficiency_source"):
+        if target in ("name", "source", "host_link", "label", "efficiency_source", "price_source", "measured_db_system"):
             if not isinstance(value, str) or len(value) > 200:
                 raise GpuError(f"{source}: {key} must be a string of at most 200 characters")
             values[target] = value
@@ -221,6 +241,8 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
         gemm_efficiency=min(float(values.get("gemm_efficiency", 0.0)), 1.0),
         memory_efficiency=min(float(values.get("memory_efficiency", 0.0)), 1.0),
         efficiency_source=values.get("efficiency_source", ""),
+        usd_per_gpu_hour=float(values["usd_per_gpu_hour"]) if "usd_per_gpu_hour" in values else None,
+        price_source=values.get("price_source", ""), measured_db_system=values.get("measured_db_system", ""),
     )
 
 

@@ -108,3 +108,35 @@ def test_gb200_is_per_gpu_with_a_grace_link():
     g = get_gpu("gb200")
     assert g.host_link == "NVLink-C2C to Grace" and g.host_link_bandwidth == 450e9
     assert get_gpu("B200-SXM") is GPUS["b200"] and get_gpu("5090") is GPUS["rtx-5090"]
+
+
+def test_a_gpu_registered_from_outside_is_priced_timed_and_searched():
+    """A GPU is one registry entry: its price reaches the planner's cost, its measured efficiencies
+    the roofline, its name the search and the options doc (docs/ARCHITECTURE.md, "A new GPU")."""
+    from dataclasses import replace
+
+    from models.gpus import register_gpu
+    from sim.plan.config_search import SearchOptions
+    from sim.plan.prices import Price, cost_per_mtok, default_price
+    from sim.plan.search import search
+    from sim.plan.slo import parse_slo
+    from sim.plan.workload import Workload
+    from sim.run.deployment import Deployment
+    from sim.scenario import Scenario
+    from ui.options_doc import render
+
+    gpu = replace(get_gpu("l4"), name="test-l4x", label="L4 with a price (a test GPU)", usd_per_gpu_hour=0.5,
+                  price_source="a test price", gemm_efficiency=0.5, memory_efficiency=0.6, efficiency_source="a test")
+    register_gpu(gpu)
+    try:
+        assert default_price("test-l4x") == Price(0.5, "a test price")
+        cost = Deployment.resolve(Scenario(model="llama-3.2-3b", gpu="test-l4x", cost_source="roofline")).cost
+        assert (cost.prefill_efficiency, cost.memory_efficiency) == (0.5, 0.6)
+        assert "`test-l4x`" in render()
+        rows = search(Workload.from_ref("synthetic:n=40,rate=4"), [Scenario(model="llama-3.2-3b", gpu="test-l4x")],
+                      SearchOptions(parse_slo("e2e_p99=60"))).rows
+        assert rows[0]["usd_per_gpu_hour"] == 0.5 and rows[0]["max_rate_per_s"] > 0
+        assert rows[0]["cost_per_mtok"] == pytest.approx(cost_per_mtok(0.5, rows[0]["tok_s_per_gpu"]))
+    finally:
+        GPUS.unregister("test-l4x")
+    assert default_price("test-l4x") is None

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from models.gpus import GPUS
 from models.spec import load_spec
 from sim.scenario import Scenario
 from sim.timing import measured_db
@@ -180,7 +181,7 @@ def test_expert_weights_the_tables_lack_fall_back_with_the_reason():
 @pytest.mark.parametrize("gpu", ["b200", "b300", "gb200"])
 def test_blackwell_gpus_have_measured_tables(gpu):
     cm = cost(gpu=gpu)
-    assert cm.source == "measured-db" and measured_db.SYSTEMS[gpu] in ("b200_sxm", "b300_sxm", "gb200")
+    assert cm.source == "measured-db" and GPUS[gpu].measured_db_system in ("b200_sxm", "b300_sxm", "gb200")
     assert cm.step_time(32, 32 * 2048) < cost(gpu="h100-sxm").step_time(32, 32 * 2048)  # faster HBM and GEMMs
 
 

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
+from models.gpus import GPUS
 from sim.__main__ import main
 from sim.plan.bracket import largest_passing
 from sim.plan.config_search import SearchOptions, gpus_for_target
 from sim.plan.grid import expand, parse_grid
-from sim.plan.prices import DEFAULT_PRICES, cost_per_mtok, parse_prices
+from sim.plan.prices import cost_per_mtok, default_price, parse_prices
 from sim.plan.rank import best_row, pareto_rows
 from sim.plan.search import search
 from sim.plan.slo import SloError, parse_slo
@@ -47,7 +48,7 @@ def test_reported_rate_meets_slo_and_115_percent_misses(capsys):
     per_request = at_max["output_tokens"] / at_max["completed"]
     assert row["tok_s_per_gpu"] == pytest.approx(rate * per_request)
     assert row["tok_s_per_user"] == pytest.approx(1 / at_max["tpot_s"]["mean"])
-    assert row["cost_per_mtok"] == pytest.approx(DEFAULT_PRICES["h100-sxm"].usd_per_gpu_hour
+    assert row["cost_per_mtok"] == pytest.approx(GPUS["h100-sxm"].usd_per_gpu_hour
                                                  / (row["tok_s_per_gpu"] * 3600) * 1e6)
     assert out["best"]["row"] == 0 and out["pareto"][0]["row"] == 0
 
@@ -151,7 +152,8 @@ def test_prices_cost_and_target():
     assert parse_prices("h100=2.5, l4=0.8") == {"h100-sxm": 2.5, "l4": 0.8}
     with pytest.raises(ValueError, match="GPU=USD_PER_HOUR"):
         parse_prices("h100-sxm=cheap")
-    assert all(p.source and p.usd_per_gpu_hour > 0 for p in DEFAULT_PRICES.values())
+    priced = [p for p in map(default_price, GPUS) if p is not None]
+    assert len(priced) >= 5 and all(p.source and p.usd_per_gpu_hour > 0 for p in priced)
     assert cost_per_mtok(3.6, 1000.0) == pytest.approx(1.0)  # 3.6 $/h over 3.6M tokens/h
     assert cost_per_mtok(None, 1000.0) is None and cost_per_mtok(3.0, 0.0) is None
     assert gpus_for_target(100, 30, 2) == 8 and gpus_for_target(90, 30, 2) == 6 and gpus_for_target(None, 30, 2) is None

@@ -20,7 +20,7 @@ from sim.guard.text import public_error
 from sim.memory.capacity import TP_CHOICES
 from sim.plan.config_search import ALWAYS_SHOWN, SearchOptions
 from sim.plan.grid import expand
-from sim.plan.prices import DEFAULT_PRICES
+from sim.plan.prices import default_price
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
 from sim.report.plan_charts import pareto_figure, row_label, varied_fields
@@ -78,7 +78,7 @@ def price_editor(gpus: list[str]) -> dict[str, float]:
         out = {}
         cols = st.columns(max(1, len(gpus)))
         for col, gpu in zip(cols, gpus, strict=True):
-            known = DEFAULT_PRICES.get(gpu)
+            known = default_price(gpu)
             value = col.number_input(gpu, 0.0, 1000.0, known.usd_per_gpu_hour if known else 0.0, step=0.05,
                                      key=f"plan_price_{gpu}", help=known.source if known else "no default price")
             if value > 0:

@@ -1,7 +1,8 @@
 """GPU-hour prices for cost per million output tokens: editable defaults, each with its source.
 
-Cloud prices move monthly and differ 2-3x between providers; these are on-demand list prices per
-GPU from public price surveys (docs/PLAN.md repeats the table). Override them with
+Cloud prices move monthly and differ 2-3x between providers; the defaults are on-demand list prices
+per GPU from public price surveys, kept in each GPU's registry entry (models/gpus.py; docs/PLAN.md
+repeats the table). Override them with
 `--price h100-sxm=2.49,...` or the Plan page's price fields. A GPU without a price gets no cost.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.gpus import get_gpu
+from models.gpus import GPUS, get_gpu
 
 
 @dataclass(frozen=True)
@@ -19,16 +20,12 @@ class Price:
     source: str
 
 
-DEFAULT_PRICES: dict[str, Price] = {
-    "h100-sxm": Price(3.00, "mercatus-ai.com/blog/cloud-gpu-pricing, May 2026: specialty-cloud on-demand H100 SXM5 "
-                            "$2.50-3.50, midpoint"),
-    "h200": Price(4.00, "mercatus-ai.com/blog/cloud-gpu-pricing, May 2026: specialty-cloud on-demand H200 SXM5 "
-                        "$3.50-4.50, midpoint"),
-    "a100-80gb": Price(1.30, "mercatus-ai.com/blog/cloud-gpu-pricing, May 2026: specialty-cloud on-demand A100 80GB "
-                             "$1.10-1.50, midpoint"),
-    "l40s": Price(1.861, "modal.com/blog/nvidia-l40s-price-article, Aug 2025: AWS g6e (1x L40S) on-demand, us-east-1"),
-    "rtx-4090": Price(0.34, "deploybase.ai/articles/nvidia-l40s-price, Mar 2026: RunPod RTX 4090 hourly"),
-}
+def default_price(gpu: str) -> Price | None:
+    """The GPU entry's own price (models/gpus.py: one entry holds a GPU's every fact), or None."""
+    spec = GPUS.get(gpu)
+    if spec is None or spec.usd_per_gpu_hour is None:
+        return None
+    return Price(spec.usd_per_gpu_hour, spec.price_source)
 
 
 def parse_prices(text: str | None) -> dict[str, float]:
@@ -52,7 +49,7 @@ def price_for(gpu: str, overrides: dict[str, float]) -> float | None:
     """USD per GPU-hour: the override, else the default, else None (no cost shown)."""
     if gpu in overrides:
         return overrides[gpu]
-    known = DEFAULT_PRICES.get(gpu)
+    known = default_price(gpu)
     return known.usd_per_gpu_hour if known is not None else None
 
 

@@ -47,14 +47,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from models.gpus import GPUS
+
 if TYPE_CHECKING:
     from models.spec import ModelSpec
     from sim.scenario import Scenario
     from sim.timing.cost_model import CostModel
 
-# kvsim GPU -> aiconfigurator system with vLLM kernel tables (notes: coverage table).
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "l40s": "l40s",
-           "rtx-pro-6000": "rtx_pro_6000_server", "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200"}
 PCIE_ALLREDUCE_MEASURED = {"rtx-pro-6000"}
 MAX_MEASURED_KV_HEADS = 8
 BACKEND = "vllm"
@@ -223,11 +222,17 @@ def package_version() -> str:
         raise NotCovered(f"aiconfigurator-core is not installed ({type(exc).__name__})") from None
 
 
+def measured_gpus() -> list[str]:
+    """GPUs whose registry entry names an aiconfigurator system (models/gpus.py, measured_db_system)."""
+    return [name for name, gpu in GPUS.items() if gpu.measured_db_system]
+
+
 def coverage(gpu_name: str, tp: int, weight_dtype: str, kv_dtype: str) -> str:
     """The aiconfigurator system for this deployment, or NotCovered with the reason."""
-    system = SYSTEMS.get(gpu_name)
-    if system is None:
-        raise NotCovered(f"no measured vLLM kernels for GPU {gpu_name} (measured: {', '.join(SYSTEMS)})")
+    entry = GPUS.get(gpu_name)
+    system = entry.measured_db_system if entry is not None else ""
+    if not system:
+        raise NotCovered(f"no measured vLLM kernels for GPU {gpu_name} (measured: {', '.join(measured_gpus())})")
     if weight_dtype not in WEIGHT_DTYPES:
         raise NotCovered(f"weights {weight_dtype}: measured tables used for {'/'.join(WEIGHT_DTYPES)} only")
     if kv_dtype not in KV_QUANT and nearest_measured_kv(kv_dtype) is None:
