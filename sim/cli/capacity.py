@@ -17,6 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from models.kv_dtypes import KV_DTYPES
     from models.weight_dtypes import WEIGHT_DTYPES
     from sim.memory.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
+    from sim.memory.vllm_profile import DEFAULT_VLLM_VERSION
 
     p = subparsers.add_parser(
         "capacity",
@@ -39,6 +40,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=bounded_int(1, limits.MAX_NUM_SEQS), default=DEFAULT_MAX_NUM_SEQS, help="max_num_seqs (default %(default)s)")
     p.add_argument("--overhead-gib", type=bounded_float(0, 1e4), default=DEFAULT_RUNTIME_OVERHEAD / GIB,
                    help="runtime overhead outside PyTorch per GPU in GiB (default %(default)g)")
+    p.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION,
+                   help="vLLM version whose start-up accounting sizes num_gpu_blocks (default %(default)s; docs/CALIBRATION.md)")
+    p.add_argument("--block-size", type=bounded_int(1, limits.MAX_BLOCK_SIZE), default=16, help="KV block size in tokens (default %(default)s)")
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: vLLM then reserves no graph memory")
+    p.add_argument("--max-model-len", type=bounded_int(1, limits.MAX_MODEL_LEN),
+                   help="max_model_len for vLLM's logged 'Maximum concurrency' (default min(model context, 32768))")
     p.add_argument("--users", type=bounded_int(1, 10**9), help="also report the GPUs needed for this many concurrent sequences")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
@@ -58,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from models.gpus import get_gpu
     from models.spec import load_spec
     from sim.memory.capacity import capacity_table, gpus_required
+    from sim.memory.vllm_profile import accounting_for, add_vllm_pool
 
     for name in ("tp", "max_batched_tokens", "max_num_seqs"):
         if getattr(args, name) < 1:
@@ -67,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.overhead_gib < 1e4:
         raise CliError(f"--overhead-gib {args.overhead_gib}: must be >= 0")
     contexts = parse_contexts(args.contexts)
+    try:
+        accounting_for(args.vllm_version)
+    except ValueError as exc:
+        raise CliError(f"--vllm-version: {exc}") from None
     spec = load_spec(args.model)
     if args.kv_heads is not None:
         spec = spec.with_kv_heads(args.kv_heads)
@@ -76,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
                        max_batched_tokens=args.max_batched_tokens, max_num_seqs=args.max_num_seqs,
                        runtime_overhead_bytes=int(args.overhead_gib * GIB))
     table = capacity_table(spec, gpu, contexts, **budget_args)
+    add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,
+                  enforce_eager=args.enforce_eager, vllm_version=args.vllm_version)
     if args.kv_eviction:
         from models.eviction import QUALITY_NOTE
 
@@ -104,9 +118,12 @@ def _print_human(table: dict[str, Any]) -> None:
         size = a[key]
         print(f"  - {label:<16}" + (f"{size / GIB:9.2f} GiB" if size >= 2**20 or not size else f"{size:9,} B"))
     print(f"  = KV budget       {a['kv_budget_bytes'] / GIB:9.2f} GiB per GPU  ({a['kv_bytes_per_token']:,} B/token per GPU)")
-    print(f"  {'context':>9} {'KV/seq GiB':>11} {'max seqs':>9} {'decode floor b=1':>17} {'at max':>9}")
+    _print_vllm(a)
+    print(f"  {'context':>9} {'KV/seq GiB':>11} {'max seqs':>9} {'vLLM pool':>9} {'decode floor b=1':>17} {'at max':>9}")
     for r in table["rows"]:
+        vllm = r.get("vllm_max_concurrent")
         print(f"  {r['context']:>9,} {r['kv_per_seq_gib']:>11.4f} {r['max_concurrent']:>9,} "
+              f"{'-' if vllm is None else format(vllm, ','):>9} "
               f"{r['decode_floor_ms_batch1']:>14.2f} ms {r['decode_floor_ms_full']:>6.2f} ms")
     if not table["fits"]:
         print(f"  {table['hint']}")
@@ -114,3 +131,20 @@ def _print_human(table: dict[str, Any]) -> None:
         print(f"  KV eviction {table['assumptions']['kv_eviction']}: {table['note']}")
     for g in table.get("gpus_required", []):
         print(f"  {g['context']:>9,} tokens: {g['gpus']} GPU(s) = {g['replicas']} replica(s) x tp={g['tp']}")
+
+
+def _print_vllm(a: dict[str, Any]) -> None:
+    """vLLM's own sizing beside kvsim's budget: num_gpu_blocks and the start-up concurrency line."""
+    v = a.get("vllm_memory") or {}
+    if a.get("num_gpu_blocks") is None:
+        print(f"  vLLM num_gpu_blocks: not modelled ({v.get('skipped', 'unknown layout')})")
+        return
+    terms = " - ".join(f"{v[k] / GIB:.2f} {label}" for k, label in (
+        ("weights_bytes", "weights"), ("transient_peak_bytes", "profile peak"), ("sampler_buffer_bytes", "sampler buffer"),
+        ("runtime_residual_bytes", "runtime"), ("cudagraph_bytes", "CUDA graphs")))
+    print(f"  vLLM {v['vllm_version']}: {v['cuda_total_bytes'] / GIB:.2f} GiB (CUDA) x {v['gpu_mem_util']:g} = "
+          f"{v['requested_bytes'] / GIB:.2f} - {terms} = {v['available_kv_bytes'] / GIB:.2f} GiB "
+          f"-> num_gpu_blocks {a['num_gpu_blocks']:,} of {v['bytes_per_block']:,} B")
+    log = a["vllm_logged_max_concurrency"]
+    print(f"  vLLM logs 'Maximum concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' "
+          f"({log['why_it_differs']})")

@@ -36,6 +36,16 @@ def load_run(path: str) -> Any:
     return load_run_dir(p)
 
 
+def _pool_line(v: Any) -> str:
+    from sim.fidelity.validate import predicted_pool
+
+    p = predicted_pool(v.run)
+    if p["predicted"] is None:
+        return f"KV pool: {p['measured']:,} blocks measured; vLLM's accounting not modelled here ({p.get('reason')})"
+    return (f"KV pool: {p['measured']:,} blocks measured, {p['predicted']:,} by vLLM {p['vllm_version']}'s accounting "
+            f"({p['error']:+.1%}; the replay uses the measured pool)")
+
+
 def format_validation(v: Any) -> str:
     def fmt(x: float, metric: str) -> str:
         if x is None or not math.isfinite(x):
@@ -44,6 +54,7 @@ def format_validation(v: Any) -> str:
 
     lines = [f"run {v.run.source}: {len(v.run.requests)} requests on {v.run.engine.device_name}; "
              f"step times from {v.result.summary['cost_model']['source']}",
+             _pool_line(v),
              f"{'metric':<20}{'stat':<6}{'measured':>14}{'simulated':>14}{'error':>9}"]
     for row in v.table.itertuples():
         err = "-" if not math.isfinite(row.error) else f"{row.error:+.1%}"

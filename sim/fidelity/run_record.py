@@ -58,6 +58,7 @@ class EngineConfig:
     weight_dtype: str
     kv_dtype: str
     vllm_version: str
+    gpu_mem_util: float = 0.9  # kv_cache.gpu_memory_utilization (vLLM's default when absent)
 
 
 @dataclass
@@ -176,7 +177,15 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
         block_size=_int(kv.get("block_size"), "kv_cache.block_size", where),
         prefix_caching=bool(kv.get("enable_prefix_caching", False)),
         weight_dtype=weight, kv_dtype=kv_dtype, vllm_version=str(meta.get("vllm_version", "")),
+        gpu_mem_util=_util(kv.get("gpu_memory_utilization", 0.9), where),
     )
+
+
+def _util(value: Any, where: str) -> float:
+    util = _num(value, "kv_cache.gpu_memory_utilization", where)
+    if not 0 < util <= 1:
+        raise RunError(f"{where}: kv_cache.gpu_memory_utilization {util}: must be in (0, 1]")
+    return util
 
 
 def parse_requests(data: bytes, where: str) -> pd.DataFrame:

@@ -45,9 +45,32 @@ class Validation:
         cm = self.result.summary.get("cost_model")
         return {
             "run": self.run.source, "scenario": self.scenario.to_dict(), "cost_model": cm,
+            "num_gpu_blocks": predicted_pool(self.run),
             "comparison": self.table.replace({np.nan: None}).to_dict(orient="records"),
             "series": self.series.replace({np.nan: None}).to_dict(orient="list"),
         }
+
+
+def predicted_pool(run: MeasuredRun) -> dict[str, Any]:
+    """The run's measured num_gpu_blocks beside vLLM's accounting of it (sim/memory/vllm_profile.py)
+    at the run's vLLM version: {"measured", "predicted", "error", "vllm_version"} (predicted None
+    where the layout or version is not modelled, with the reason)."""
+    from sim.memory.vllm_profile import DEFAULT_VLLM_VERSION, PoolLayoutError, vllm_memory_profile
+
+    e = run.engine
+    version = e.vllm_version or DEFAULT_VLLM_VERSION
+    out: dict[str, Any] = {"measured": e.num_gpu_blocks, "predicted": None, "error": None, "vllm_version": version}
+    try:
+        spec = load_spec(str(run.config_path) if run.config_path is not None else e.model)
+        prof = vllm_memory_profile(spec, gpu_for_device(e.device_name), tp=e.tp, weight_dtype=e.weight_dtype,
+                                   kv_dtype=e.kv_dtype, gpu_mem_util=e.gpu_mem_util, max_batched_tokens=e.max_batched_tokens,
+                                   max_num_seqs=e.max_num_seqs, block_size=e.block_size, vllm_version=version)
+    except (PoolLayoutError, ValueError) as exc:
+        out["reason"] = str(exc)
+        return out
+    out["predicted"] = prof.num_gpu_blocks
+    out["error"] = prof.num_gpu_blocks / e.num_gpu_blocks - 1.0 if e.num_gpu_blocks else None
+    return out
 
 
 def run_trace(run: MeasuredRun) -> Trace:

