@@ -20,6 +20,7 @@ from typing import Any
 
 from models.registry import Registry
 from models.safe_json import read_json_file
+from models.strict import bounded
 
 MiB = 1 << 20
 GB = 10**9
@@ -204,6 +205,12 @@ _UNIT_KEYS = {
     "nvlink_gbs": ("nvlink_bandwidth", GB),
 }
 _REQUIRED = ("hbm_bytes", "hbm_bandwidth", "bf16_flops")
+# Upper bounds of a custom GPU's numbers (SI units): far above any accelerator (B300: 288 GB,
+# 8 TB/s, 5 PFLOP/s fp8 dense), far below what makes the planner's arithmetic overflow.
+GPU_LIMITS = {
+    "hbm_bytes": 2**50, "hbm_bandwidth": 1e15, "bf16_flops": 1e18, "fp8_flops": 1e18,
+    "host_link_bandwidth": 1e14, "nvlink_bandwidth": 1e14, "gemm_efficiency": 1.0, "memory_efficiency": 1.0,
+}
 
 
 def list_gpus() -> list[str]:
@@ -226,9 +233,10 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
                 raise GpuError(f"{source}: {key} must be a string of at most 200 characters")
             values[target] = value
             continue
-        if not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0 or value == float("inf"):
-            raise GpuError(f"{source}: {key} must be a finite number >= 0, got {value!r}")
-        values[target] = value * factor
+        if target not in GPU_LIMITS:
+            raise GpuError(f"{source}: {key} is not a number field of a GPU")
+        # bounded in the unit the file wrote (hbm_gib: 1e300 names hbm_gib, never overflows)
+        values[target] = bounded(value, f"{source}: {key}", 0, GPU_LIMITS[target] / factor, GpuError) * factor
     missing = [k for k in _REQUIRED if not values.get(k)]
     if missing:
         raise GpuError(f"{source}: needs a positive {', '.join(missing)} (or hbm_gib / hbm_bandwidth_gbs / bf16_tflops)")
@@ -238,8 +246,8 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
         fp8_flops=float(values.get("fp8_flops", 0.0)), host_link_bandwidth=float(values.get("host_link_bandwidth", PCIE4_X16)),
         nvlink_bandwidth=float(values.get("nvlink_bandwidth", 0.0)), source=values.get("source") or source,
         host_link=values.get("host_link", ""), label=values.get("label", ""),
-        gemm_efficiency=min(float(values.get("gemm_efficiency", 0.0)), 1.0),
-        memory_efficiency=min(float(values.get("memory_efficiency", 0.0)), 1.0),
+        gemm_efficiency=float(values.get("gemm_efficiency", 0.0)),
+        memory_efficiency=float(values.get("memory_efficiency", 0.0)),
         efficiency_source=values.get("efficiency_source", ""),
         usd_per_gpu_hour=float(values["usd_per_gpu_hour"]) if "usd_per_gpu_hour" in values else None,
         price_source=values.get("price_source", ""), measured_db_system=values.get("measured_db_system", ""),

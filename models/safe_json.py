@@ -20,9 +20,50 @@ _REASONS = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", err
             errno.ENAMETOOLONG: "name too long", errno.ENOTDIR: "a part of the path is not a folder"}
 
 
-def no_constants(name: str) -> Any:
-    """json.loads(parse_constant=...): NaN and Infinity are not JSON numbers."""
-    raise ValueError(f"{name} is not a JSON number")
+class NonFiniteError(ValueError):
+    """NaN or Infinity in JSON text; the message names the field where it stands."""
+
+
+class _Constant:
+    """Stands where json found NaN/Infinity until the field holding it is found."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def parse(text: bytes | str) -> Any:
+    """json.loads that refuses NaN/Infinity naming the field (`coefficients.per_token_s: NaN is not a
+    number`), not just the line: the constant is parsed as a marker, then found. Other errors are
+    json's own (JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError)."""
+    seen: list[str] = []
+
+    def mark(name: str) -> _Constant:
+        seen.append(name)
+        return _Constant(name)
+
+    obj = json.loads(text, parse_constant=mark)
+    if seen:
+        where = _find_constant(obj, "")
+        raise NonFiniteError(f"{where or 'value'}: {seen[0]} is not a number (JSON has no NaN or Infinity)")
+    return obj
+
+
+def _find_constant(node: Any, path: str) -> str | None:
+    if isinstance(node, _Constant):
+        return path
+    if isinstance(node, dict):
+        items: Any = ((f"{path}.{str(k)[:40]}" if path else str(k)[:40], v) for k, v in node.items())
+    elif isinstance(node, list):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(node))
+    else:
+        return None
+    for sub, value in items:
+        found = _find_constant(value, sub)
+        if found is not None:
+            return found
+    return None
 
 
 def json_depth(data: bytes | str, stop_at: int = MAX_DEPTH) -> int:
@@ -48,11 +89,13 @@ def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: 
         raise error(f"{source}: JSON nested deeper than {max_depth} levels")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return json.loads(text, parse_constant=no_constants)
+        return parse(text)
     except UnicodeDecodeError:
         raise error(f"{source}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise error(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except NonFiniteError as exc:
+        raise error(f"{source}: {exc}") from None
     except ValueError as exc:  # NaN / Infinity, or an integer of more than 4300 digits
         raise error(f"{source}: not valid JSON ({str(exc).splitlines()[0][:80]})") from None
     except RecursionError:

@@ -30,13 +30,14 @@ from models.kv_groups import (
 )
 from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config
 from models.safe_json import read_json_file
-from models.strict import flag, whole
+from models.strict import flag, numbers_within, whole
 from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one
 # Upper bounds for config.json shapes: far above any real model (Llama-3-405B: 126 layers, 16384
 # hidden, 128256 vocab), far below what would make the planner's arithmetic absurd.
+MAX_CONFIG_NUMBER = 1e18  # any number in a config.json (rope_theta is ~1e6): larger overflows products
 CONFIG_LIMITS = {
     "hidden_size": 1 << 20, "num_hidden_layers": 1024, "num_attention_heads": 4096, "num_key_value_heads": 4096,
     "head_dim": 4096, "vocab_size": 1 << 24, "intermediate_size": 1 << 22, "max_position_embeddings": 1 << 24,
@@ -307,6 +308,9 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     if "num_hidden_layers" not in cfg and "n_layer" not in cfg and isinstance(cfg.get("text_config"), dict):
         # multimodal wrapper: the text decoder, named as the checkpoint (its architectures, for aiconfigurator)
         cfg = {"architectures": cfg.get("architectures"), **cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
+    # every number in the file finite and within 1e18 before any arithmetic (the fields below have
+    # tighter ranges; this covers the MoE, MLA and linear-attention ones read elsewhere)
+    numbers_within(cfg, source, SpecError, limit=MAX_CONFIG_NUMBER)
     model_type = str(cfg.get("model_type", "")).lower()
     family = FAMILIES.get(model_type, model_type or "llama")
 

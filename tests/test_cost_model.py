@@ -173,7 +173,16 @@ def test_profile_round_trip_and_use_in_scenario(tmp_path):
     (json.dumps({"schema": "kvsim.cost_profile", "schema_version": 9}), "schema_version 9 unsupported"),
     (json.dumps({"schema": "kvsim.cost_profile", "schema_version": 1,
                  "coefficients": {"intercept_s": 1e-3, "per_new_token_s": -1, "per_kv_read_token_s": 0,
-                                  "per_attn_pair_s": 0}}), "per_new_token_s must be a finite number >= 0"),
+                                  "per_attn_pair_s": 0}}), r"coefficients.per_new_token_s: -1 is out of range \[0, 60\]"),
+    # NaN named by its field, not "not valid JSON"; an absurd finite coefficient refused (issue 29)
+    ('{"schema": "kvsim.cost_profile", "schema_version": 1, "coefficients": {"intercept_s": 1e-3, '
+     '"per_new_token_s": NaN, "per_kv_read_token_s": 0, "per_attn_pair_s": 0}}', "coefficients.per_new_token_s: NaN is not a number"),
+    (json.dumps({"schema": "kvsim.cost_profile", "schema_version": 1,
+                 "coefficients": {"intercept_s": 1e300, "per_new_token_s": 0, "per_kv_read_token_s": 0,
+                                  "per_attn_pair_s": 0}}), r"coefficients.intercept_s: 1e\+300 is out of range"),
+    (json.dumps({"schema": "kvsim.cost_profile", "schema_version": 1, "tp": 10**400,
+                 "coefficients": {"intercept_s": 1e-3, "per_new_token_s": 0, "per_kv_read_token_s": 0,
+                                  "per_attn_pair_s": 0}}), "bad.json: tp: 1000.* is out of range"),
     (" " * (1 << 20) + "{}", "too large"),
 ])
 def test_bad_profiles_are_one_line_scenario_errors(tmp_path, content, message):

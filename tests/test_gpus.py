@@ -49,8 +49,13 @@ def test_custom_gpu_from_dict_in_human_units():
 
 @pytest.mark.parametrize(("data", "message"), [
     ({"hbm_gib": 10, "bf16_tflops": 1}, "needs a positive hbm_bandwidth"),
-    ({"hbm_gib": -1, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, "must be a finite number >= 0"),
-    ({"hbm_gib": "80", "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, "must be a finite number"),
+    ({"hbm_gib": -1, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, r"hbm_gib: -1 is out of range \[0, 1,048,576\]"),
+    ({"hbm_gib": "80", "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, "hbm_gib: expected a number, got '80'"),
+    # absurd but finite sizes: refused naming the key as written, never an OverflowError (issue 29)
+    ({"hbm_gib": 1e300, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, r"hbm_gib: 1e\+300 is out of range \[0, 1,048,576\]"),
+    ({"hbm_bytes": 10**400, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1}, "hbm_bytes: 1000000000.* is out of range"),
+    ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1e30}, "bf16_tflops: 1e\\+30 is out of range"),
+    ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "gemm_efficiency": 1.5}, "gemm_efficiency: 1.5 is out of range"),
     ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "tdp": 700}, "unknown key"),
     ([1, 2], "expected a JSON object"),
 ])

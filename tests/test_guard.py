@@ -39,14 +39,19 @@ def test_json_depth_and_constants() -> None:
     assert json_depth('{"a": "[[[[[[[["}') == 1  # brackets inside strings do not count
     with pytest.raises(ValueError, match="nested deeper than 64"):
         loads(deep, error=ValueError, source="f.json")
-    with pytest.raises(ValueError, match="NaN is not a JSON number"):
+    # NaN/Infinity named by the field where they stand, not just "not valid JSON" (issue 29)
+    with pytest.raises(ValueError, match=r"^f.json: a: NaN is not a number \(JSON has no NaN or Infinity\)$"):
         loads('{"a": NaN}', error=ValueError, source="f.json")
+    with pytest.raises(ValueError, match=r"^f.json: b\.c\[1\]: -Infinity is not a number"):
+        loads('{"a": 1, "b": {"c": [0, -Infinity]}}', error=ValueError, source="f.json")
+    with pytest.raises(ValueError, match=r"^f.json: value: Infinity is not a number"):
+        loads('Infinity', error=ValueError, source="f.json")
 
 
 @pytest.mark.parametrize(("data", "message"), [
     (b'{"timestamp": 1, "input_length": ' + b"[" * 5000 + b"]" * 5000 + b', "output_length": 3}\n', "line 1: JSON nested too deeply"),
     (b'{"arrival_s": 0, "input_tokens": true, "output_tokens": 3}\n', "line 1: token count in 'input_tokens' is true"),
-    (b'{"arrival_s": NaN, "input_tokens": 5, "output_tokens": 3}\n', "line 1: NaN is not a JSON number"),
+    (b'{"arrival_s": NaN, "input_tokens": 5, "output_tokens": 3}\n', "line 1: arrival_s: NaN is not a number"),
     (b'{"arrival_s": 1e300, "input_tokens": 5, "output_tokens": 3}\n', "arrival time '1e+300' in 'arrival_s' is implausibly large"),
     (b'{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [123456789012345678901234567890]}\n',
      "line 1: 'hash_ids' must be a list of integers of at most 64 bits"),

@@ -23,7 +23,9 @@ from urllib.parse import urlsplit
 import numpy as np
 import pandas as pd
 
-from models.safe_json import MAX_DEPTH, json_depth, no_constants
+from models.safe_json import MAX_DEPTH, NonFiniteError, json_depth, parse
+from sim.guard import bounded_all, whole
+from sim.guard.limits import MAX_HASH, MAX_TOKENS, MIN_HASH
 from sim.scenario import Scenario, ScenarioError
 from sim.trace import Trace, TraceError
 
@@ -122,7 +124,9 @@ class Snapshot:
         if json_depth(data) > MAX_DEPTH:
             raise SnapshotError(f"{source}: JSON nested deeper than {MAX_DEPTH} levels")
         try:
-            obj = json.loads(data, parse_constant=no_constants)
+            obj = parse(data)
+        except NonFiniteError as exc:
+            raise SnapshotError(f"{source}: {exc}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise SnapshotError(f"{source}: not a JSON snapshot file ({str(exc).splitlines()[0][:80]})") from None
         except (ValueError, RecursionError) as exc:  # NaN/Infinity, a 5000-digit integer
@@ -163,13 +167,14 @@ class Snapshot:
             plan=_check_plan(obj["plan"], source) if obj.get("plan") is not None else None,
         )
         if trace_data is not None:
-            rebuilt = snap.trace()
+            rebuilt = snap.trace(source)
             if rebuilt is not None and rebuilt.digest() != digest:
                 raise SnapshotError(f"{source}: embedded trace does not match trace_digest {digest}")
         return snap
 
-    def trace(self) -> Trace | None:
-        """The embedded trace, rebuilt (same digest as the original), or None when it was too big."""
+    def trace(self, source: str = "snapshot") -> Trace | None:
+        """The embedded trace, rebuilt (same digest as the original), or None when it was too big.
+        `source` is the snapshot file: errors name it first, then the trace inside."""
         if self.trace_data is None:
             return None
         d = self.trace_data
@@ -180,8 +185,10 @@ class Snapshot:
                 session_id=d.get("session_id"), prefix_hashes=d.get("prefix_hashes"),
                 prefix_block_size=d.get("prefix_block_size"),
             )
-        except (TraceError, ValueError, TypeError) as exc:
-            raise SnapshotError(f"snapshot: embedded trace is invalid ({exc})") from None
+        except (TraceError, ValueError, TypeError, OverflowError) as exc:
+            inner = str(d.get("source", "snapshot"))
+            why = str(exc).removeprefix(f"{inner}: ")
+            raise SnapshotError(f"{source}: embedded trace {inner[:80]!r}: {why}") from None
 
 
 def _check_plan(plan: Any, source: str) -> dict[str, Any]:
@@ -333,14 +340,24 @@ def _trace_columns(trace: Trace) -> dict[str, Any]:
     return data
 
 
+MAX_ARRIVAL_S = 1e12  # an embedded trace's arrivals start at 0; 30,000 years is corrupt data
+MAX_PREFIX_BLOCK = 1 << 20
+
+
 def _check_trace_data(d: Any, source: str) -> None:
+    """The embedded trace's columns, every value bounded (sim.guard) before numpy or the digest sees
+    it: a 90-bit hash id or a 1e30 token count is named with its row, never an OverflowError."""
     if not isinstance(d, dict):
         raise SnapshotError(f"{source}: trace must be an object or null")
     lengths = set()
-    for key in ("arrival_s", "input_tokens", "output_tokens"):
+    for key, hi, integer in (("arrival_s", MAX_ARRIVAL_S, False), ("input_tokens", MAX_TOKENS, True),
+                             ("output_tokens", MAX_TOKENS, True)):
         col = d.get(key)
-        if not isinstance(col, list) or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in col):
+        if not isinstance(col, list):
             raise SnapshotError(f"{source}: trace.{key} must be a list of numbers")
+        if len(col) > MAX_FRAME_ROWS:
+            break
+        bounded_all(col, f"{source}: trace.{key}", 0 if key == "arrival_s" else 1, hi, SnapshotError, integer=integer)
         lengths.add(len(col))
     if len(lengths) != 1 or lengths.pop() > MAX_FRAME_ROWS:
         raise SnapshotError(f"{source}: trace columns must have one common length (at most {MAX_FRAME_ROWS:,})")
@@ -348,9 +365,12 @@ def _check_trace_data(d: Any, source: str) -> None:
         raise SnapshotError(f"{source}: trace.session_id must be a list of strings")
     if "prefix_hashes" in d:
         ph = d["prefix_hashes"]
-        ok = isinstance(ph, list) and all(isinstance(x, list) and all(isinstance(v, int) for v in x) for x in ph)
-        if not ok or not isinstance(d.get("prefix_block_size"), int):
-            raise SnapshotError(f"{source}: trace.prefix_hashes must be lists of ints with a prefix_block_size")
+        if not isinstance(ph, list) or len(ph) != len(d["input_tokens"]) or not all(isinstance(x, list) for x in ph):
+            raise SnapshotError(f"{source}: trace.prefix_hashes must be one list of ints per request")
+        whole(d.get("prefix_block_size"), f"{source}: trace.prefix_block_size", 1, MAX_PREFIX_BLOCK, SnapshotError)
+        for row, hashes in enumerate(ph, start=1):
+            bounded_all(hashes, f"{source}: trace.prefix_hashes row {row}", MIN_HASH, MAX_HASH, SnapshotError,
+                        integer=True, row="item")
 
 
 def _need(obj: Mapping[str, Any], key: str, typ: type, source: str) -> Any:

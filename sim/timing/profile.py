@@ -8,7 +8,6 @@ form over the step shape; docs/CALIBRATION.md has both.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 
 from models.safe_json import read_json_file
 from sim.errors import ScenarioError
+from sim.guard import bounded, numbers_within
 
 PROFILE_SCHEMA = "kvsim.cost_profile"
 PROFILE_VERSION = 1  # what fit_profile (the linear v1 form) writes
@@ -24,6 +24,7 @@ PROFILE_VERSIONS = (1, 2)
 MAX_PROFILE_BYTES = 1 << 20
 COEFFICIENTS = ("intercept_s", "per_new_token_s", "per_kv_read_token_s", "per_attn_pair_s")
 # v2: step = intercept + per_seq x S + max(per_token x T, weights) + per_prefill_pair x Pp + per_kv_token x (Kd + Kp)
+MAX_COEFFICIENT_S = 60.0  # seconds per step, per token or per pair: a minute is corrupt, not slow
 COEFFICIENTS_V2 = ("intercept_s", "per_seq_s", "per_token_s", "weights_s", "per_prefill_pair_s", "per_kv_token_s")
 
 
@@ -106,9 +107,8 @@ def validate_profile(data: Any, source: str = "profile") -> dict[str, Any]:
         raise ProfileError(f"{source}: missing 'coefficients' object")
     names = COEFFICIENTS if version == 1 else COEFFICIENTS_V2
     for name in names:
-        value = coef.get(name)
-        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-            raise ProfileError(f"{source}: coefficients.{name} must be a finite number >= 0, got {value!r}")
+        bounded(coef.get(name), f"{source}: coefficients.{name}", 0.0, MAX_COEFFICIENT_S, ProfileError)
+    numbers_within(data, source, ProfileError)  # metadata and fit figures: finite, no overflow
     if coef["intercept_s"] + coef.get("per_new_token_s", 0) + coef.get("weights_s", 0) + coef.get("per_token_s", 0) <= 0:
         raise ProfileError(f"{source}: coefficients give zero step time")
     return {**data, "coefficients": {name: float(coef[name]) for name in names}}

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.safe_json import MAX_DEPTH, json_depth, no_constants
+from models.safe_json import MAX_DEPTH, NonFiniteError, json_depth, parse
 from sim.trace.model import TraceError, TraceFormat
 
 DETECT_LINES = 100  # objects read to detect the format before streaming the rest
@@ -25,7 +25,9 @@ CHUNK = 65_536  # rows gathered as Python objects before they become a typed fra
 
 def _parse(raw: bytes | str, name: str, where: str) -> Any:
     try:
-        return json.loads(raw, parse_constant=no_constants)
+        return parse(raw)
+    except NonFiniteError as exc:  # names the key: "line 3: timestamp: NaN is not a number"
+        raise TraceError(f"{name}: {where}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise TraceError(f"{name}: {where}: malformed JSON ({exc.msg}, column {exc.colno})") from None
     except UnicodeDecodeError as exc:

@@ -97,6 +97,8 @@ def _check_binary(data: bytes, name: str) -> None:
         raise TraceError(f"{name}: line {line}: binary data (NUL byte at offset {nul}), expected UTF-8 CSV or JSONL text")
     if not data.strip():
         raise TraceError(f"{name}: empty file")
+    if not data.removeprefix(b"\xef\xbb\xbf").strip():
+        raise TraceError(f"{name}: empty file (a UTF-8 byte-order mark and nothing else)")
 
 
 def _check_utf8(data: bytes, name: str) -> None:

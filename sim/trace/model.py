@@ -61,9 +61,9 @@ class Trace:
         history: tuple[str, ...] = (),
     ) -> Trace:
         """Sort by arrival (stable, with a warning if needed), re-zero, check types and positivity."""
-        arrival = np.asarray(arrival_s, dtype=np.float64)
-        inp = np.asarray(input_tokens, dtype=np.int64)
-        out = np.asarray(output_tokens, dtype=np.int64)
+        arrival = _column(arrival_s, np.float64, "arrival time", source)
+        inp = _column(input_tokens, np.int64, "input_tokens", source)
+        out = _column(output_tokens, np.int64, "output_tokens", source)
         n = len(arrival)
         if n == 0:
             raise TraceError(f"{source}: no requests")
@@ -140,7 +140,7 @@ class Trace:
             lists = self.df["prefix_hashes"].tolist()
             h.update(np.asarray([len(x) for x in lists], dtype=np.int64).tobytes())
             flat = [v for x in lists for v in x]
-            h.update(np.asarray(flat, dtype=np.int64).tobytes())
+            h.update(_hash_bytes(flat))
         return h.hexdigest()[:16]
 
     def __hash__(self) -> int:
@@ -188,6 +188,30 @@ class Trace:
         if self.warnings:
             summary["warnings"] = list(self.warnings)
         return summary
+
+
+def _column(values: Any, dtype: type, name: str, source: str) -> np.ndarray:
+    """A numeric column as numpy; a value numpy cannot hold (a 1e30 count, a string) is one TraceError
+    line naming the row, never an OverflowError (readers bound their values first; this is the net)."""
+    try:
+        return np.asarray(values, dtype=dtype)
+    except (OverflowError, ValueError, TypeError):
+        for row, value in enumerate(values, start=1):
+            try:
+                np.asarray(value, dtype=dtype)
+            except (OverflowError, ValueError, TypeError):
+                raise TraceError(f"{source}: row {row}: {name} {str(value)[:40]!r} is not a "
+                                 f"{'number' if dtype is np.float64 else 'whole number of at most 64 bits'}") from None
+        raise TraceError(f"{source}: {name} is not a column of numbers") from None
+
+
+def _hash_bytes(flat: list[int]) -> bytes:
+    """Prefix hash ids as 8 bytes each: int64 two's complement, so an unsigned id >= 2**63 (Mooncake's
+    ids are unsigned 64-bit) has the bytes of its int64 alias; digests of signed ids are unchanged."""
+    try:
+        return np.asarray(flat, dtype=np.int64).tobytes()
+    except OverflowError:
+        return np.asarray([v & 0xFFFF_FFFF_FFFF_FFFF for v in flat], dtype=np.uint64).tobytes()
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:
