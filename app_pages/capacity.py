@@ -10,7 +10,15 @@ from sim.guard.text import public_error
 from sim.memory.capacity import TP_CHOICES
 from sim.report import charts
 from ui import bounded
-from ui.capacity_view import answer, budget_parts, group_parts, need_columns, planner_tables, seed_columns
+from ui.capacity_view import (
+    answer,
+    budget_parts,
+    group_parts,
+    need_columns,
+    planner_tables,
+    seed_columns,
+    vllm_pool_view,
+)
 from ui.glossary import show_glossary
 
 BIND = "query-params"
@@ -64,6 +72,11 @@ except (SpecError, ValueError) as exc:
     st.error(public_error(exc))
     st.stop()
 st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")
+pool_sentence, pool_terms = vllm_pool_view(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
+                                           weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], context=int(context))
+st.markdown("**vLLM's own pool (num_gpu_blocks)**: " + pool_sentence)
+if not pool_terms.empty:
+    st.dataframe(pool_terms, hide_index=True, key="cap-vllm-pool")
 
 st.subheader(f"KV layer groups of one {int(context):,}-token sequence")
 st.caption("Sliding-window and chunked layers keep a bounded window, MLA one latent per token (not split "

@@ -77,3 +77,18 @@ def test_seed_table_headers_are_short_enough_to_fit():
     shown = json.loads(at.dataframe[1].proto.columns)
     assert [shown[f"sequences at {k}K"]["label"] for k in (2, 8, 32, 128)] == ["at 2K", "at 8K", "at 32K", "at 128K"]
     assert "sequences at 128K" in at.dataframe[1].value
+
+
+def test_vllm_pool_beside_the_budget():
+    """Beside the pie: the pool vLLM itself would size (num_gpu_blocks) and its terms."""
+    from models.gpus import get_gpu
+    from models.spec import load_spec
+    from sim.memory.vllm_profile import vllm_memory_profile
+
+    at = page()
+    assert not at.exception and not at.error
+    blocks = vllm_memory_profile(load_spec("qwen2.5-7b"), get_gpu("h100-sxm")).num_gpu_blocks
+    text = " ".join(m.value for m in at.markdown)
+    assert f"would size {blocks:,} blocks" in text and "Maximum concurrency" in text
+    terms = [d.value for d in at.dataframe if "term" in d.value.columns][0]
+    assert terms["term"].iloc[-1] == "= KV pool" and len(terms) == 7

@@ -100,3 +100,32 @@ def group_parts(model: str, context: int, *, kv_dtype: str, tp: int) -> dict[str
     return {g.label(): {"kept": kept[g.label()],
                         "all tokens": context * g.bytes_per_token(kv_dtype, tp) + g.state_bytes(tp)}
             for g in spec.groups}
+
+
+def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str,
+                   context: int) -> tuple[str, pd.DataFrame]:
+    """(one sentence, the terms table) of the pool vLLM itself would size: num_gpu_blocks beside the
+    budget pie, from sim.memory.vllm_profile (its default version's accounting)."""
+    from sim.memory.vllm_profile import add_vllm_pool
+
+    spec, g = load_spec(model), get_gpu(gpu)
+    table = capacity_table(spec, g, [context], tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                           gpu_mem_util=gpu_mem_util)
+    add_vllm_pool(table, spec, g)
+    a, row = table["assumptions"], table["rows"][0]
+    v = a["vllm_memory"]
+    if a["num_gpu_blocks"] is None:
+        return f"vLLM's own pool is not modelled for this model: {v['skipped']}", pd.DataFrame()
+    log = a["vllm_logged_max_concurrency"]
+    sentence = (f"vLLM {v['vllm_version']} would size {a['num_gpu_blocks']:,} blocks of {v['layout']['block_size']} tokens "
+                f"({v['available_kv_bytes'] / GiB:.2f} GiB): {row['vllm_max_concurrent']:,} sequences of {context:,} tokens. "
+                f"Its start-up log would say 'Maximum concurrency for {log['max_model_len']:,} tokens per request: "
+                f"{log['concurrency']:.2f}x': {log['why_it_differs']}")
+    terms = [("CUDA total x utilisation", v["requested_bytes"], v["cuda_total_source"]),
+             ("weights", -v["weights_bytes"], "parameter bytes / tp"),
+             ("profile-run peak", -v["transient_peak_bytes"], v["sources"]["forward_peak"]),
+             ("sampler buffer", -v["sampler_buffer_bytes"], v["sources"]["sampler"]),
+             ("runtime residual", -v["runtime_residual_bytes"], v["sources"]["runtime_residual"]),
+             ("CUDA graphs", -v["cudagraph_bytes"], v["sources"]["cudagraph"]),
+             ("= KV pool", v["available_kv_bytes"], v["sources"]["num_gpu_blocks"])]
+    return sentence, pd.DataFrame([{"term": t, "GiB": round(b / GiB, 2), "source": s} for t, b, s in terms])
