@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = REPO / "samples"
-SHARED_TRACES = REPO.parent / "shared" / "traces"
+SHARED_TRACES = Path(os.environ.get("KVSIM_SHARED_TRACES") or REPO.parent / "shared" / "traces")  # worktrees: set it
 
 
 @pytest.fixture(scope="session")

@@ -109,7 +109,8 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
     steps = rec.frame()
     queries = sum(len(q.prompt) for q in reqs) if cfg.prefix_caching else 0
     # the verdicts the simulator's summary carries, read from the measured frames the same way
-    verdicts = verdict.load_summary(requests["arrival_s"].to_numpy(), requests["admitted_s"].to_numpy())
+    verdicts = verdict.load_summary(requests["arrival_s"].to_numpy(), requests["admitted_s"].to_numpy(),
+                                    finish_s=requests["finish_s"].to_numpy())
     verdicts["binding"] = verdict.binding_of(steps, max_num_seqs=cfg.max_num_seqs,
                                              max_batched_tokens=cfg.max_num_batched_tokens).binding
     summary = metrics.summarize(

@@ -97,20 +97,43 @@ def rejection_fix(summary: Mapping[str, Any]) -> Fix | None:
     return None
 
 
+def overload_reasons(load: Mapping[str, Any]) -> str:
+    """What users felt, in words (sim.run.verdict: the queue, backlog and growth rules)."""
+    def num(key: str) -> float | None:
+        v = load.get(key)
+        return float(v) if isinstance(v, (int, float)) else None
+
+    reasons = load.get("reasons")
+    if reasons is None:  # a summary from before the queue and backlog rules: the trend alone
+        reasons = ["growing"]
+    q, svc, drain = num("queue_p50_s"), num("service_mean_s"), num("drain_s")
+    arrive, started = num("arrival_rate_rps"), num("started_rate_rps")
+    words = []
+    if "queue" in reasons:
+        text = "the median request waited " + (f"{q:,.1f} s" if q is not None else "without end") + " in the queue"
+        words.append(text + (f", against {svc:,.1f} s to serve it" if svc is not None else ""))
+    if "backlog" in reasons:
+        waiting = int(load.get("waiting_at_end") or 0)
+        words.append(f"{waiting:,} requests were waiting at the last arrival, "
+                     + (f"{drain:,.0f} s of work at the rate requests started" if drain is not None else "and none was starting"))
+    if "growing" in reasons:
+        text = "the queue was still growing when arrivals stopped"
+        if arrive is not None and started is not None:
+            text += f" ({arrive:,.2f} requests/s arrived and {started:,.2f}/s started in the second half)"
+        words.append(text)
+    return "; ".join(words)
+
+
 def load_verdict(summary: Mapping[str, Any]) -> str | None:
     """A warning sentence when the run could not keep up with its arrivals, else None."""
     if not summary.get("overloaded"):
         return None
     load = summary.get("load") or {}
-    arrive, started = load.get("arrival_rate_rps"), load.get("started_rate_rps")
-    text = "Overloaded: this configuration cannot keep up with the trace; the queue was still growing when arrivals stopped"
-    if isinstance(arrive, (int, float)) and isinstance(started, (int, float)):
-        text += (f" (in the second half of the arrivals {arrive:,.2f} requests/s arrived and {started:,.2f}/s "
-                 f"started; {int(load.get('waiting_at_end') or 0):,} waiting at the last arrival)")
+    text = f"Overloaded: this configuration cannot keep up with the trace: {overload_reasons(load)}"
     binding = summary.get("binding")
     if binding:
         text += f". Binding resource: {BINDING_WORDS.get(str(binding), str(binding))}"
-    return text + ". Latencies grow with the trace's length; serve less load (a smaller load x K, --speedup) or add capacity."
+    return text + ". Serve less load (a smaller load x K, --speedup) or add capacity."
 
 
 def context_warning(summary: Mapping[str, Any]) -> str | None:
@@ -139,9 +162,9 @@ def compared_verdicts(summaries: Mapping[str, Mapping[str, Any]]) -> list[str]:
         arrive = next(((s.get("load") or {}).get("arrival_rate_rps") for s in over.values()), None)
         arrived = f" while {arrive:,.2f} requests/s arrived" if isinstance(arrive, (int, float)) else ""
         whom = "no run keeps up" if len(over) == len(summaries) else f"{len(over)} of {len(summaries)} runs cannot keep up"
-        out.append(f"Overloaded: {whom} with the trace (the queue was still growing when arrivals "
-                   f"stopped){arrived}: {', '.join(each)}. Their latencies grow with the trace's length; serve less "
-                   "load (a smaller load x K) or add capacity.")
+        felt = "; ".join(f"{name}: {overload_reasons(s.get('load') or {})}" for name, s in over.items())
+        out.append(f"Overloaded: {whom} with the trace{arrived}: {', '.join(each)}. What users feel: {felt}. "
+                   "Serve less load (a smaller load x K) or add capacity.")
     unserved = {name: not_served(s) for name, s in summaries.items() if _int(s, "rejected") or _int(s, "unfinished")}
     if unserved:
         lines = set(unserved.values())

@@ -271,7 +271,8 @@ class Simulation:
             **scenario_vllm_pool(s.scenario, s.deployment.spec, s.deployment.gpu),
         )
         steps = self.rec.frame()
-        info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED))
+        info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED,
+                                          s.table.finish_s))
         sc = s.scenario
         info["binding"] = verdict.binding_of(steps, max_num_seqs=sc.max_num_seqs, max_batched_tokens=sc.max_batched_tokens,
                                              replicas=len(reps)).binding

@@ -75,25 +75,35 @@ def binding_detail(result: SimResult) -> Binding:
                       replicas=sc.replicas)
 
 
-# ----- overloaded: is the queue still growing when arrivals stop? ------------------------------
-# `overloaded(...)`: could this configuration keep up with the trace's arrivals? Over the second
-# half of the arrival window (first half skipped: the pipeline is still filling), count requests
-# that arrived and requests the engine started (first admission). The waiting queue grows by
-# exactly their difference. The run is overloaded when that growth is more than OVERLOAD_MARGIN of
-# the arrivals (arrival rate above 1 / (1 - margin) = 1.25x the rate requests are taken in) and at
-# least MIN_QUEUE_GROWTH requests: the queue is still growing when arrivals stop, and every later
-# request waits longer than the one before. Admissions, not finishes: on a trace shorter than a
-# request's decode time few requests finish inside the window even when none waits.
-#
-# Rejected requests never enter the queue, so they count neither as arrivals nor as served.
+# ----- overloaded: what users feel --------------------------------------------------------------
+# `overloaded(...)`: could this configuration keep up with the trace's arrivals? A run is overloaded
+# when any of three things holds (`Load.reasons`), each a thing its users feel:
+# - "queue": the median request waited in the queue (arrival to first admission) more than
+#   QUEUE_SERVICE_RATIO x the mean service time (admission to last token) and more than MIN_QUEUE_S:
+#   most users wait longer for a seat than for their answer;
+# - "backlog": the requests still waiting at the last arrival take more than DRAIN_LIMIT_S to start
+#   at the rate requests were being started (and are at least MIN_QUEUE_GROWTH);
+# - "growing": over the second half of the arrival window (the first half fills the pipeline) more
+#   requests arrived than started, by more than OVERLOAD_MARGIN of the arrivals and at least
+#   MIN_QUEUE_GROWTH: the queue is still growing when arrivals stop.
+# The trend alone once read a queue hours long as healthy on a trace whose rate falls in its second
+# half (the Azure conversation trace: contiguous llama-3.1-70b TP4 at x0.7711, TTFT p50 1,228 s).
+# Admissions, not finishes, count as served: on a trace shorter than a request's decode time few
+# requests finish inside the window even when none waits. Rejected requests never enter the queue,
+# so they count nowhere. An offline replay (every request at one instant) has no arrival process to
+# keep up with and is never overloaded.
 
 OVERLOAD_MARGIN = 0.20  # backlog growth as a share of the window's arrivals
 MIN_QUEUE_GROWTH = 10  # requests: below this, edge effects of a short trace, not overload
+QUEUE_SERVICE_RATIO = 2.0  # median queueing delay against the mean service time
+MIN_QUEUE_S = 1.0  # a median wait below a second is not an overload, whatever the service time
+DRAIN_LIMIT_S = 60.0  # a backlog that takes longer than this to start is one users feel
 
 
 @dataclass(frozen=True)
 class Load:
-    """Arrivals against service over the second half of the arrival window (summary key `load`)."""
+    """Arrivals against service (summary key `load`): the second half of the arrival window, and the
+    queueing delay and backlog over the whole run."""
 
     window_start_s: float
     window_end_s: float
@@ -102,43 +112,72 @@ class Load:
     arrival_rate_rps: float | None  # None for an offline replay (every request at one instant)
     started_rate_rps: float | None
     waiting_at_end: int  # arrived by the last arrival and not yet started then
+    queue_p50_s: float | None = None  # median arrival -> first admission (never admitted: infinite)
+    service_mean_s: float | None = None  # mean first admission -> last token, finished requests
+    drain_s: float | None = None  # waiting_at_end / started_rate_rps (inf when nothing started)
 
     @property
     def growth(self) -> int:
         return self.arrivals - self.started
 
     @property
+    def reasons(self) -> tuple[str, ...]:
+        """Which of "queue", "backlog", "growing" hold (module comment above); () = keeps up."""
+        if self.arrival_rate_rps is None:
+            return ()
+        out = []
+        q, svc = self.queue_p50_s, self.service_mean_s
+        if q is not None and q > MIN_QUEUE_S and q > QUEUE_SERVICE_RATIO * (svc or 0.0):
+            out.append("queue")
+        if self.drain_s is not None and self.waiting_at_end >= MIN_QUEUE_GROWTH and self.drain_s > DRAIN_LIMIT_S:
+            out.append("backlog")
+        if self.growth >= MIN_QUEUE_GROWTH and self.growth > OVERLOAD_MARGIN * self.arrivals:
+            out.append("growing")
+        return tuple(out)
+
+    @property
     def overloaded(self) -> bool:
-        return self.growth >= MIN_QUEUE_GROWTH and self.growth > OVERLOAD_MARGIN * self.arrivals
+        return bool(self.reasons)
 
 
-def load(arrival_s: np.ndarray, admitted_s: np.ndarray, rejected: np.ndarray | None = None) -> Load:
-    """The Load of one run: arrival and first-admission times in seconds (NaN = never started)."""
+def load(arrival_s: np.ndarray, admitted_s: np.ndarray, rejected: np.ndarray | None = None,
+         finish_s: np.ndarray | None = None) -> Load:
+    """The Load of one run: arrival, first-admission and finish times in seconds (NaN = never)."""
     arrival = np.asarray(arrival_s, dtype=float)
     admitted = np.asarray(admitted_s, dtype=float)
+    finish = np.full(arrival.shape, np.nan) if finish_s is None else np.asarray(finish_s, dtype=float)
     if rejected is not None:
         keep = ~np.asarray(rejected, dtype=bool)
-        arrival, admitted = arrival[keep], admitted[keep]
+        arrival, admitted, finish = arrival[keep], admitted[keep], finish[keep]
     if not arrival.size:
         return Load(0.0, 0.0, 0, 0, None, None, 0)
     first, last = float(arrival.min()), float(arrival.max())
     start = (first + last) / 2
     started_by_end = np.isfinite(admitted) & (admitted <= last)
     waiting = int(arrival.size - started_by_end.sum())
+    queue = np.where(np.isfinite(admitted), admitted - arrival, np.inf)
+    served = np.isfinite(admitted) & np.isfinite(finish)
+    service = float((finish[served] - admitted[served]).mean()) if served.any() else None
     if last <= first:  # offline replay: no arrival process to keep up with
-        return Load(first, last, 0, 0, None, None, waiting)
+        return Load(first, last, 0, 0, None, None, waiting, float(np.median(queue)), service)
     arrivals = int(((arrival > start) & (arrival <= last)).sum())
     started = int((started_by_end & (admitted > start)).sum())
     span = last - start
-    return Load(start, last, arrivals, started, arrivals / span, started / span, waiting)
+    started_rate = started / span
+    drain = waiting / started_rate if started_rate > 0 else (np.inf if waiting else 0.0)
+    return Load(start, last, arrivals, started, arrivals / span, started_rate, waiting,
+                float(np.median(queue)), service, float(drain))
 
 
-def overloaded(arrival_s: np.ndarray, admitted_s: np.ndarray, rejected: np.ndarray | None = None) -> bool:
-    """True when the queue is still growing as arrivals stop (see the module docstring)."""
-    return load(arrival_s, admitted_s, rejected).overloaded
+def overloaded(arrival_s: np.ndarray, admitted_s: np.ndarray, rejected: np.ndarray | None = None,
+               finish_s: np.ndarray | None = None) -> bool:
+    """True when users would feel the run falling behind (see the comment above `Load`)."""
+    return load(arrival_s, admitted_s, rejected, finish_s).overloaded
 
 
-def load_summary(arrival_s: np.ndarray, admitted_s: np.ndarray, rejected: np.ndarray | None = None) -> dict[str, Any]:
-    """Summary keys `overloaded` and `load` (docs/METRICS.md)."""
-    result = load(arrival_s, admitted_s, rejected)
-    return {"overloaded": result.overloaded, "load": asdict(result)}
+def load_summary(arrival_s: np.ndarray, admitted_s: np.ndarray, rejected: np.ndarray | None = None,
+                 finish_s: np.ndarray | None = None) -> dict[str, Any]:
+    """Summary keys `overloaded` and `load` (docs/METRICS.md); `load.reasons` says which rule held."""
+    result = load(arrival_s, admitted_s, rejected, finish_s)
+    fields = {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in asdict(result).items()}
+    return {"overloaded": result.overloaded, "load": {**fields, "reasons": list(result.reasons)}}  # JSON: no inf
