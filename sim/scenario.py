@@ -22,11 +22,16 @@ from sim.core.kv.placement import PLACEMENTS
 from sim.core.kv.registry import ALLOCATORS
 from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.core.preemption import PREEMPTION_MODES
+from sim.core.tiers.policy import TIER_POLICIES
 from sim.errors import ScenarioError
 from sim.guard import limits
 from sim.timing.sources import COST_SOURCES
 
 __all__ = ["CHOICES", "Scenario", "ScenarioError"]
+
+TIER_MAX_GIB = 1 << 20  # 1 PiB: a remote store may be far larger than any GPU budget
+TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0.0, "tier_policy": "write-through",
+                 "host_link_gb_s": None, "offload_layers": 0.0}
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
 CHOICES: dict[str, Registry[Any]] = {
@@ -37,6 +42,7 @@ CHOICES: dict[str, Registry[Any]] = {
     "cost_source": COST_SOURCES,
     "kv_dtype": KV_DTYPES,
     "weight_dtype": WEIGHT_DTYPES,
+    "tier_policy": TIER_POLICIES,
 }
 
 
@@ -71,6 +77,16 @@ class Scenario:
     chunked_prefill: bool = True
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
+    # KV tiers below the GPU pool (sim/core/tiers/, docs/TIERS.md): GiB per replica (CPU), per node
+    # (NVMe), for the run (remote store); 0 = none. host_link_gb_s: PCIe GB/s per GPU and direction
+    # (None: the GPU entry's). offload_layers: fraction of layers whose KV lives in CPU memory and is
+    # streamed every decode step (FlexGen-style).
+    cpu_tier_gib: float = 0.0
+    nvme_tier_gib: float = 0.0
+    remote_tier_gib: float = 0.0
+    tier_policy: str = "write-through"
+    host_link_gb_s: float | None = None
+    offload_layers: float = 0.0
     static_batch: int | None = None  # static-batching baseline with this batch size
     # Load: the trace replayed `speedup` times faster (arrival times divided by it; 2 = twice the rate).
     speedup: float = 1.0
@@ -106,6 +122,11 @@ class Scenario:
             number(self.kv_budget_gib, "scenario: kv_budget_gib", 0.0, limits.MAX_GIB, ScenarioError, lo_open=True)
         number(self.speedup, "scenario: speedup", limits.MIN_SPEEDUP, limits.MAX_SPEEDUP, ScenarioError)
         number(self.swap_space_gib, "scenario: swap_space_gib", 0.0, limits.MAX_GIB, ScenarioError)
+        for name in ("cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib"):
+            number(getattr(self, name), f"scenario: {name}", 0.0, TIER_MAX_GIB, ScenarioError)
+        if self.host_link_gb_s is not None:
+            number(self.host_link_gb_s, "scenario: host_link_gb_s", 0.0, 10_000.0, ScenarioError, lo_open=True)
+        number(self.offload_layers, "scenario: offload_layers", 0.0, 0.99, ScenarioError)
         number(self.api_overhead_s, "scenario: api_overhead_s", 0.0, 60.0, ScenarioError)
         number(self.expert_imbalance, "scenario: expert_imbalance", 1.0, 64.0, ScenarioError)
         for name in ("prefix_caching", "chunked_prefill", "expert_parallel"):
@@ -162,6 +183,9 @@ class Scenario:
         data = self.to_dict()
         if data.get("speedup") == 1.0:  # added later: runs at the recorded rate keep their digests
             data.pop("speedup")
+        for name, default in TIER_DEFAULTS.items():  # added later (issue 26): untiered runs keep their digests
+            if data.get(name) == default:
+                data.pop(name)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def replace(self, **changes: Any) -> Scenario:

@@ -18,6 +18,8 @@ from sim.core.kv.placement import PLACEMENTS
 from sim.core.kv.registry import ALLOCATORS
 from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.core.preemption import PREEMPTION_MODES
+from sim.core.tiers.kinds import TIERS
+from sim.core.tiers.policy import TIER_POLICIES
 from sim.timing.sources import COST_SOURCES
 from sim.trace.registry import FORMATS
 from ui.pages import PAGES
@@ -58,6 +60,10 @@ def render() -> str:
                ((f"`{g.name}`", g.label, f"{g.hbm_gib:.1f}", f"{g.hbm_bandwidth / 1e9:,.0f}") for g in GPUS.values())),
         _table("Links (`--kv-link`)", "models/links.py", ("name", "GB/s per direction", "latency (us)", "scope", "source"),
                ((f"`{k.name}`", f"{k.bandwidth / 1e9:g}", f"{k.latency_s * 1e6:g}", k.scope, k.source) for k in LINKS.values())),
+        _simple("KV tier policies (`--tier-policy`)", "sim/core/tiers/policy.py", TIER_POLICIES),
+        _table("KV tiers (`--cpu-tier-gib`, `--nvme-tier-gib`, `--remote-tier-gib`)", "sim/core/tiers/kinds.py",
+               ("name", "medium", "one per", "source"),
+               ((f"`{k.name}`", k.medium, k.scope, k.source) for k in TIERS.values())),
         _table("Models (`--model`)", "models/catalog/ (one JSON file per model)",
                ("name", "family", "layers", "kv heads", "context"),
                ((f"`{n}`", s.family, s.num_layers, s.num_kv_heads, f"{s.max_position_embeddings:,}")

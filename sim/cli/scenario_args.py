@@ -15,7 +15,8 @@ from sim.scenario import CHOICES, Scenario
 FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
-          "cost_source", "api_overhead_s", "seed", "speedup")
+          "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
+          "tier_policy", "host_link_gb_s", "offload_layers")
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -54,6 +55,16 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=d.chunked_prefill)
     g.add_argument("--preemption", default=d.preemption, choices=CHOICES["preemption"].names())
     g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
+    g.add_argument("--cpu-tier-gib", type=float, default=d.cpu_tier_gib,
+                   help="KV tier in CPU DRAM per replica, GiB (0: none; docs/TIERS.md)")
+    g.add_argument("--nvme-tier-gib", type=float, default=d.nvme_tier_gib, help="KV tier on local NVMe per node, GiB")
+    g.add_argument("--remote-tier-gib", type=float, default=d.remote_tier_gib,
+                   help="shared remote KV store (Mooncake Store, LMCache server), GiB")
+    g.add_argument("--tier-policy", default=d.tier_policy, choices=CHOICES["tier_policy"].names(),
+                   help="when blocks go to the lower tiers (default %(default)s)")
+    g.add_argument("--host-link-gb-s", type=float, help="GPU-host link GB/s per GPU and direction (default: the GPU entry's)")
+    g.add_argument("--offload-layers", type=float, default=d.offload_layers, metavar="F",
+                   help="fraction of layers whose KV lives in CPU memory, read over the host link every decode step")
     g.add_argument("--static-batch", type=int, metavar="B", help="static-batching baseline with batch size B")
     g.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
     g.add_argument("--cost-source", default=d.cost_source, choices=CHOICES["cost_source"].names(),

@@ -49,6 +49,8 @@ from sim.core.decode_run import DecodeBatch
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 from sim.core.step_types import StepPlan
+from sim.core.tiers import admission as tier_admission
+from sim.core.tiers.stack import TierStack
 
 _count = np.count_nonzero  # cheap on small batches
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
@@ -104,6 +106,7 @@ class Scheduler(interfaces.Scheduler):
         self.peak_used_blocks = 0
         self._decode_batch: DecodeBatch | None = None
         self.remote = RemoteKV()  # requests whose KV arrives from elsewhere (sim/core/remote_kv.py)
+        self.tiers: TierStack | None = None  # KV tiers below the GPU pool (sim/core/tiers/)
 
     # --- queue state ----------------------------------------------------------------------------
     @property
@@ -169,6 +172,8 @@ class Scheduler(interfaces.Scheduler):
         remote = self.remote
         if remote.loading or remote.releases:
             remote_kv.apply_due(self, now)
+        if self.tiers is not None:
+            self.tiers.now = now
         t, cfg = self.t, self.cfg
         budget = cfg.max_batched_tokens
         run = self.running_ids()
@@ -285,11 +290,12 @@ class Scheduler(interfaces.Scheduler):
         t, alloc = self.t, self.alloc
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             r = self.waiting[0]
-            if r in self.remote.expected:
-                if not remote_kv.reserve_head(self, r, now):
+            hashes = self.prefix_hashes(r)
+            loaded = self._admit_loading(r, hashes, now)
+            if loaded is not None:  # its KV comes from elsewhere: reserved, or the queue waits
+                if not loaded:
                     break
                 continue
-            hashes = self.prefix_hashes(r)
             n = self._admission_chunk(r, budget, hashes)
             reserve = int(t.reserve[r])
             if n == 0 or not self._can_admit(r, n, hashes):
@@ -317,6 +323,17 @@ class Scheduler(interfaces.Scheduler):
             plan.prefill_tokens.append(compute)
             plan.prefill_end.append(n)
             budget -= compute
+
+    def _admit_loading(self, r: int, hashes: Sequence[int] | None, now: float) -> bool | None:
+        """Admit head request r on the remote-KV path if its KV comes from elsewhere: a handoff
+        (sim/core/remote_kv.py) or lower KV tiers (sim/core/tiers/admission.py). None: it does not;
+        False: it does but its blocks do not fit now."""
+        if r in self.remote.expected:
+            return remote_kv.reserve_head(self, r, now)
+        if self.tiers is None or hashes is None:
+            return None
+        found = tier_admission.lower_hits(self, r, hashes)
+        return None if found is None else tier_admission.admit_loading(self, r, hashes, *found, now)
 
     def _start_running(self, r: int) -> None:
         self.running.append(r)

@@ -40,6 +40,8 @@ from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
 from sim.run.modelled_step import ModelledExecutor
+from sim.run.tier_metrics import tier_summary
+from sim.run.tier_setup import TierFleet, build_tiers, host_link_bandwidth
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 from sim.trace.model import Trace
@@ -83,6 +85,7 @@ class Setup:
     rejected_reasons: dict[str, int] = field(default_factory=dict)  # reason -> count (summary key)
     longest_prompt: int = 0  # tokens, over the whole trace: what max_model_len must exceed
     model_context: int = 0  # the model's own context window (max_position_embeddings)
+    tiers: TierFleet | None = None  # KV tiers below the GPU pools (sim/run/tier_setup.py), if any
 
 
 def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: Allocator) -> np.ndarray:
@@ -151,10 +154,16 @@ def build(trace: Trace, target: Scenario | Deployment) -> Setup:
             sched = Scheduler(table, alloc, cfg, hashes)
         mine = ids[i :: scenario.replicas]
         replicas.append(Replica(i, alloc, sched, mine.tolist(), seen[mine].tolist()))
-    return Setup(table, replicas, cost, dep.gpu.host_link_bandwidth, max_len,
+    tiers = build_tiers(scenario, dep, len(replicas))
+    if tiers is not None:
+        for rep, stack in zip(replicas, tiers.stacks, strict=True):
+            rep.alloc.attach_tiers(stack)  # type: ignore[attr-defined]  # paged (build_tiers checked)
+            rep.sched.tiers = stack  # type: ignore[attr-defined]  # continuous batching (checked)
+    host_bw = host_link_bandwidth(scenario, dep.gpu.host_link_bandwidth)
+    return Setup(table, replicas, cost, host_bw, max_len,
                  num_blocks, bpt, dep.budget_terms, int(reject.sum()), int(over.sum()), scenario,
                  rejected_reasons=reasons, longest_prompt=int(table.prompt.max()) if len(table) else 0,
-                 model_context=int(dep.spec.max_position_embeddings), deployment=dep)
+                 model_context=int(dep.spec.max_position_embeddings), deployment=dep, tiers=tiers)
 
 
 def eviction_summary(text: str | None) -> dict[str, Any]:
@@ -184,6 +193,7 @@ class Simulation:
         self._last_progress = 0.0
         self.n_done = setup.rejected
         self._group_sums: dict[str, dict[str, int]] = {}
+        self._tier_occupancy: list[tuple[float, dict[str, int]]] = []  # (t, bytes per tier instance)
         self._group_samples = 0
 
     # --- gauges -------------------------------------------------------------------------------
@@ -191,6 +201,8 @@ class Simulation:
         parts = dict.fromkeys(BREAKDOWN_FIELDS, 0)
         batch = running = waiting = cap = used = blocks = 0
         self._add_group_sample([rep.alloc.group_breakdown() for rep in self.s.replicas])
+        if self.s.tiers is not None:
+            self._tier_occupancy.append((self.env.now, self.s.tiers.occupancy_bytes()))
         for rep in self.s.replicas:
             bd = rep.alloc.breakdown(rep.sched.waiting_needs())
             for name in BREAKDOWN_FIELDS:
@@ -231,6 +243,15 @@ class Simulation:
 
     def next_arrival(self, rep: Replica) -> float | None:
         return rep.times[rep.ptr] if rep.ptr < len(rep.times) else None
+
+    def _next_wake(self, rep: Replica) -> float | None:
+        """When an idle replica has something to do: its next arrival, or a tier load completing."""
+        t_next = self.next_arrival(rep)
+        if self.s.tiers is not None:
+            ev = rep.sched.next_event_s()  # type: ignore[attr-defined]
+            if ev is not None and (t_next is None or ev < t_next):
+                t_next = ev
+        return t_next
 
     def record_idle(self, rep: Replica, t_wake: float) -> None:
         """`rep` sat idle until `t_wake`: its gauges held still over that time."""
@@ -277,11 +298,14 @@ class Simulation:
         info["binding"] = verdict.binding_of(steps, max_num_seqs=sc.max_num_seqs, max_batched_tokens=sc.max_batched_tokens,
                                              replicas=len(reps)).binding
         info.update(overrides)
+        queries, hits = sum(rep.sched.prefix_queries for rep in reps), sum(rep.sched.prefix_hits for rep in reps)
         summary = metrics.summarize(
             requests, self.rec, peak_usage=max(rep.sched.peak_used_blocks for rep in reps) / s.num_blocks,
             num_preemptions=sum(rep.sched.num_preemptions for rep in reps),
-            prefix_queries=sum(rep.sched.prefix_queries for rep in reps),
-            prefix_hits=sum(rep.sched.prefix_hits for rep in reps), sim_wall_s=wall_s, **info)
+            prefix_queries=queries, prefix_hits=hits, sim_wall_s=wall_s, **info)
+        if s.tiers is not None:
+            summary.update(tier_summary(s.tiers, requests, prefix_queries=queries, prefix_hits=hits,
+                                        duration_s=summary["duration_s"], occupancy=self._tier_occupancy))
         return metrics.SimResult(requests, steps, summary, s.scenario, trace_digest)
 
     def _finished(self, n: int) -> None:
@@ -304,7 +328,7 @@ class Simulation:
                 continue
             plan = sched.schedule(rep.t) if work else None
             if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
-                t_next = self.next_arrival(rep)
+                t_next = self._next_wake(rep)
                 if t_next is None:
                     break
                 self.events += 1
@@ -324,7 +348,11 @@ class Simulation:
         timeout and book it as its contract says (sim/core/decode_run.py)."""
         sched, rec = rep.sched, self.rec
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
-        run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=rec.next_grid,
+        horizon = rec.next_grid
+        if self.s.tiers is not None:  # a load completing: the request joins the batch then
+            ev = sched.next_event_s()  # type: ignore[attr-defined]
+            horizon = horizon if ev is None else min(horizon, ev)
+        run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=horizon,
                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
         ends, b = run.ends, run.batch
         k, t_end = len(ends), ends[-1]

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.core.kv.base import AllocationError, KVAllocator
-from sim.core.kv.prefix_cache import PrefixCache
+from sim.core.kv.prefix_cache import PrefixCache, TierHooks
 from sim.core.step_types import Ids, KVBreakdown
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
@@ -73,6 +73,7 @@ class PagedAllocator(KVAllocator):
         self._nreg = np.zeros(size, dtype=np.int64)  # leading blocks already offered to the cache
         self._active = np.zeros(size, dtype=bool)
         self._written = 0  # physical slots written in blocks in use
+        self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
 
     # --- admission ---------------------------------------------------------------------------
     def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
@@ -401,6 +402,14 @@ class PagedAllocator(KVAllocator):
             return
         full = min(len(keys), int(self._ntok[req_id]) // self.block_size)
         table = self._tables[req_id]
-        for j in range(int(self._nreg[req_id]), full):
+        lo = int(self._nreg[req_id])
+        for j in range(lo, full):
             self.cache.register(keys[j], table[j])
-        self._nreg[req_id] = max(full, int(self._nreg[req_id]))
+        self._nreg[req_id] = max(full, lo)
+        if self.tiers is not None and full > lo:
+            self.tiers.on_registered(keys, lo, full)
+
+    def attach_tiers(self, tiers: TierHooks) -> None:
+        """Tell `tiers` about every block this pool computes and every cached block it evicts."""
+        self.tiers = tiers
+        self.cache.on_evict = tiers.on_gpu_evicted

@@ -25,9 +25,17 @@ first; when it is evicted the other serves the key.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 _ROOT_KEY = 0x5EED  # parent key of block 0; any fixed int
+
+
+class TierHooks(Protocol):
+    """What a KV tier stack below the pool hears (sim/core/tiers/stack.py)."""
+
+    def on_registered(self, keys: Sequence[int], lo: int, hi: int) -> None: ...
+    def on_gpu_evicted(self, keys: Sequence[int]) -> None: ...
 
 
 class PrefixCache:
@@ -43,6 +51,7 @@ class PrefixCache:
         self._memo_hashes: Sequence[int] | None = None
         self._memo_keys: list[int] = []
         self.evictions = 0
+        self.on_evict: Callable[[list[int]], None] | None = None  # told the keys no block holds any more
 
     # --- keys ----------------------------------------------------------------------------------
     def chain_keys(self, prefix_hashes: Sequence[int] | None) -> list[int]:
@@ -124,16 +133,21 @@ class PrefixCache:
     def evict(self, count: int) -> list[int]:
         """Forget the `count` least recently used parked blocks and hand them out as clean."""
         out: list[int] = []
+        gone: list[int] | None = [] if self.on_evict is not None else None
         lru, b2k, k2b, dups = self._lru, self._block_to_key, self._key_to_block, self._dups
         for _ in range(count):
             block, _ = lru.popitem(last=False)
             key = b2k.pop(block)
             if dups and key in dups:
-                self._forget_duplicated(key, block)
+                self._forget_duplicated(key, block)  # another block still holds the key
             else:  # the common case: the key's only block
                 del k2b[key]
+                if gone is not None:
+                    gone.append(key)
             out.append(block)
         self.evictions += count
+        if gone and self.on_evict is not None:
+            self.on_evict(gone)
         return out
 
     @property

@@ -1,0 +1,65 @@
+"""Admission through the KV tiers: the scheduler's one question to them, and the load it starts.
+
+At a waiting request's admission the scheduler has its GPU prefix-cache hit; the lower tiers are
+looked up from where that hit ends (sim/core/tiers/stack.py). If they hold more of the prompt, the
+request takes vLLM's remote-KV path (sim/core/remote_kv.py, WAITING_FOR_REMOTE_KVS): blocks for
+the GPU hit plus the lower-tier hit are reserved now, the load starts now over the tiers' links,
+and the request joins the running batch at the first step from the load's end, with those tokens
+counted as computed; the rest of its prompt is then prefilled as usual. That is vLLM's
+OffloadingConnector flow: get_num_new_matched_tokens -> allocate -> async load -> schedulable.
+
+One simplification, said here: the reserved blocks get their prefix keys at the reservation, so a
+request arriving during the load may share them before the bytes have landed (vLLM caches them
+when the load completes). Loads last milliseconds; requests with the same prefix that close are rare.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from sim.core.request import LOADING
+from sim.core.tiers.stack import TierHits
+
+if TYPE_CHECKING:
+    from sim.core.scheduler import Scheduler
+
+
+def lower_hits(sched: Scheduler, r: int, hashes: Sequence[int]) -> tuple[int, TierHits] | None:
+    """(GPU hit tokens, lower-tier hits) for waiting request r, or None when no lower tier adds any."""
+    stack, alloc, t = sched.tiers, sched.alloc, sched.t
+    assert stack is not None
+    total = int(t.prompt[r] + t.generated[r])
+    gpu_tokens = alloc.prefix_hit_tokens(total, hashes)
+    keys = alloc.cache.chain_keys(hashes)  # type: ignore[attr-defined]  # the paged allocator (checked at build)
+    bs = alloc.block_size
+    hits = stack.lookup(keys, gpu_tokens // bs, (total - 1) // bs)
+    return (gpu_tokens, hits) if hits.total_blocks else None
+
+
+def admit_loading(sched: Scheduler, r: int, hashes: Sequence[int], gpu_tokens: int, hits: TierHits,
+                  now: float) -> bool:
+    """Reserve r's blocks for its GPU and lower-tier hits and start the load (False: they do not fit
+    now; the queue waits, as for any head request)."""
+    t, alloc, stack = sched.t, sched.alloc, sched.tiers
+    assert stack is not None
+    total = int(t.prompt[r] + t.generated[r])
+    hold = gpu_tokens + hits.total_blocks * alloc.block_size
+    need = total if sched.cfg.admit_whole_prompt else hold
+    if not alloc.can_allocate(need, int(t.reserve[r]), hashes):
+        return False
+    stack.now = now
+    ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # before the allocation: an exclusive tier gives its blocks up first
+    hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes)
+    sched.waiting.popleft()
+    if not t.preemptions[r]:
+        sched.prefix_queries += total
+        sched.prefix_hits += hit
+    if hit:
+        t.prefix_hit[r] += hit
+    if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission
+        t.admitted_s[r] = now
+    t.status[r] = LOADING
+    heapq.heappush(sched.remote.loading, (max(ready, now), r, hold))
+    return True

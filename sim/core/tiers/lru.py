@@ -1,0 +1,61 @@
+"""One lower tier's contents: chunk keys in LRU order within a capacity counted in chunks.
+
+A key is the chained prefix key of a chunk's last engine block (sim/core/kv/prefix_cache.py), so
+a hit on a key is a hit on everything before it too. Several replicas may hold the same LRUTier
+(a node's CPU tier, the fleet's remote store): it knows nothing about who asks.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+
+@dataclass
+class LRUTier:
+    name: str
+    capacity_chunks: int
+    _keys: OrderedDict[int, None] = field(default_factory=OrderedDict)
+    stored: int = 0  # chunks written in
+    evicted: int = 0  # chunks dropped (or moved down) at capacity
+    peak: int = 0
+
+    def __post_init__(self) -> None:
+        if self.capacity_chunks < 0:
+            raise ValueError(f"tier {self.name!r}: capacity must be >= 0 chunks, got {self.capacity_chunks}")
+
+    def __contains__(self, key: int) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def touch(self, key: int) -> None:
+        """A hit: most recently used now."""
+        self._keys.move_to_end(key)
+
+    def insert(self, key: int) -> list[int]:
+        """Store `key` (a key already there is only touched); returns the keys evicted to make room."""
+        keys = self._keys
+        if key in keys:
+            keys.move_to_end(key)
+            return []
+        if self.capacity_chunks == 0:
+            return [key]  # a zero-size tier holds nothing: the chunk passes straight through
+        out: list[int] = []
+        while len(keys) >= self.capacity_chunks:
+            out.append(keys.popitem(last=False)[0])
+        keys[key] = None
+        self.stored += 1
+        self.evicted += len(out)
+        if len(keys) > self.peak:
+            self.peak = len(keys)
+        return out
+
+    def remove(self, key: int) -> None:
+        """A move up (exclusive policy): the chunk leaves this tier."""
+        del self._keys[key]
+
+    def lru_order(self) -> list[int]:
+        """Keys, least recently used first (tests)."""
+        return list(self._keys)

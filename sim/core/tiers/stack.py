@@ -1,0 +1,184 @@
+"""One replica's KV tiers below the GPU pool: lookup, loads, stores, and the bytes each moves.
+
+Clock-free: the scheduler tells the stack the time (`now`) before it asks anything; a load returns
+when its KV is ready, computed on the shared links of its path (sim/core/link.py: transfers queue
+FIFO for a link's bandwidth, so concurrent loads share it). Stores never delay a request (they are
+asynchronous, as in vLLM's connector) but hold their links, which the utilisation metric shows.
+
+Chunks and keys: a chunk is `k` consecutive engine blocks (the policy's chunk size); its key is the
+chained prefix key of its last block (sim/core/kv/prefix_cache.py), so a chunk's key names the whole
+prefix up to its end, as LMCache's and vLLM's chunk hashes do. A lookup walks the request's chunks
+from where the GPU prefix cache's hit ends, each in the first tier that holds it (CPU, NVMe,
+remote), and stops at the first chunk no tier holds.
+
+Who moves what (the policy, sim/core/tiers/policy.py):
+- write-through: a chunk is stored into every tier as soon as its last block is computed (bytes:
+  GPU -> CPU over the host link, CPU -> NVMe at the drive's write rate, out over the NIC to the
+  remote store); a hit copies the chunk into the GPU pool and promotes it into the tiers above the
+  one that held it (vLLM's tiering: secondary tiers reach the GPU through the CPU tier).
+- on-eviction: a block enters the CPU tier when the GPU prefix cache evicts it, a tier's LRU victim
+  moves one tier down (dropped below the last), a hit moves it up into the GPU; a block computed
+  again on the GPU leaves the lower tiers. One owner at a time.
+
+Bytes are always blocks moved x bytes per block (a chunk partly covered by the GPU hit or past the
+prompt's last cached token moves only the blocks used), counted per tier and direction:
+`load` (tier -> GPU) and `store` (into the tier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sim.core.link import SharedLink, schedule_over
+from sim.core.tiers.kinds import TierKind
+from sim.core.tiers.lru import LRUTier
+from sim.core.tiers.policy import TierPolicy
+
+
+@dataclass
+class TierLevel:
+    """One lower tier as a replica sees it: its (maybe shared) contents and the links of its paths."""
+
+    kind: TierKind
+    lru: LRUTier
+    load_path: tuple[SharedLink, ...]  # tier -> GPU pool
+    store_path: tuple[SharedLink, ...]  # into the tier (write-through: from the GPU; on-eviction: from above)
+
+
+@dataclass
+class TierHits:
+    """A lookup's answer: engine blocks found in each lower tier, and the chunks to load."""
+
+    blocks: dict[str, int]
+    chunks: list[tuple[int, int, int]]  # (level index, chunk key, blocks of it used)
+
+    @property
+    def total_blocks(self) -> int:
+        return sum(self.blocks.values())
+
+
+@dataclass
+class TierStack:
+    policy: TierPolicy
+    levels: list[TierLevel]
+    block_size: int
+    bytes_per_block: int
+    now: float = 0.0
+    k: int = field(init=False)
+    hit_tokens: dict[str, int] = field(init=False)
+    bytes_moved: dict[str, dict[str, int]] = field(init=False)
+    load_delays: dict[int, float] = field(default_factory=dict)  # request -> seconds its last load took
+
+    def __post_init__(self) -> None:
+        self.k = self.policy.chunk_blocks(self.block_size)
+        if self.policy.store == "eviction" and self.k != 1:
+            raise ValueError(f"tier policy {self.policy.name!r}: stores on eviction move engine blocks; a chunk of "
+                             f"{self.k} blocks is not supported")
+        self.hit_tokens = {lv.kind.name: 0 for lv in self.levels}
+        self.bytes_moved = {lv.kind.name: {"load": 0, "store": 0} for lv in self.levels}
+
+    # --- lookup (no side effects: the router's query too) ------------------------------------------
+    def lookup(self, keys: Sequence[int], first_block: int, max_blocks: int) -> TierHits:
+        """Blocks [first_block, ...) of a request found below the GPU, as a contiguous run of chunks,
+        capped at max_blocks (the last prompt token is always computed)."""
+        k, levels = self.k, self.levels
+        blocks = {lv.kind.name: 0 for lv in levels}
+        chunks: list[tuple[int, int, int]] = []
+        c = first_block // k
+        while (c + 1) * k <= len(keys) and max(c * k, first_block) < max_blocks:
+            key = keys[(c + 1) * k - 1]
+            where = next((i for i, lv in enumerate(levels) if key in lv.lru), None)
+            if where is None:
+                break
+            used = min((c + 1) * k, max_blocks) - max(c * k, first_block)
+            blocks[levels[where].kind.name] += used
+            chunks.append((where, key, used))
+            c += 1
+        return TierHits(blocks, chunks)
+
+    # --- loads ----------------------------------------------------------------------------------------
+    def load(self, hits: TierHits, r: int = -1, *, count_hits: bool = True) -> float:
+        """Bring the hit chunks into the GPU pool (its blocks are already reserved); returns when the
+        last byte has landed. Loads from different tiers run at once; each holds its path's links.
+        count_hits: add the tokens to `hit_tokens` (False for a re-admission after a preemption, which
+        the hit rate leaves out as vLLM's stats do)."""
+        per_level: dict[int, int] = {}
+        for where, key, used in hits.chunks:
+            per_level[where] = per_level.get(where, 0) + used
+            if self.policy.copies:
+                self.levels[where].lru.touch(key)
+            else:
+                self.levels[where].lru.remove(key)  # moved up into the GPU pool
+        if self.policy.copies:  # then promotion through the tiers above (their LRU may drop another
+            for where, key, _ in hits.chunks:  # chunk of this load: it has been read by then)
+                for above in self.levels[:where]:
+                    if key not in above.lru:
+                        self._insert(above, key)
+        ready = self.now
+        for where, nblocks in per_level.items():
+            lv = self.levels[where]
+            nbytes = nblocks * self.bytes_per_block
+            self.bytes_moved[lv.kind.name]["load"] += nbytes
+            if count_hits:
+                self.hit_tokens[lv.kind.name] += nblocks * self.block_size
+            ready = max(ready, schedule_over(lv.load_path, self.now, nbytes).done)
+        self.load_delays[r] = ready - self.now
+        return ready
+
+    # --- stores ---------------------------------------------------------------------------------------
+    def on_registered(self, keys: Sequence[int], lo: int, hi: int) -> None:
+        """Blocks lo..hi-1 of a request (chained keys `keys`) were just computed or loaded into the GPU."""
+        if not self.policy.copies:
+            for j in range(lo, hi):  # the GPU copy is the block's one home now
+                for lv in self.levels:
+                    if keys[j] in lv.lru:
+                        lv.lru.remove(keys[j])
+            return
+        k = self.k
+        for j in range(lo, hi):
+            if (j + 1) % k == 0:
+                key = keys[j]
+                for lv in self.levels:
+                    if key not in lv.lru:
+                        self._insert(lv, key)
+                    else:
+                        lv.lru.touch(key)
+
+    def on_gpu_evicted(self, keys: Sequence[int]) -> None:
+        """Keys the GPU prefix cache just dropped (no GPU block holds them any more)."""
+        if self.policy.copies or not self.levels:
+            return
+        for key in keys:
+            self._insert_cascading(0, key)
+
+    def _insert(self, lv: TierLevel, key: int) -> None:
+        """Write-through: store one chunk into a tier (its LRU victims are simply dropped: every tier
+        below already holds them)."""
+        nbytes = self.k * self.bytes_per_block
+        self.bytes_moved[lv.kind.name]["store"] += nbytes
+        schedule_over(lv.store_path, self.now, nbytes)
+        lv.lru.insert(key)
+
+    def _insert_cascading(self, level: int, key: int) -> None:
+        """On-eviction: store a block into `level`; its victims move down one level each."""
+        pending = [(level, key)]
+        while pending:
+            i, key = pending.pop()
+            if i >= len(self.levels):
+                continue
+            lv = self.levels[i]
+            nbytes = self.bytes_per_block
+            self.bytes_moved[lv.kind.name]["store"] += nbytes
+            schedule_over(lv.store_path, self.now, nbytes)
+            for victim in lv.lru.insert(key):
+                pending.append((i + 1, victim))
+
+    # --- books ----------------------------------------------------------------------------------------
+    def occupancy_bytes(self) -> dict[str, int]:
+        """Bytes held in each tier now (a shared tier reports its whole contents)."""
+        return {lv.kind.name: len(lv.lru) * self.k * self.bytes_per_block for lv in self.levels}
+
+    def holders(self, key: int) -> list[str]:
+        """The tiers holding `key` (property tests: one owner unless the policy copies)."""
+        return [lv.kind.name for lv in self.levels if key in lv.lru]

@@ -1,0 +1,122 @@
+"""Build each replica's KV tier stack (sim/core/tiers/) from a scenario: sizes, links, sharing.
+
+Sharing, as real deployments have it: the CPU tier is one per replica (its GPUs' pinned host
+memory; the fleet's node pools may hand one object to several replicas), the NVMe tier one per
+node of GPUS_PER_NODE GPUs, the remote store one for the whole run. A tier of 0 GiB is absent.
+
+Links (sim/core/link.py, FIFO per direction): each replica has its GPUs' host links, PCIe per GPU
+per direction (the GPU entry's host_link_bandwidth or --host-link-gb-s) x TP, since each rank
+moves its own shard; its NICs (the remote tier's rate per GPU x TP); each node its NVMe drive's
+read and write. A load from NVMe or the remote store lands in host memory and crosses PCIe into
+the GPU (vLLM's tiering promotes secondary tiers through the CPU tier): its path holds both links.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.core.link import SharedLink
+from sim.core.tiers.kinds import LOWER_TIERS, TIERS
+from sim.core.tiers.lru import LRUTier
+from sim.core.tiers.policy import TIER_POLICIES
+from sim.core.tiers.stack import TierLevel, TierStack
+from sim.errors import ScenarioError
+
+GiB = 1 << 30
+GPUS_PER_NODE = 8  # DGX/HGX H100 and A100 nodes
+
+
+@dataclass
+class TierFleet:
+    """Every tier object and link of one run (for the summary: shared ones counted once)."""
+
+    stacks: list[TierStack] = field(default_factory=list)
+    tiers: dict[str, LRUTier] = field(default_factory=dict)  # instance name -> contents
+    links: dict[str, SharedLink] = field(default_factory=dict)
+    chunk_bytes: int = 0
+
+    def occupancy_bytes(self) -> dict[str, int]:
+        """Bytes held now in each tier instance (shared ones once)."""
+        return {name: len(lru) * self.chunk_bytes for name, lru in self.tiers.items()}
+
+
+def tier_sizes(scenario: Any) -> dict[str, float]:
+    """GiB per lower tier kind the scenario asks for (0: none)."""
+    return {name: float(getattr(scenario, f"{name}_tier_gib", 0.0) or 0.0) for name in LOWER_TIERS}
+
+
+def host_link_bandwidth(scenario: Any, gpu_host_bw: float) -> float:
+    """Bytes/s per GPU per direction over PCIe: --host-link-gb-s if given, else the GPU entry's."""
+    gbs = getattr(scenario, "host_link_gb_s", None)
+    return float(gbs) * 1e9 if gbs else float(gpu_host_bw)
+
+
+def _check(scenario: Any, dep: Any) -> None:
+    if not scenario.prefix_caching:
+        raise ScenarioError("scenario: KV tiers (cpu/nvme/remote_tier_gib) reuse prefix-cached blocks: turn on prefix_caching")
+    if dep.grouped or scenario.allocator != "paged" or scenario.static_batch:
+        raise ScenarioError("scenario: KV tiers need the paged allocator, continuous batching and a model with one "
+                            "KV group (sliding-window and state groups are not supported by the tiers yet)")
+
+
+class _Builder:
+    """Makes each link and tier instance once, by name, so sharing is by construction."""
+
+    def __init__(self, fleet: TierFleet) -> None:
+        self.fleet = fleet
+
+    def link(self, name: str, bw: float, latency: float) -> SharedLink:
+        links = self.fleet.links
+        if name not in links:
+            links[name] = SharedLink(name, bw, latency)
+        return links[name]
+
+    def tier(self, name: str, gib: float) -> LRUTier:
+        tiers = self.fleet.tiers
+        if name not in tiers:
+            tiers[name] = LRUTier(name, int(gib * GiB) // self.fleet.chunk_bytes)
+        return tiers[name]
+
+    def levels(self, i: int, sizes: dict[str, float], tp: int, host_bw: float) -> list[TierLevel]:
+        """Replica i's lower tiers in lookup order, with the links of their load and store paths."""
+        cpu, nvme, remote = TIERS["cpu"], TIERS["nvme"], TIERS["remote"]
+        node = i * tp // GPUS_PER_NODE
+        h2d = self.link(f"pcie-h2d/replica{i}", host_bw * tp, cpu.latency_s)
+        d2h = self.link(f"pcie-d2h/replica{i}", host_bw * tp, cpu.latency_s)
+        out = []
+        if sizes["cpu"]:
+            out.append(TierLevel(cpu, self.tier(f"cpu/replica{i}", sizes["cpu"]), (h2d,), (d2h,)))
+        if sizes["nvme"]:
+            rd = self.link(f"nvme-read/node{node}", nvme.read_bw or 0.0, nvme.latency_s)
+            wr = self.link(f"nvme-write/node{node}", nvme.write_bw or 0.0, nvme.latency_s)
+            out.append(TierLevel(nvme, self.tier(f"nvme/node{node}", sizes["nvme"]), (rd, h2d), (wr,)))
+        if sizes["remote"]:
+            nic_in = self.link(f"nic-in/replica{i}", (remote.read_bw or 0.0) * tp, remote.latency_s)
+            nic_out = self.link(f"nic-out/replica{i}", (remote.write_bw or 0.0) * tp, remote.latency_s)
+            out.append(TierLevel(remote, self.tier("remote/fleet", sizes["remote"]), (nic_in, h2d), (nic_out,)))
+        return out
+
+
+def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
+    """One TierStack per replica, or None when the scenario has no lower tier."""
+    sizes = tier_sizes(scenario)
+    if not any(sizes.values()):
+        return None
+    _check(scenario, dep)
+    policy = TIER_POLICIES.lookup(scenario.tier_policy)
+    bytes_per_block = scenario.block_size * dep.bytes_per_token
+    try:
+        chunk_bytes = policy.chunk_blocks(scenario.block_size) * bytes_per_block
+    except ValueError as exc:
+        raise ScenarioError(f"scenario: {exc}") from None
+    host_bw = host_link_bandwidth(scenario, dep.gpu.host_link_bandwidth)
+    fleet = TierFleet(chunk_bytes=chunk_bytes)
+    build = _Builder(fleet)
+    for i in range(num_replicas):
+        try:
+            fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw),
+                                          scenario.block_size, bytes_per_block))
+        except ValueError as exc:
+            raise ScenarioError(f"scenario: {exc}") from None
+    return fleet
