@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from models.kv_dtypes import PER_TENSOR, PER_TOKEN_HEAD, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token
+from models.kv_dtypes import PER_TENSOR, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token, row_bytes
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -151,12 +151,7 @@ class MLA(KVGroup):
 
     def bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
         """Replicated on every rank: tp does not divide it."""
-        d = get_kv_dtype(kv_dtype)
-        row = d.bytes_per_element * self.latent_dim
-        row_bytes = _ceil_div(row.numerator, row.denominator)
-        if d.scale_layout == PER_TOKEN_HEAD:
-            row_bytes += SCALE_BYTES
-        return self.num_layers * row_bytes
+        return self.num_layers * row_bytes(self.latent_dim, kv_dtype)
 
     def fixed_bytes(self, kv_dtype: str = "bf16") -> int:
         return self.num_layers * SCALE_BYTES if get_kv_dtype(kv_dtype).scale_layout == PER_TENSOR else 0

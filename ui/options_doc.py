@@ -51,8 +51,9 @@ def render() -> str:
         _simple("Placements (`--placement`, contiguous only)", "sim/core/kv/placement.py", PLACEMENTS),
         _simple("Preemption modes (`--preemption`)", "sim/core/preemption.py", PREEMPTION_MODES),
         _simple("Step-time sources (`--cost-source`)", "sim/timing/sources.py", COST_SOURCES),
-        _table("KV dtypes (`--kv-dtype`)", "models/kv_dtypes.py", ("name", "bits", "scales", "what it is"),
-               ((f"`{d.name}`", d.element_bits, d.scale_layout or "none", d.description) for d in KV_DTYPES.values())),
+        _table("KV dtypes (`--kv-dtype`)", "models/kv_dtypes.py", ("name", "bits", "scales", "what it is", "engines that offer it"),
+               ((f"`{d.name}`", d.element_bits, d.scale_layout or "none", d.description, d.engines)
+                for d in KV_DTYPES.values())),
         _table("Weight dtypes (`--weight-dtype`)", "models/weight_dtypes.py", ("name", "bytes per parameter", "what it is"),
                ((f"`{d.name}`", d.bytes_per_param, d.description) for d in WEIGHT_DTYPES.values())),
         _simple("Trace formats (`--format`)", "sim/trace/registry.py", FORMATS),

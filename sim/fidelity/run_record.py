@@ -161,8 +161,7 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
     if weight is None:
         raise RunError(f"{where}: engine_kwargs.dtype {dtype!r} unsupported (bfloat16, float16, float32)")
     kv_raw = str(kw.get("kv_cache_dtype") or "auto").lower()
-    kv_dtype = weight if kv_raw == "auto" else {"fp8": "fp8", "fp8_e4m3": "fp8", "bfloat16": "bf16",
-                                                "float16": "fp16"}.get(kv_raw, "")
+    kv_dtype = weight if kv_raw == "auto" else _kv_dtype_name(kv_raw)
     if not kv_dtype:
         raise RunError(f"{where}: engine_kwargs.kv_cache_dtype {kv_raw!r} unsupported")
     max_len = kw.get("max_model_len")
@@ -179,6 +178,16 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
         weight_dtype=weight, kv_dtype=kv_dtype, vllm_version=str(meta.get("vllm_version", "")),
         gpu_mem_util=_util(kv.get("gpu_memory_utilization", 0.9), where),
     )
+
+
+def _kv_dtype_name(vllm_name: str) -> str:
+    """kvsim's KV dtype for vLLM's kv_cache_dtype name (fp8_e5m2, int8_per_token_head, nvfp4...), or ''."""
+    from models.kv_dtypes import get_kv_dtype
+
+    try:
+        return get_kv_dtype(vllm_name).name
+    except ValueError:
+        return ""
 
 
 def _util(value: Any, where: str) -> float:
