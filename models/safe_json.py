@@ -8,16 +8,15 @@ is the caller's own error type with a one-line message naming the file.
 
 from __future__ import annotations
 
-import errno
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+from models.safe_read import read_regular
+
 MAX_DEPTH = 64  # configs, profiles and snapshots are a few levels deep
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-_REASONS = {errno.ENOENT: "no such file", errno.EACCES: "permission denied", errno.EISDIR: "is a folder, not a file",
-            errno.ENAMETOOLONG: "name too long", errno.ENOTDIR: "a part of the path is not a folder"}
 
 
 class NonFiniteError(ValueError):
@@ -105,16 +104,9 @@ def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: 
 def read_json_file(path: str | Path, *, max_bytes: int, error: type[Exception], what: str) -> Any:
     """Parse `path` as JSON; raise `error("<path>: <problem>")` for anything wrong.
 
-    `what` names the kind of file in the size message ("a config.json", "a profile", ...).
+    `what` names the kind of file in the size message ("a config.json", "a profile", ...). Only a
+    regular file is read (a FIFO or device is refused at once), with a stall timeout: safe_read.py.
     """
     p = Path(path)
-    try:
-        if p.is_dir():
-            raise error(f"{p}: is a folder, not {what}")
-        size = p.stat().st_size
-        if size > max_bytes:
-            raise error(f"{p}: {size} bytes is too large for {what} (limit {max_bytes})")
-        data = p.read_bytes()
-    except OSError as exc:
-        raise error(f"{p}: cannot read ({_REASONS.get(exc.errno or 0, exc.strerror or exc)})") from None
+    data = read_regular(p, max_bytes, error, what.removeprefix("a ").removeprefix("an "))
     return loads(data, error=error, source=str(p))

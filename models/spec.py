@@ -429,7 +429,7 @@ def load_spec(name_or_path: str | Path) -> ModelSpec:
         path = path / "config.json"
         if not path.is_file():
             raise SpecError(f"{text}: directory has no config.json")
-    if path.is_file():
+    if path.is_file() or (path.suffix.lower() == ".json" and path.exists()):  # a FIFO or device: read_config says what it is
         cfg = read_config(path)
         return spec_from_config(cfg, name=str(cfg.get("_name_or_path") or path.parent.name or path.stem), source=str(path))
     shown = ", ".join(list_catalog())

@@ -29,10 +29,10 @@ def load_run(path: str) -> Any:
     from sim.fidelity.run_record import RunError, load_run_dir, load_run_zip
 
     p = Path(path)
-    if p.suffix.lower() == ".zip" and p.is_file():
-        if p.stat().st_size > (96 << 20):
-            raise RunError(f"{p}: too large for a run archive")
-        return load_run_zip(p.read_bytes(), p.name)
+    if p.suffix.lower() == ".zip" and not p.is_dir():
+        from sim.guard.files import read_limited
+
+        return load_run_zip(read_limited(p, 96 << 20, RunError, what="run archive"), p.name)
     return load_run_dir(p)
 
 

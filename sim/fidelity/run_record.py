@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.guard.files import read_limited
 from sim.trace.model import TraceError
 
 MAX_META_BYTES = 4 << 20
@@ -246,12 +247,8 @@ def parse_timeseries(data: bytes, where: str) -> pd.DataFrame:
 # --- small safe readers ---------------------------------------------------------------------------
 
 def _read(path: Path, limit: int) -> bytes:
-    if not path.is_file():
-        raise RunError(f"{path}: no such file")
-    size = path.stat().st_size
-    if size > limit:
-        raise RunError(f"{path}: {size} bytes is too large (limit {limit})")
-    return path.read_bytes()
+    """A run directory's file: regular files only, bounded, never blocking (sim.guard.files)."""
+    return read_limited(path, limit, RunError, what="run file")
 
 
 def _text(data: bytes, where: str) -> str:

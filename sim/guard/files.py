@@ -1,50 +1,24 @@
 """Files named by a user: one line for every way opening, reading or writing them can fail.
 
-Permission denied, a directory where a file is expected, a name too long, a missing parent folder,
-a read-only or full disk: each becomes `error("<path>: <problem>")`, never an OSError traceback.
+Permission denied, a directory, FIFO or device where a file is expected, a name too long, a missing
+parent folder, a read-only or full disk, a read that stalls: each becomes `error("<path>: <problem>")`,
+never an OSError traceback or a hang. Reading is models/safe_read.py (models/ uses it too).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 from pathlib import Path
 
-_WHY = {
-    errno.ENOENT: "no such file or folder",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.EISDIR: "is a folder, not a file",
-    errno.ENOTDIR: "a part of the path is not a folder",
-    errno.ENAMETOOLONG: "name too long",
-    errno.EROFS: "read-only file system",
-    errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.ELOOP: "too many symbolic links",
-}
+from models.safe_read import READ_STALL_S, read_regular, why
 
-
-def why(exc: OSError) -> str:
-    """A short reason for an OSError, without the path (callers put the path they were given)."""
-    return _WHY.get(exc.errno or 0, exc.strerror or type(exc).__name__)
+__all__ = ["READ_STALL_S", "make_dir", "read_limited", "read_regular", "why", "write_text"]
 
 
 def read_limited(path: str | Path, max_bytes: int, error: type[Exception], what: str = "file") -> bytes:
-    """The bytes of a regular file of at most max_bytes; one-line `error` for anything else."""
-    p = Path(path)
-    try:
-        if p.is_dir():
-            raise error(f"{p}: is a folder, not a file")
-        size = p.stat().st_size
-        if size > max_bytes:
-            raise error(f"{p}: {size:,} bytes is over the {max_bytes:,}-byte limit for a {what}")
-        with p.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except OSError as exc:
-        raise error(f"{p}: cannot read ({why(exc)})") from None
-    if len(data) > max_bytes:  # grew while we read it
-        raise error(f"{p}: over the {max_bytes:,}-byte limit for a {what}")
-    return data
+    """The bytes of a regular file of at most max_bytes; one-line `error` for anything else (a folder,
+    a FIFO or device, too large, unreadable, a read stalled past READ_STALL_S): models/safe_read.py."""
+    return read_regular(path, max_bytes, error, what)
 
 
 def write_text(path: str | Path, text: str, error: type[Exception], *, what: str = "file") -> None:
