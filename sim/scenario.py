@@ -22,6 +22,7 @@ from sim.core.kv.placement import PLACEMENTS
 from sim.core.kv.registry import ALLOCATORS
 from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.core.preemption import PREEMPTION_MODES
+from sim.core.routing.registry import ROUTERS
 from sim.core.tiers.policy import TIER_POLICIES
 from sim.errors import ScenarioError
 from sim.guard import limits
@@ -43,6 +44,7 @@ CHOICES: dict[str, Registry[Any]] = {
     "kv_dtype": KV_DTYPES,
     "weight_dtype": WEIGHT_DTYPES,
     "tier_policy": TIER_POLICIES,
+    "router": ROUTERS,
 }
 
 
@@ -55,6 +57,8 @@ class Scenario:
     gpu: str = "h100-sxm"
     tp: int = 1
     replicas: int = 1  # data-parallel engine replicas, each with its own KV pool
+    router: str = "round-robin"  # which replica serves each request (sim/core/routing, docs/FLEET.md)
+    router_kv_weight: float = 1.0  # KV-aware routers: weight of an uncached prompt block vs a block of load
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     kv_heads: int | None = None  # GQA what-if: None = the model's own
@@ -99,6 +103,7 @@ class Scenario:
     def __post_init__(self) -> None:
         self.validate()
         object.__setattr__(self, "speedup", float(self.speedup))  # 2 and 2.0: one scenario, one digest
+        object.__setattr__(self, "router_kv_weight", float(self.router_kv_weight))
 
     def validate(self) -> None:
         def bad(name: str, why: str) -> ScenarioError:
@@ -129,6 +134,7 @@ class Scenario:
         number(self.offload_layers, "scenario: offload_layers", 0.0, 0.99, ScenarioError)
         number(self.api_overhead_s, "scenario: api_overhead_s", 0.0, 60.0, ScenarioError)
         number(self.expert_imbalance, "scenario: expert_imbalance", 1.0, 64.0, ScenarioError)
+        number(self.router_kv_weight, "scenario: router_kv_weight", 0.0, 1e6, ScenarioError)
         for name in ("prefix_caching", "chunked_prefill", "expert_parallel"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")

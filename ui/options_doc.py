@@ -18,6 +18,7 @@ from sim.core.kv.placement import PLACEMENTS
 from sim.core.kv.registry import ALLOCATORS
 from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.core.preemption import PREEMPTION_MODES
+from sim.core.routing.registry import ROUTERS
 from sim.core.tiers.kinds import TIERS
 from sim.core.tiers.policy import TIER_POLICIES
 from sim.timing.sources import COST_SOURCES
@@ -50,6 +51,8 @@ def render() -> str:
         _simple("Reserve policies (`--reserve`, contiguous only)", "sim/core/kv/reserve.py", RESERVE_POLICIES),
         _simple("Placements (`--placement`, contiguous only)", "sim/core/kv/placement.py", PLACEMENTS),
         _simple("Preemption modes (`--preemption`)", "sim/core/preemption.py", PREEMPTION_MODES),
+        _table("Routers (`--router`)", "sim/core/routing/registry.py", ("name", "reads replica state", "what it is, and its source"),
+               ((f"`{n}`", "no" if k.state_free else "yes", k.description) for n, k in ROUTERS.items())),
         _simple("Step-time sources (`--cost-source`)", "sim/timing/sources.py", COST_SOURCES),
         _table("KV dtypes (`--kv-dtype`)", "models/kv_dtypes.py", ("name", "bits", "scales", "what it is", "engines that offer it"),
                ((f"`{d.name}`", d.element_bits, d.scale_layout or "none", d.description, d.engines)

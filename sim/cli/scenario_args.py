@@ -12,7 +12,7 @@ from typing import Any
 from sim.scenario import CHOICES, Scenario
 
 # flag dest -> Scenario field (same name unless listed)
-FIELDS = ("model", "gpu", "tp", "replicas", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
+FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
@@ -32,7 +32,11 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--model", required=model_required, default=d.model, help="catalog name, HF id or config.json")
     g.add_argument("--gpu", default=d.gpu, help="GPU catalog name or a custom GPU JSON (default %(default)s)")
     g.add_argument("--tp", type=int, default=d.tp, help="tensor-parallel GPUs per replica")
-    g.add_argument("--replicas", type=int, default=d.replicas, help="data-parallel replicas (round-robin routing)")
+    g.add_argument("--replicas", type=int, default=d.replicas, help="data-parallel replicas behind --router")
+    g.add_argument("--router", default=d.router, choices=CHOICES["router"].names(),
+                   help="which replica serves each request (default %(default)s; docs/FLEET.md)")
+    g.add_argument("--router-kv-weight", type=float, default=d.router_kv_weight,
+                   help="kv-precise/kv-approx: cost of one uncached prompt block vs one block of load (default %(default)s)")
     g.add_argument("--weight-dtype", default=d.weight_dtype, choices=CHOICES["weight_dtype"].names())
     g.add_argument("--kv-dtype", default=d.kv_dtype, choices=CHOICES["kv_dtype"].names())
     g.add_argument("--kv-heads", type=int, help="GQA what-if: N kv heads")

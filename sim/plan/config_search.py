@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.spec import SpecError
+from sim.fleet.engine import simulate
 from sim.plan.bracket import largest_passing
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.slo import Slo
 from sim.plan.workload import Workload
 from sim.run.deployment import Deployment
-from sim.run.engine import simulate
 from sim.run.verdict import binding_detail
 from sim.scenario import Scenario
 

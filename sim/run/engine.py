@@ -36,6 +36,7 @@ from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.static_batch import StaticBatchScheduler
 from sim.core.step_types import BREAKDOWN_FIELDS
+from sim.errors import ScenarioError
 from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
@@ -354,10 +355,15 @@ class Simulation:
             horizon = horizon if ev is None else min(horizon, ev)
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=horizon,
                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
+        self.events += 1
+        yield self.env.timeout(run.ends[-1] - rep.t)
+        self.book_run(rep, run)
+
+    def book_run(self, rep: Replica, run: decode_run.DecodeRun) -> None:
+        """Book a decode run that has ended (its contract: sim/core/decode_run.py)."""
+        sched, rec = rep.sched, self.rec
         ends, b = run.ends, run.batch
         k, t_end = len(ends), ends[-1]
-        self.events += 1
-        yield self.env.timeout(t_end - rep.t)
         early = 0  # steps booked at the second-to-last end: only when it falls in another bucket
         if k > 1:
             self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
@@ -386,6 +392,9 @@ def simulate(trace: Trace, target: Scenario | Deployment, *, progress: Callable[
              step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
     """Replay `trace` under a scenario (or its resolved Deployment); docs/METRICS.md says what comes back."""
     wall0 = time.perf_counter()
+    router = target.scenario.router if isinstance(target, Deployment) else target.router
+    if router != "round-robin":
+        raise ScenarioError(f"scenario: router={router!r} needs the fleet's replay (sim.fleet.engine.simulate)")
     sim = Simulation(build(trace, target), skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
     sim.run()
     return sim.result(trace.digest(), time.perf_counter() - wall0)

@@ -24,6 +24,7 @@ first; when it is evicted the other serves the key.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -153,6 +154,10 @@ class PrefixCache:
     @property
     def num_parked(self) -> int:
         return len(self._lru)
+
+    def lru_head(self, count: int) -> set[int]:
+        """The `count` parked blocks `evict(count)` would take now (no side effects)."""
+        return set(itertools.islice(self._lru, count))
 
     def parked_blocks(self) -> list[int]:
         """Parked blocks, least recently used first (for tests and invariant checks)."""

@@ -1,0 +1,55 @@
+"""ROUTERS: the one registry of routing policies (CLI `--router`, Scenario checks, docs/OPTIONS.md).
+
+Each entry builds a router for a fleet (routers.py has the policies and their sources); the
+description is the policy's docstring, so the docs say where each comes from.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from models.registry import Registry
+from sim.core.routing.routers import (
+    KVAwareApprox,
+    KVAwarePrecise,
+    LeastKVLoad,
+    LeastOutstanding,
+    PowerOfTwo,
+    Random,
+    RoundRobin,
+    Router,
+    RouterParams,
+    SessionAffinity,
+)
+
+
+@dataclass(frozen=True)
+class RouterKind:
+    name: str
+    make: Callable[[RouterParams], Router]
+    state_free: bool
+    description: str
+
+
+def _kind(name: str, cls: Any) -> tuple[str, RouterKind]:
+    doc = " ".join((inspect.getdoc(cls) or name).split())
+    return name, RouterKind(name, cls, bool(cls.state_free), doc)
+
+
+ROUTERS: Registry[RouterKind] = Registry("router", (
+    _kind("round-robin", RoundRobin),
+    _kind("random", Random),
+    _kind("least-outstanding", LeastOutstanding),
+    _kind("least-kv", LeastKVLoad),
+    _kind("power-of-two", PowerOfTwo),
+    _kind("session", SessionAffinity),
+    _kind("kv-precise", KVAwarePrecise),
+    _kind("kv-approx", KVAwareApprox),
+))
+
+
+def make_router(name: str, params: RouterParams) -> Router:
+    return ROUTERS.lookup(name).make(params)

@@ -1,0 +1,203 @@
+"""The routing policies. Each says in its docstring where it comes from; registry.py lists them.
+
+A router is built for a fleet of n replicas and asked `choose(req, views)` once per arriving
+request, in arrival order, at its arrival time; it returns the index of the replica that serves it.
+`state_free` routers decide from the request and their own past choices only (never a view), so the
+fleet may assign every request before the clock starts (the trace pre-split of sim/run/engine.py);
+the others read the views, which the fleet computes at the arrival time.
+Ties always go to the lowest index, so every router is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from sim.core.routing.view import ReplicaView, RoutedRequest, outstanding
+
+
+@dataclass(frozen=True)
+class RouterParams:
+    """What every router may be built from."""
+
+    replicas: int
+    seed: int = 0
+    kv_weight: float = 1.0  # KV-aware: weight of one uncached prompt block against one block of load
+
+
+class Router(Protocol):
+    state_free: bool
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int: ...
+
+
+class RoundRobin:
+    """Replica i mod n for the i-th request (vLLM's and Dynamo's default; today's --replicas split)."""
+
+    state_free = True
+
+    def __init__(self, p: RouterParams) -> None:
+        self.n, self.next = p.replicas, 0
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        i = self.next
+        self.next = (i + 1) % self.n
+        return i
+
+
+class Random:
+    """A uniform draw per request (seeded numpy generator: Dynamo's `--router-mode random`)."""
+
+    state_free = True
+
+    def __init__(self, p: RouterParams) -> None:
+        self.n, self.rng = p.replicas, np.random.default_rng(p.seed)
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        return int(self.rng.integers(self.n))
+
+
+class SessionAffinity:
+    """Same key, same replica: the conversation id when the trace has one, else the first prompt
+    block's hash; the key's CRC32 (strings) or value (integers) mod n. Requests without a key go
+    round-robin. Sticky-session routing as in llm-d's session-affinity scorer and the vLLM
+    production-stack router's session routing; it ignores load entirely."""
+
+    state_free = True
+
+    def __init__(self, p: RouterParams) -> None:
+        self.n, self.fallback = p.replicas, RoundRobin(p)
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        if req.session:
+            return zlib.crc32(req.session.encode()) % self.n
+        if req.prefix_hashes is not None and len(req.prefix_hashes):
+            return int(req.prefix_hashes[0]) % self.n
+        return self.fallback.choose(req, views)
+
+
+class LeastOutstanding:
+    """Fewest requests routed and not finished (waiting + running): Envoy's LEAST_REQUEST and
+    llm-d's queue scorer, without their randomisation."""
+
+    state_free = False
+
+    def __init__(self, p: RouterParams) -> None:
+        pass
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        return min(views, key=lambda v: (outstanding(v), v.index)).index
+
+
+class LeastKVLoad:
+    """Lowest KV load: blocks in use plus the blocks the queued prompts will take, as a share of
+    the pool (llm-d's kv-cache-utilization scorer; vLLM's production-stack KV-usage routing)."""
+
+    state_free = False
+
+    def __init__(self, p: RouterParams) -> None:
+        pass
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        return min(views, key=lambda v: (kv_load_blocks(v) / v.num_blocks, outstanding(v), v.index)).index
+
+
+class PowerOfTwo:
+    """Two distinct replicas drawn at random, the one with fewer outstanding requests wins (ties:
+    the first drawn). Mitzenmacher, "The Power of Two Choices in Randomized Load Balancing" (2001)."""
+
+    state_free = False
+
+    def __init__(self, p: RouterParams) -> None:
+        self.n, self.rng = p.replicas, np.random.default_rng(p.seed)
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        if self.n == 1:
+            return 0
+        a, b = (int(x) for x in self.rng.choice(self.n, size=2, replace=False))
+        return b if outstanding(views[b]) < outstanding(views[a]) else a
+
+
+class KVAwarePrecise:
+    """Lowest cost = w x prompt blocks not cached on the replica + its KV load in blocks (in use plus
+    queued prompts). The cache is read from the replica's real prefix cache at arrival, evictions
+    included: NVIDIA Dynamo's KV router (cost = overlap_score_weight x prefill_blocks + decode_blocks,
+    fed by the workers' KV events) and llm-d's precise prefix-cache scorer."""
+
+    state_free = False
+
+    def __init__(self, p: RouterParams) -> None:
+        self.w = p.kv_weight
+
+    def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
+        return -(-(req.prompt_tokens - v.cached_prompt_tokens(req)) // v.block_size)
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        w = self.w
+        return min(views, key=lambda v: (w * self.uncached_blocks(req, v) + kv_load_blocks(v), v.index)).index
+
+
+class KVAwareApprox(KVAwarePrecise):
+    """KV-aware with the router's own index of what it sent where (no view of the caches): per
+    replica an LRU of prompt-block chain keys, as many as its pool holds; a request's leading keys
+    found there count as cached. Dynamo's ApproxKvIndexer (`--no-kv-events`, it expires entries
+    after 120 s instead) and llm-d's approximate prefix-cache scorer (an LRU per pod)."""
+
+    def __init__(self, p: RouterParams) -> None:
+        super().__init__(p)
+        self.index: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(p.replicas)]
+        self._keys: list[int] = []
+
+    def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
+        self._keys = chain_keys(req.prefix_hashes)
+        i = super().choose(req, views)
+        self._remember(i, views[i], req)
+        return i
+
+    def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
+        return -(-(req.prompt_tokens - self._cached_tokens(v.index, req)) // v.block_size)
+
+    def _cached_tokens(self, i: int, req: RoutedRequest) -> int:
+        seen, matched = self.index[i], 0
+        for key in self._keys:
+            if key not in seen:
+                break
+            matched += 1
+        if not matched:
+            return 0
+        per_block = req.prompt_tokens / len(self._keys)  # the trace's prefix block size
+        return min(req.prompt_tokens - 1, int(matched * per_block))
+
+    def _remember(self, i: int, v: ReplicaView, req: RoutedRequest) -> None:
+        if not self._keys:
+            return
+        seen = self.index[i]
+        for key in self._keys:
+            seen[key] = None
+            seen.move_to_end(key)
+        per_block = max(1, req.prompt_tokens // len(self._keys))
+        capacity = max(1, v.num_blocks * v.block_size // per_block)
+        while len(seen) > capacity:
+            seen.popitem(last=False)
+
+
+def kv_load_blocks(v: ReplicaView) -> int:
+    """Blocks in use plus the blocks the queued prompts will need (Dynamo's active blocks)."""
+    return v.used_blocks() + -(-v.queued_prompt_tokens() // v.block_size)
+
+
+def chain_keys(hashes: Sequence[int] | None) -> list[int]:
+    """One key per prompt block that depends on every block before it (a block matches only with
+    its whole prefix, as in a prefix cache)."""
+    if hashes is None:
+        return []
+    out, prev = [], 0
+    for h in hashes:
+        prev = hash((prev, int(h)))
+        out.append(prev)
+    return out

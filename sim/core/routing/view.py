@@ -1,0 +1,70 @@
+"""What a router sees: the request, and each candidate replica through a small read-only view.
+
+Clock-free and engine-free: the fleet (sim/fleet/live_view.py) implements `ReplicaView` over live
+replicas, a test over plain numbers. Views are asked lazily (methods, not fields) because the
+precise prefix lookup costs a hash-chain walk per replica and most routers never ask for it.
+
+A replica's state is the state a router of a real fleet would read at the request's arrival:
+requests routed there and not yet running (`waiting`), running ones, KV blocks in use (the step in
+progress included), and how many of this prompt's leading tokens its prefix cache holds now.
+The tiers helper (issue 26) adds per-tier hits here: `cached_prompt_tokens` is the GPU tier's; a
+lower tier's hits belong in `tier_hit_tokens` (cheaper than recompute, dearer than a GPU hit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedRequest:
+    """One arriving request as a router sees it."""
+
+    id: int
+    arrival_s: float
+    prompt_tokens: int
+    prefix_hashes: Sequence[int] | None  # the trace's prompt block hashes (None: none)
+    session: str | None  # a conversation id when the trace has one
+
+
+class ReplicaView(Protocol):
+    """One candidate replica's live state (read-only)."""
+
+    index: int
+    num_blocks: int  # KV blocks in its pool
+    block_size: int  # tokens per block
+
+    def waiting(self) -> int:
+        """Requests routed here that are not running yet (queued, or arrived but not yet admitted)."""
+        ...
+
+    def running(self) -> int:
+        """Requests in its running batch (loading remote KV included)."""
+        ...
+
+    def used_blocks(self) -> int:
+        """KV blocks held by requests now (cached-but-free blocks excluded)."""
+        ...
+
+    def queued_prompt_tokens(self) -> int:
+        """Prompt tokens of the requests counted in `waiting` (prefill work not yet started)."""
+        ...
+
+    def cached_prompt_tokens(self, req: RoutedRequest) -> int:
+        """Leading prompt tokens of `req` its GPU prefix cache holds now (0 without prefix caching)."""
+        ...
+
+    def tier_hit_tokens(self, req: RoutedRequest) -> dict[str, int]:
+        """Leading prompt tokens of `req` found in lower KV tiers, by tier name ({}: no tiers)."""
+        ...
+
+
+def outstanding(view: ReplicaView) -> int:
+    """Requests routed to a replica and not finished: what 'least outstanding requests' balances."""
+    return view.waiting() + view.running()
+
+
+def prompt_blocks(req: RoutedRequest, block_size: int) -> int:
+    return -(-req.prompt_tokens // block_size)

@@ -1,0 +1,223 @@
+"""The fleet on one SimPy clock: a router takes each arrival at its arrival time and sees every
+replica's live state (sim/fleet/live_view.py); replicas run as engine.Simulation's do.
+
+State-free routers (round-robin, random, session affinity: sim/core/routing) decide without looking
+at any replica, so their assignment is made before the clock starts and the replicas run exactly as
+sim/run/engine.py runs a pre-split trace (round-robin reproduces `--replicas N` step for step).
+
+State-dependent routers run a router process: at each arrival time it builds the views, asks the
+router, appends the request to the chosen replica's feed and wakes that replica. Skip-ahead keeps
+its exactness: a replica in a decode run when a request is routed to it cuts the run at the first
+step that ends at or after the arrival (any prefix of a valid run is a valid run: the contract of
+sim/core/decode_run.py), which is the step after which stepping would have admitted it; an idle
+replica wakes at the arrival. tests/test_fleet.py checks skip-ahead and stepping give equal frames.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Callable
+from typing import Any
+
+from sim.core import decode_run
+from sim.core.routing.registry import ROUTERS
+from sim.core.routing.routers import RouterParams
+from sim.core.routing.view import RoutedRequest
+from sim.fleet import fleet_metrics
+from sim.fleet.live_view import LiveView, Slot
+from sim.run import metrics
+from sim.run.deployment import Deployment
+from sim.run.engine import Replica, Setup, Simulation, build
+from sim.run.engine import simulate as engine_simulate
+from sim.scenario import Scenario
+from sim.trace.model import Trace
+
+
+class FleetSimulation(Simulation):
+    """engine.Simulation with a router in the loop (module docstring)."""
+
+    def __init__(self, setup: Setup, trace: Trace, *, skip_ahead: bool = True, step_limit: int | None = None,
+                 progress: Callable[[float], None] | None = None) -> None:
+        super().__init__(setup, skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
+        sc = setup.scenario
+        kind = ROUTERS.lookup(sc.router)
+        self.router_name = kind.name
+        self.router = kind.make(RouterParams(len(setup.replicas), sc.seed, sc.router_kv_weight))
+        self.state_free = kind.state_free
+        self.slots = [Slot() for _ in setup.replicas]
+        self.routing_done = False
+        self._requests = _request_source(trace, setup.table.prompt)
+        self.samples = fleet_metrics.ReplicaSamples(len(setup.replicas))
+        if kind.name == "round-robin":  # build() already split the trace round-robin
+            for rep, slot in zip(setup.replicas, self.slots, strict=True):
+                slot.routed = len(rep.arrivals)
+                slot.routed_prompt = int(setup.table.prompt[rep.arrivals].sum())
+            self.routing_done = True
+            return
+        self._order, self._seen = _arrival_order(setup)
+        for rep in setup.replicas:  # the router fills the feeds
+            rep.arrivals, rep.times = [], []
+        if self.state_free:
+            self._route_all_now()
+
+    # --- routing --------------------------------------------------------------------------------
+    def _route_all_now(self) -> None:
+        reps = self.s.replicas
+        for r, t in zip(self._order, self._seen, strict=True):
+            self._assign(reps[self.router.choose(self._requests(r, t), ())], r, t)
+        self.routing_done = True
+
+    def _assign(self, rep: Replica, r: int, t: float) -> None:
+        rep.arrivals.append(r)
+        rep.times.append(t)
+        slot = self.slots[rep.index]
+        slot.routed += 1
+        slot.routed_prompt += int(self.s.table.prompt[r])
+
+    def router_process(self):
+        env, reps, slots, table = self.env, self.s.replicas, self.slots, self.s.table
+        for r, t in zip(self._order, self._seen, strict=True):
+            if t > env.now:
+                self.events += 1
+                yield env.timeout(t - env.now)
+            views = [LiveView(rep, slots[rep.index], table, t) for rep in reps]
+            rep = reps[self.router.choose(self._requests(r, t), views)]
+            self._assign(rep, r, t)
+            self._wake(rep, t)
+        self.routing_done = True
+        for rep in reps:
+            self._wake(rep, env.now)
+
+    def _wake(self, rep: Replica, t: float) -> None:
+        slot = self.slots[rep.index]
+        if slot.mode and slot.wake is not None and not slot.wake.triggered:  # type: ignore[attr-defined]
+            slot.cut_at = t
+            slot.wake.succeed()  # type: ignore[attr-defined]
+
+    # --- the engine process of one replica -----------------------------------------------------
+    def engine(self, rep: Replica):
+        if self.state_free:
+            yield from super().engine(rep)
+            return
+        env, sched, slot, limit = self.env, rep.sched, self.slots[rep.index], self.step_limit
+        while limit is None or self.total_steps < limit:
+            self.admit_arrivals(rep, rep.t)
+            work = sched.has_work
+            k = sched.decode_run_limit() if self.skip_ahead and work else 0
+            if k:
+                yield from self._cuttable_run(rep, slot, k)
+                continue
+            plan = sched.schedule(rep.t) if work else None
+            if plan is None:
+                t_event = _next_event(sched)
+                if self.routing_done and rep.ptr >= len(rep.times) and t_event is None:
+                    break
+                slot.mode, slot.wake = "idle", env.event()
+                waits = [slot.wake] if t_event is None else [slot.wake, env.timeout(max(t_event - env.now, 0.0))]
+                self.events += 1
+                yield env.any_of(waits)
+                slot.mode = ""
+                self.record_idle(rep, env.now)
+                rep.t = max(rep.t, env.now)
+                continue
+            t_end = self.executor.execute(plan, rep.t)
+            self.events += 1
+            yield env.timeout(t_end - rep.t)
+            rep.t = t_end
+            self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
+        rep.done = True
+
+    def _cuttable_run(self, rep: Replica, slot: Slot, limit: int):
+        """A decode run that an arrival routed here (or a remote-KV event) cuts short."""
+        env, sched = self.env, rep.sched
+        steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
+        run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=self.rec.next_grid,
+                                  next_arrival=None, max_steps=steps_left)
+        t_event = _next_event(sched)
+        if t_event is not None:
+            run = _cut(run, t_event)
+        slot.run, slot.run_ids, slot.mode, slot.wake, slot.cut_at = run, _running_ids(sched), "run", env.event(), None
+        self.events += 1
+        yield env.any_of([env.timeout(run.ends[-1] - rep.t), slot.wake])
+        if slot.cut_at is not None and slot.cut_at < run.ends[-1]:
+            run = _cut(run, slot.cut_at)
+            slot.mode = ""
+            if run.ends[-1] > env.now:
+                self.events += 1
+                yield env.timeout(run.ends[-1] - env.now)
+        slot.run = slot.run_ids = None
+        slot.mode = ""
+        self.book_run(rep, run)
+
+    # --- per-replica books (fleet_metrics) -------------------------------------------------------
+    def gauges(self) -> Any:
+        self.samples.add(self.s.replicas)
+        return super().gauges()
+
+    def record_idle(self, rep: Replica, t_wake: float) -> None:
+        self.samples.idle_s[rep.index] += max(t_wake - rep.t, 0.0)
+        super().record_idle(rep, t_wake)
+
+    def run(self) -> None:
+        if not self.state_free:
+            self.env.process(self.router_process())
+        super().run()
+
+    def result(self, trace_digest: str, wall_s: float, **overrides: Any) -> metrics.SimResult:
+        res = super().result(trace_digest, wall_s, routing=self.router_name, **overrides)
+        res.summary.update(fleet_metrics.fleet_summary(self, res))
+        return res
+
+
+def _running_ids(sched: Any) -> Any:
+    """The running batch's ids (both schedulers keep them; the static batch as `batch`)."""
+    f = getattr(sched, "running_ids", None)
+    return f() if f is not None else getattr(sched, "batch", None)
+
+
+def _next_event(sched: Any) -> float | None:
+    f = getattr(sched, "next_event_s", None)
+    return f() if f is not None else None
+
+
+def _cut(run: decode_run.DecodeRun, t: float) -> decode_run.DecodeRun:
+    """The run up to the first step that ends at or after t (all of it if none does)."""
+    j = bisect_left(run.ends, t)
+    return run if j >= len(run.ends) - 1 else decode_run.DecodeRun(run.batch, run.ends[: j + 1])
+
+
+def _arrival_order(setup: Setup) -> tuple[list[int], list[float]]:
+    """Every admitted request id in the order the engine sees them (seen time, then id)."""
+    ids = sorted(r for rep in setup.replicas for r in rep.arrivals)
+    seen = {r: t for rep in setup.replicas for r, t in zip(rep.arrivals, rep.times, strict=True)}
+    ids.sort(key=lambda r: seen[r])  # stable: equal times keep id order
+    return ids, [seen[r] for r in ids]
+
+
+def _request_source(trace: Trace, prompt: Any) -> Callable[[int, float], RoutedRequest]:
+    df = trace.df
+    hashes = df["prefix_hashes"].to_numpy() if trace.has_prefix_hashes else None
+    session = df["session_id"].to_numpy() if "session_id" in df.columns else None
+
+    def request(r: int, t: float) -> RoutedRequest:
+        s = session[r] if session is not None else None
+        return RoutedRequest(r, t, int(prompt[r]), hashes[r] if hashes is not None else None,
+                             str(s) if s is not None and s == s and str(s) else None)
+
+    return request
+
+
+def simulate(trace: Trace, target: Scenario | Deployment, *, progress: Callable[[float], None] | None = None,
+             step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
+    """Replay `trace` on a fleet: the scenario's replicas behind its router (docs/FLEET.md). One
+    replica behind round-robin is sim/run/engine.py's replay, unchanged."""
+    dep = target if isinstance(target, Deployment) else Deployment.resolve(target)
+    if dep.scenario.replicas == 1 and dep.scenario.router == "round-robin":
+        return engine_simulate(trace, dep, progress=progress, step_limit=step_limit, skip_ahead=skip_ahead)
+    wall0 = time.perf_counter()
+    setup = build(trace, dep)
+    sim = FleetSimulation(setup, trace, skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
+    sim.run()
+    return sim.result(trace.digest(), time.perf_counter() - wall0)
+

@@ -1,0 +1,107 @@
+"""A replica of a running fleet as a router sees it at an arrival (sim/core/routing/view.py).
+
+Exact with skip-ahead: a replica in the middle of a decode run has booked nothing of the run yet
+(the engine books it at its end, sim/core/decode_run.py), so its view is computed as stepping would
+show it at that time: the same running and waiting requests (a run admits nobody and nobody leaves
+before its last step), KV blocks grown through the step in progress (`blocks_to_grow`, no change
+to the allocator), and a prefix cache without the least recently used cached blocks that growth
+would have evicted (a paged allocator takes clean blocks first, then evicts LRU-first;
+`PrefixCache.lru_head`). Allocators of several KV groups show their booked cache (their growth
+evicts nothing a prompt of the trace can match only when the group's pool has clean blocks; said
+in docs/FLEET.md).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from sim.core.kv.paged import PagedAllocator
+from sim.core.routing.view import RoutedRequest
+
+if TYPE_CHECKING:
+    from sim.core.decode_run import DecodeRun
+    from sim.core.request import RequestTable
+    from sim.run.engine import Replica
+
+
+@dataclass
+class Slot:
+    """The fleet engine's per-replica state beside engine.Replica: the run in flight, the wake-up."""
+
+    run: DecodeRun | None = None
+    run_ids: np.ndarray | None = None
+    mode: str = ""  # "idle", "run" (may be cut), "" (a general step or nothing to wake)
+    wake: object = None  # a simpy Event while the engine sleeps or runs (cut or woken by it)
+    cut_at: float | None = None
+    admitted_ptr: int = 0  # requests of rep.arrivals admitted at least once (FCFS: a prefix)
+    routed_prompt: int = 0  # prompt tokens routed here
+    admitted_prompt: int = 0  # of which admitted
+    routed: int = 0
+    routed_prompt_tokens_hit: list[int] = field(default_factory=list)
+
+
+class LiveView:
+    """ReplicaView of one replica at time `now` (built per arrival; methods compute on demand)."""
+
+    __slots__ = ("block_size", "index", "now", "num_blocks", "rep", "slot", "table")
+
+    def __init__(self, rep: Replica, slot: Slot, table: RequestTable, now: float) -> None:
+        self.rep, self.slot, self.table, self.now = rep, slot, table, now
+        self.index = rep.index
+        self.num_blocks = rep.alloc.num_blocks
+        self.block_size = rep.alloc.block_size
+
+    def _advance_admitted(self) -> None:
+        slot, arr, adm, prompt = self.slot, self.rep.arrivals, self.table.admitted_s, self.table.prompt
+        ptr = slot.admitted_ptr
+        while ptr < len(arr) and adm[arr[ptr]] == adm[arr[ptr]]:  # not NaN: admitted
+            slot.admitted_prompt += int(prompt[arr[ptr]])
+            ptr += 1
+        slot.admitted_ptr = ptr
+
+    def waiting(self) -> int:
+        rep = self.rep
+        return rep.sched.num_waiting + len(rep.times) - rep.ptr
+
+    def running(self) -> int:
+        sched = self.rep.sched
+        loading = getattr(sched, "remote", None)
+        return sched.num_running + (len(loading.loading) if loading is not None else 0)
+
+    def queued_prompt_tokens(self) -> int:
+        self._advance_admitted()
+        return self.slot.routed_prompt - self.slot.admitted_prompt
+
+    def _growth_blocks(self) -> int:
+        """Blocks the run in flight has taken by now, as stepping would have booked them."""
+        slot = self.slot
+        run, ids = slot.run, slot.run_ids
+        if run is None or ids is None:
+            return 0
+        steps = min(len(run.ends), 1 + bisect_right(run.ends, self.now))
+        return self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps)
+
+    def used_blocks(self) -> int:
+        return self.rep.alloc.num_used_blocks + self._growth_blocks()
+
+    def cached_prompt_tokens(self, req: RoutedRequest) -> int:
+        alloc = self.rep.alloc
+        if req.prefix_hashes is None:
+            return 0
+        hit = alloc.prefix_hit_tokens(req.prompt_tokens, req.prefix_hashes)
+        if not hit or self.slot.run is None or not isinstance(alloc, PagedAllocator):
+            return hit
+        evicted = self._growth_blocks() - (alloc.num_free_blocks - alloc.cache.num_parked)
+        if evicted <= 0:
+            return hit
+        gone = alloc.cache.lru_head(evicted)
+        blocks = alloc.cache.match(alloc.cache.chain_keys(req.prefix_hashes), hit // alloc.block_size)
+        kept = next((i for i, b in enumerate(blocks) if b in gone), len(blocks))
+        return kept * alloc.block_size
+
+    def tier_hit_tokens(self, req: RoutedRequest) -> dict[str, int]:
+        return {}
