@@ -4,9 +4,8 @@ import streamlit as st
 
 from models.gpus import list_gpus
 from models.kv_dtypes import KV_DTYPES
-from models.spec import SpecError, list_catalog
+from models.spec import list_catalog
 from models.weight_dtypes import WEIGHT_DTYPES
-from sim.guard.text import public_error
 from sim.memory.capacity import TP_CHOICES
 from sim.report import charts
 from ui import bounded
@@ -20,6 +19,7 @@ from ui.capacity_view import (
     vllm_pool_view,
 )
 from ui.glossary import show_glossary
+from ui.page_errors import stop_on_error
 
 BIND = "query-params"
 
@@ -65,12 +65,9 @@ st.plotly_chart(charts.concurrency_curves(curves, int(context)), key="cap-curves
 
 st.subheader("Memory budget of one GPU")
 first = table.iloc[0]
-try:
+with stop_on_error():
     parts = budget_parts(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
                          weight_dtype=weight_dtype, kv_dtype=first["kv dtype"])
-except (SpecError, ValueError) as exc:
-    st.error(public_error(exc))
-    st.stop()
 st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")
 pool_sentence, pool_terms = vllm_pool_view(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
                                            weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], context=int(context))

@@ -3,16 +3,14 @@
 import pandas as pd
 import streamlit as st
 
-from models.spec import SpecError
 from sim.guard.text import public_error
 from sim.plan.one_source import one_source
 from sim.report import charts
 from sim.report.compare_words import comparison_rows, describe_differences
 from sim.report.served import compared_verdicts
-from sim.scenario import ScenarioError
-from sim.trace import TraceError
 from ui.bounded import show_input_problems, show_link_problems
 from ui.glossary import show_glossary
+from ui.page_errors import INPUT_ERRORS, stop_on_error
 from ui.presets import PRESETS, preset_variants
 from ui.runner import run_scenarios
 from ui.scenario_form import scenario_sidebar
@@ -26,11 +24,8 @@ show_link_problems()
 if trace is None or base is None:
     show_input_problems("Choose a trace and a valid base scenario in the sidebar.")
     st.stop()
-try:
+with stop_on_error():
     variants = preset_variants(preset, base)
-except SpecError as exc:
-    st.error(public_error(exc))
-    st.stop()
 chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants),
                         key=f"variants-{PRESETS.index(preset)}", max_selections=6)  # one per preset: options differ
 if len(chosen) < 2:
@@ -40,7 +35,7 @@ if len(chosen) < 2:
 snaps = {}
 sources = one_source([variants[label] for label in chosen])  # one step-time source for every row
 results = run_scenarios(trace, dict(zip(chosen, sources.scenarios, strict=True)),
-                        catch=(SpecError, ScenarioError, TraceError, ValueError))
+                        catch=INPUT_ERRORS)
 for label, result in results.items():
     if isinstance(result, Exception):
         st.error(f"{label}: {public_error(result)}")

@@ -4,10 +4,7 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from models.spec import SpecError
-from sim.guard.text import public_error
-from sim.scenario import ScenarioError
-from sim.trace import TraceError
+from ui.page_errors import stop_on_error
 from ui.plan_view import (
     MAX_AUTO_CONFIGS,
     drill_down,
@@ -33,21 +30,15 @@ configs, options = form
 if len(configs) > MAX_AUTO_CONFIGS and not st.button(f"Search {len(configs)} configurations", key="plan_go"):
     st.info(f"{len(configs)} configurations: press the button to search them.")
     st.stop()
-try:
+with stop_on_error():
     plan = run_search(trace, configs, options)
-except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-    st.error(public_error(exc))
-    st.stop()
 show_plan(plan)
 index = pick_row(plan)
 if index is None:
     st.stop()
 st.subheader("The chosen configuration at its largest rate")
-try:
+with stop_on_error():
     snap = drill_down(trace, plan, index)
-except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-    st.error(public_error(exc))
-    st.stop()
 query = simulate_query(plan["rows"][index], st.query_params.to_dict())
 if query is not None:  # a relative link: /plan -> /simulate on this server, whatever its base path
     st.markdown(f"[Open this run on the Simulate page](simulate?{urlencode(query)}) (scenario and load in the URL)")

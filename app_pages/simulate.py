@@ -2,11 +2,8 @@
 
 import streamlit as st
 
-from models.spec import SpecError
-from sim.guard.text import public_error
-from sim.scenario import ScenarioError
-from sim.trace import TraceError
 from ui.bounded import show_input_problems, show_link_problems
+from ui.page_errors import stop_on_error
 from ui.result_view import reproduce_line, run_caption, show_result
 from ui.runner import run_scenario
 from ui.scenario_form import apply_changes, scenario_sidebar
@@ -21,10 +18,7 @@ if trace is None or scenario is None:
     st.stop()
 
 st.caption(run_caption(scenario, trace.source, len(trace)))
-try:
+with stop_on_error():
     snap = run_scenario(trace, scenario)
-except (SpecError, ScenarioError, TraceError, ValueError) as exc:
-    st.error(public_error(exc))
-    st.stop()
 show_result(snap, key="sim", apply_fix=apply_changes)
 st.caption(reproduce_line(trace.digest(), scenario))

@@ -2,8 +2,8 @@
 
 import streamlit as st
 
-from sim.fidelity.run_record import RunError
 from ui import validate_view
+from ui.page_errors import stop_on_error
 
 st.title("Validate")
 st.caption("Before trusting a prediction, check the simulator against a run you measured: upload a vLLM run "
@@ -21,9 +21,6 @@ if source == "upload":
         st.info("Upload meta.json, requests.jsonl and timeseries.csv (and config.json), or one .zip.")
         st.stop()
     files = validate_view.read_uploads(uploads)
-try:
+with stop_on_error():
     shown = validate_view.validate_files(files)
-except (RunError, ValueError) as exc:
-    st.error(str(exc).splitlines()[0])
-    st.stop()
 validate_view.show(shown)

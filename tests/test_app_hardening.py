@@ -64,6 +64,6 @@ def test_gpu_runs_single_flight_and_bounded() -> None:
     try:
         next(b for b in at.button if b.key == "gpu_go").click().run()
         assert not at.exception and any("Another GPU run is in progress" in w.value for w in at.warning)
-        assert not at.session_state["gpu_run"].get("thread")  # nothing started
+        assert not at.session_state["gpu_run"].thread  # nothing started
     finally:
         gpu_gate.finish()

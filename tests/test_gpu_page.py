@@ -21,12 +21,12 @@ def test_gpu_page_runs_on_cpu():
         pytest.skip("page stopped early (shared widgets missing)")
     next(b for b in at.button if b.key == "gpu_go").click().run()
     for _ in range(90):
-        if at.session_state["gpu_run"].get("done"):
+        if at.session_state["gpu_run"].done:
             break
         time.sleep(1)
     at.run()
     assert not at.exception and not at.error
-    assert at.session_state["gpu_run"]["result"].summary["device"] == "cpu"
+    assert at.session_state["gpu_run"].result.summary["device"] == "cpu"
     table = at.dataframe[0].value
     assert {"metric", "measured", "simulated", "error"} <= set(table.columns)
 

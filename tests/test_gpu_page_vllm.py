@@ -18,7 +18,7 @@ def _run(at, source: str) -> None:
     at.radio(key="gpu_engine").set_value(source).run()
     next(b for b in at.button if b.key == "gpu_go").click().run()
     deadline = time.monotonic() + WAIT_S
-    while not at.session_state["gpu_run"].get("done") and time.monotonic() < deadline:
+    while not at.session_state["gpu_run"].done and time.monotonic() < deadline:
         time.sleep(1)
     at.run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -34,7 +34,7 @@ def test_gpu_page_measured_by_vllm_then_kvsim(vllm_env):
     if "gpu_run" not in at.session_state:
         pytest.skip("page stopped early (shared widgets missing)")
     _run(at, "vLLM")
-    summary = at.session_state["gpu_run"]["result"].summary
+    summary = at.session_state["gpu_run"].result.summary
     assert summary["measured_by"] == "vLLM" and summary["device"] == "cpu" and summary["completed"] > 0
     heads = [h.value for h in at.subheader]
     assert "Measured by vLLM 0.32.0 on CPU vs simulated" in heads, heads

@@ -86,3 +86,31 @@ def test_missing_vllm_is_one_line_with_the_install_hint(tmp_path, repo_root):
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "make vllm-env" in lines[0], proc.stderr
+
+
+def test_cpu_rules_serve_any_scenario_and_size_the_pool_with_the_kv_heads_what_if():
+    """What the GPU page asks of vLLM on CPU: a block size it takes, paged + recompute, and blocks
+    from the budget with the model as deployed (kv-heads what-if: llama-3-8b at 4 heads stores half
+    the K/V per token of its 8, so the same budget holds twice the blocks)."""
+    from gpu_backend.vllm_engine import cpu_rules
+    from gpu_backend.vllm_engine.model_dir import model_dir
+
+    served = cpu_rules.served_scenario(Scenario(allocator="contiguous", block_size=16, preemption="swap",
+                                                static_batch=8), tiny=False)
+    assert (served.block_size, served.allocator, served.preemption, served.static_batch) == (32, "paged", "recompute", None)
+    engine_config(served, 64, 4096)  # conform's checks accept it
+    assert cpu_rules.num_blocks(Scenario()) == cpu_rules.DEFAULT_BLOCKS
+    own = cpu_rules.num_blocks(Scenario(model="llama-3-8b", kv_budget_gib=1.0, block_size=32))
+    what_if = cpu_rules.num_blocks(Scenario(model="llama-3-8b", kv_budget_gib=1.0, block_size=32, kv_heads=4))
+    assert own == 2**30 // (32 * 2 * 32 * 8 * 128 * 4) == 128 and what_if == 2 * own
+    path, spec = model_dir("llama-3-8b", 4)  # what vLLM loads holds the same heads
+    assert spec.num_kv_heads == 4 and '"num_key_value_heads": 4' in (path / "config.json").read_text()
+
+
+def test_gpu_page_device_dtypes_are_model_loader_dtypes():
+    pytest.importorskip("torch")
+    from gpu_backend.devices import MODEL_DTYPES, devices
+    from gpu_backend.model_loader import TORCH_DTYPES
+
+    assert all(set(names) <= set(TORCH_DTYPES) for names in MODEL_DTYPES.values())
+    assert set(devices(True, False)) <= set(MODEL_DTYPES) and devices(True, True) == ("cpu",)

@@ -6,8 +6,6 @@ picking and renaming columns.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pandas as pd
 import plotly.express as px
 
@@ -43,9 +41,6 @@ def _sig(value: float | None, scale: float) -> float | None:
 
 
 MEASURED_BY = ("kvsim executor", "vLLM")  # who measures: kvsim's own executor or a real vLLM V1 engine
-VLLM_DEFAULT_BLOCKS = 64
-# vLLM's CPU attention needs head_dim >= 32: the tiny catalog model (head_dim 16) is too small for it.
-VLLM_TINY_MODEL = str(Path(__file__).resolve().parent.parent / "tests" / "data" / "tiny-llama" / "config.json")  # the vLLM run's KV pool when the scenario sets no budget (vLLM on CPU holds it in RAM)
 
 
 def source_label(result) -> str:
@@ -56,26 +51,13 @@ def source_label(result) -> str:
     return f"{who} on {where}"
 
 
-def vllm_scenario(scenario, tiny: bool):
-    """The scenario a vLLM CPU run can serve: block size a multiple of 32, paged, recompute; with
-    `tiny`, a tiny Llama whose head_dim vLLM's CPU attention accepts."""
-    bs = scenario.block_size if scenario.block_size % 32 == 0 else 32
-    scenario = scenario.replace(model=VLLM_TINY_MODEL, kv_heads=None) if tiny else scenario
-    return scenario.replace(block_size=bs, allocator="paged", preemption="recompute", static_batch=None)
+def scenario_for_device(scenario, device: str, tiny: bool, vllm: bool = False):
+    """The scenario the run serves: on CPU with `tiny`, the tiny test model (its own kv heads); for
+    vLLM, what vLLM on CPU can serve (gpu_backend.vllm_engine.cpu_rules)."""
+    if vllm:
+        from gpu_backend.vllm_engine.cpu_rules import served_scenario
 
-
-def vllm_num_blocks(scenario) -> int:
-    """KV blocks for a vLLM run: the scenario's budget when it sets one, else VLLM_DEFAULT_BLOCKS."""
-    if scenario.kv_budget_gib is None:
-        return VLLM_DEFAULT_BLOCKS
-    from models.spec import load_spec
-
-    bpt = load_spec(scenario.model).kv_bytes_per_token("fp32")
-    return max(2, min(int(scenario.kv_budget_gib * 2**30 // (scenario.block_size * bpt)), 1 << 16))
-
-
-def scenario_for_device(scenario, device: str, tiny: bool):
-    """The scenario the run serves: on CPU with `tiny`, the tiny test model (its own kv heads)."""
+        return served_scenario(scenario, tiny)
     return scenario.replace(model=TINY_MODEL, kv_heads=None) if device == "cpu" and tiny else scenario
 
 

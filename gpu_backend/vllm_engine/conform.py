@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_backend.vllm_engine.client import run_worker
+from gpu_backend.vllm_engine.cpu_rules import BLOCK_MULTIPLE
 from gpu_backend.vllm_engine.kvsim_side import replay_kvsim
 from gpu_backend.vllm_engine.protocol import COMPARED_FIELDS, EngineConfig, EngineRequest, StepRecord
 from gpu_backend.vllm_engine.trace_requests import engine_requests
@@ -56,8 +57,8 @@ def engine_config(scenario, num_blocks: int, max_model_len: int) -> EngineConfig
         raise ConformError("vLLM V1 preempts by recompute only: use --preemption recompute")
     if scenario.static_batch:
         raise ConformError("vLLM batches continuously: drop --static-batch")
-    if scenario.block_size % 32:
-        raise ConformError(f"vLLM on CPU needs a block size that is a multiple of 32 (--block-size 32), "
+    if scenario.block_size % BLOCK_MULTIPLE:
+        raise ConformError(f"vLLM on CPU needs a block size that is a multiple of {BLOCK_MULTIPLE} (--block-size {BLOCK_MULTIPLE}), "
                            f"got {scenario.block_size}")
     if num_blocks < 2:
         raise ConformError(f"vLLM needs at least 2 KV blocks, got {num_blocks}")

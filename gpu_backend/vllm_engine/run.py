@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpu_backend.vllm_engine.client import run_worker
 from gpu_backend.vllm_engine.conform import engine_config
+from gpu_backend.vllm_engine.cpu_rules import KV_DTYPE
 from gpu_backend.vllm_engine.model_dir import model_dir
 from gpu_backend.vllm_engine.protocol import StepRecord
 from gpu_backend.vllm_engine.trace_requests import engine_requests
@@ -25,7 +26,6 @@ from sim.run import metrics, verdict
 
 STEP_LOG_COLUMNS = ("step", "t_start_s", "t_end_s", "batch_size", "prefill_tokens", "decode_tokens",
                     "num_preemptions", "blocks_in_use", "num_running", "num_waiting", "prefix_hit_tokens")
-KV_DTYPE = "fp32"  # the worker runs the model in float32; vLLM's KV cache takes the model dtype
 
 
 def live_row(r: StepRecord) -> dict:
@@ -85,7 +85,7 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
     """Replay `trace` on a real vLLM engine (wall clock); a SimResult like the simulator's."""
     from sim.trace import all_at_once
 
-    path, spec = model_dir(scenario.model)
+    path, spec = model_dir(scenario.model, scenario.kv_heads)
     cfg = engine_config(scenario, num_blocks, scenario.max_model_len or spec.max_position_embeddings)
     if offline:
         trace = all_at_once(trace)
