@@ -31,7 +31,7 @@ with st.sidebar:
     models = st.multiselect("Models", list_catalog(), default=["qwen2.5-7b"], key="cap_models", bind=BIND)
     gpus = st.multiselect("GPUs", list_gpus(), default=["h100-sxm"], key="cap_gpus", bind=BIND)
     kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=["bf16"], key="cap_kv", bind=BIND)
-    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index("bf16"), key="cap_w", bind=BIND)
+    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index("native"), key="cap_w", bind=BIND)
     tp = st.selectbox("Tensor parallel", TP_CHOICES, key="cap_tp", bind=BIND)
     util = bounded.number(st, "GPU memory utilisation", 0.5, 1.0, 0.9, step=0.01, key="cap_util", slider=True)
     st.subheader("GPUs required")

@@ -59,7 +59,7 @@ class Scenario:
     replicas: int = 1  # data-parallel engine replicas, each with its own KV pool
     router: str = "round-robin"  # which replica serves each request (sim/core/routing, docs/FLEET.md)
     router_kv_weight: float = 1.0  # KV-aware routers: weight of an uncached prompt block vs a block of load
-    weight_dtype: str = "bf16"
+    weight_dtype: str = "native"  # as the checkpoint ships (bf16 for most; mxfp4 experts for gpt-oss, fp8 for DeepSeek)
     kv_dtype: str = "bf16"
     kv_heads: int | None = None  # GQA what-if: None = the model's own
     # KV budget: explicit GiB (whole deployment, all TP ranks), or derived from the GPU.

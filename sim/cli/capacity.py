@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--gpu", required=True, help="catalog GPU (h100-sxm, a100-80gb, ...) or a custom GPU .json")
     p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1, help="tensor-parallel degree (default %(default)s)")
     p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV dtype (default %(default)s)")
-    p.add_argument("--weight-dtype", default="bf16", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
+    p.add_argument("--weight-dtype", default="native", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
     p.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
