@@ -53,6 +53,7 @@ class PrefixCache:
         self._memo_keys: list[int] = []
         self.evictions = 0
         self.on_evict: Callable[[list[int]], None] | None = None  # told the keys no block holds any more
+        self.registrations = 0  # blocks given a key (a block keeps its key for life, so each counts once)
 
     # --- keys ----------------------------------------------------------------------------------
     def chain_keys(self, prefix_hashes: Sequence[int] | None) -> list[int]:
@@ -104,6 +105,7 @@ class PrefixCache:
         if first != block:
             self._dups.setdefault(key, []).append(block)
         self._block_to_key[block] = key
+        self.registrations += 1
         return True
 
     def _forget_duplicated(self, key: int, block: int) -> None:
