@@ -10,7 +10,7 @@ import pytest
 from models.gpus import GPUS
 from models.spec import load_spec
 from sim.scenario import Scenario
-from sim.timing import measured_db
+from sim.timing import measured_db, measured_table
 from sim.timing.cost_model import CostModel, ProfileError
 
 aic = pytest.importorskip("aiconfigurator_core.sdk.engine")
@@ -163,7 +163,7 @@ def test_gpt_oss_measured_attention_is_scaled_per_kv_group():
     cm = cost(model="gpt-oss-120b", gpu="h100-sxm", tp=2, weight_dtype="native")
     assert cm.table.attn_groups and any("per KV group" in w for w in cm.warnings)
     _, row = cm.table.decode_parts(32)
-    layer = lambda ctx: measured_db.interp_row(measured_db.CONTEXTS, row, ctx)  # noqa: E731
+    layer = lambda ctx: measured_table.interp_row(measured_table.CONTEXTS, row, ctx)  # noqa: E731
     grouped = cm.table.grouped_decode(row, 32, 32 * 8192, max)
     assert grouped == pytest.approx(18 * layer(8192) + 18 * layer(128))
     assert 0.45 < grouped / (36 * layer(8192)) < 0.6

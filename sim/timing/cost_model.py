@@ -41,7 +41,7 @@ from models.gpus import GPUSpec, get_gpu
 from models.spec import ModelSpec, load_spec
 from sim.timing import roofline as rl
 from sim.timing.attention_groups import AttnGroup
-from sim.timing.measured_db import CONTEXTS, interp_row
+from sim.timing.measured_table import CONTEXTS, interp_row
 from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's historic home)
     COEFFICIENTS,
     MAX_PROFILE_BYTES,
@@ -83,7 +83,7 @@ class CostModel:
     per_seq_s: float = rl.PER_SEQ_S
     api_overhead_s: float = rl.API_OVERHEAD_S  # client-side time before the engine sees a request
     profile: dict[str, float] | None = None  # fitted coefficients; replaces the roofline when set
-    table: Any = None  # sim.timing.measured_db.MeasuredTable; replaces the GPU part when set
+    table: Any = None  # sim.timing.measured_table.MeasuredTable; replaces the GPU part when set
     source: str = "roofline"
     source_detail: str = ""
     warnings: tuple[str, ...] = field(default=())

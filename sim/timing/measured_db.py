@@ -38,8 +38,6 @@ import json
 import logging
 import os
 import tempfile
-from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -48,11 +46,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from models.gpus import GPUS
+from sim.timing.measured_table import (
+    CONTEXTS,
+    PREFIXES,
+    SEQS,
+    TOKENS,
+    MeasuredTable,
+    RooflinePart,
+)
 
 if TYPE_CHECKING:
     from models.spec import ModelSpec
     from sim.scenario import Scenario
-    from sim.timing.cost_model import CostModel
 
 PCIE_ALLREDUCE_MEASURED = {"rtx-pro-6000"}
 MAX_MEASURED_KV_HEADS = 8
@@ -62,13 +67,6 @@ KV_QUANT = {"bf16": None, "fp16": None, "fp8": "fp8"}
 # quantization_config says (aiconfigurator reads it: mxfp4 experts for gpt-oss, fp8 blocks for DeepSeek).
 WEIGHT_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "native": None}
 WEIGHT_DTYPES = tuple(WEIGHT_QUANT)
-# Table grids. Tokens: every step size up to 16k; sequences: vLLM's batch sizes; contexts: 16-128k.
-TOKENS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096,
-          6144, 8192, 12288, 16384)
-SEQS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024)
-CONTEXTS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 65536,
-            131072)
-PREFIXES = (0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 CACHE_VERSION = 2
 # Op kinds by name (aiconfigurator's op lists): attention kernels (MLA: the whole attention module),
 # communication (TP all-reduces; vLLM's MoE pre/post dispatch are all-reduces too), the logits GEMM.
@@ -78,137 +76,6 @@ COMM_SUFFIXES = ("_ar", "_ar_1", "_ar_2", "_p2p", "_allreduce", "_dispatch")
 
 class NotCovered(Exception):
     """The database cannot time this deployment; the message says why (one line)."""
-
-
-@dataclass(frozen=True)
-class MeasuredTable:
-    """Measured step pieces of one deployment, in seconds, on fixed grids (module docstring)."""
-
-    ctx_other: np.ndarray  # [TOKENS] non-attention context ops at T tokens (all-reduce apart)
-    gen_other: np.ndarray  # [SEQS] non-attention generation ops of D sequences (all-reduce apart)
-    ctx_comm: np.ndarray  # [TOKENS] the TP all-reduces of a step of T tokens (0 at TP 1)
-    gen_comm: np.ndarray  # [SEQS] the same in a pure-decode step
-    logits: np.ndarray  # [SEQS] the lm_head GEMM for S sampled sequences
-    ctx_attn: np.ndarray  # [TOKENS, PREFIXES] attention of one prefill chunk of q tokens after p cached
-    gen_attn: np.ndarray | None  # [SEQS, CONTEXTS] decode attention; None = the roofline's (outside range)
-    roofline: Any = None  # CostModel pieces used where the table stops (decode attention, PCIe all-reduce)
-    roofline_allreduce: bool = False
-    # Per-group attention (sim/timing/attention_groups.py): when set, ctx_attn and gen_attn hold ONE
-    # full-attention layer and each group scales them by its layers at the context it reads.
-    attn_groups: tuple[Any, ...] = ()
-    # "" = measured as asked; else how the table was derived from the nearest measured one (a KV
-    # dtype without kernels: the measured dtype's tables, decode attention scaled by bytes read).
-    derived: str = ""
-
-    def decode_parts(self, d: float) -> tuple[float, np.ndarray | None]:
-        """A pure-decode step of d sequences: (GPU seconds apart from decode attention, the decode
-        attention row over CONTEXTS interpolated at d, or None when the roofline times it)."""
-        comm = self.roofline.allreduce(d) if self.roofline_allreduce else _interp1(SEQS, self.gen_comm, d)
-        base = _interp1(SEQS, self.gen_other, d) + _interp1(SEQS, self.logits, d) + comm
-        if self.gen_attn is None:
-            return base, None
-        i, w = _bracket(SEQS, d)
-        row = self.gen_attn[i] + w * (self.gen_attn[i + 1] - self.gen_attn[i])
-        return base, row
-
-    def grouped_decode(self, row: np.ndarray, d: float, kd: Any, maximum: Callable[[Any, Any], Any]) -> Any:
-        """Decode attention summed over the groups: each attention group's layers at the mean context
-        it reads (the measured per-layer row); a state group (no measured kernel) from the roofline."""
-        x = kd / d
-        total = 0.0 * kd
-        for g in self.attn_groups:
-            if g.kind == "state":
-                total = total + g.decode_seconds(d, x, *self._roofline_rates(), maximum)
-            else:
-                total = total + g.layers * interp_row(CONTEXTS, row, g.reads_per_seq(x, d))
-        return total
-
-    def _roofline_rates(self) -> tuple[float, float]:
-        r = self.roofline
-        return r.peak_flops * r.attention_efficiency, r.hbm_bandwidth * r.memory_efficiency
-
-    def _prefill_attention(self, p: float, kp: float, pp: float, np_: float, maximum: Callable[[Any, Any], Any]) -> Any:
-        q, cached = p / np_, kp / np_
-        if not self.attn_groups:
-            return np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, q, cached)
-        layer = np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, q, cached)
-        total = 0.0
-        for g in self.attn_groups:
-            if g.kind == "state":
-                total += g.prefill_seconds(p, kp, pp, np_, *self._roofline_rates(), maximum)
-            else:  # a windowed or chunked group does its share of the all-full chunk's pairs
-                total += g.layers * layer * g.pair_share(q, cached)
-        return total
-
-    def step_seconds(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any,
-                     maximum: Callable[[Any, Any], Any]) -> Any:
-        """GPU seconds of a step shape; d and the prefill arguments are scalars, kd may be an array."""
-        t = d + p
-        if p > 0:
-            other = _interp1(TOKENS, self.ctx_other, t)
-            comm = _interp1(TOKENS, self.ctx_comm, t)
-            attn = self._prefill_attention(p, kp, pp, np_, maximum)
-        else:
-            other = _interp1(SEQS, self.gen_other, d)
-            comm = _interp1(SEQS, self.gen_comm, d)
-            attn = 0.0
-        if d > 0:
-            if self.gen_attn is None:
-                attn = attn + self.roofline.decode_attention(d, kd, maximum)
-            elif self.attn_groups:
-                row = self.decode_parts(d)[1]
-                assert row is not None  # gen_attn is measured on this branch, so decode_parts gives its row
-                attn = attn + self.grouped_decode(row, d, kd, maximum)
-            else:
-                attn = attn + _interp2(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
-        s = d + np_
-        logits = _interp1(SEQS, self.logits, s) if s > 0 else 0.0
-        if self.roofline_allreduce:
-            comm = self.roofline.allreduce(t)
-        return other + attn + logits + comm
-
-
-# --- interpolation: identical float operations on scalars and arrays -------------------------------
-
-def _bracket(grid: tuple[int, ...], x: Any) -> tuple[Any, Any]:
-    """(index i, weight w) with x between grid[i] and grid[i+1]; clamped at the ends (linear extrapolation
-    above the last point)."""
-    if isinstance(x, np.ndarray):
-        idx = np.clip(np.searchsorted(grid, x, side="right") - 1, 0, len(grid) - 2)
-        g = np.asarray(grid, dtype=np.float64)
-        return idx, (x - g[idx]) / (g[idx + 1] - g[idx])
-    i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
-    return i, (x - grid[i]) / (grid[i + 1] - grid[i])
-
-
-def interp_row(grid: tuple[int, ...], row: np.ndarray, x: Any) -> Any:
-    """Linear interpolation of a row over grid at x (clamped below the first point)."""
-    if isinstance(x, np.ndarray):
-        x = np.maximum(x, grid[0])
-    elif x < grid[0]:
-        x = float(grid[0])
-    return _interp1(grid, row, x)
-
-
-def _interp1(grid: tuple[int, ...], values: np.ndarray, x: Any) -> Any:
-    i, w = _bracket(grid, x)
-    if isinstance(i, np.ndarray):
-        return values[i] + w * (values[i + 1] - values[i])
-    a, b = float(values[i]), float(values[i + 1])
-    return a + w * (b - a)
-
-
-def _interp2(gx: tuple[int, ...], gy: tuple[int, ...], values: np.ndarray, x: Any, y: Any) -> Any:
-    i, wx = _bracket(gx, x)
-    j, wy = _bracket(gy, max(y, gy[0]) if not isinstance(y, np.ndarray) else np.maximum(y, gy[0]))
-    if isinstance(j, np.ndarray) or isinstance(i, np.ndarray):
-        v00, v01, v10, v11 = values[i, j], values[i, j + 1], values[i + 1, j], values[i + 1, j + 1]
-    else:
-        v00, v01 = float(values[i, j]), float(values[i, j + 1])
-        v10, v11 = float(values[i + 1, j]), float(values[i + 1, j + 1])
-    lo = v00 + wy * (v01 - v00)
-    hi = v10 + wy * (v11 - v10)
-    return lo + wx * (hi - lo)
 
 
 # --- building the table ------------------------------------------------------------------------------
@@ -437,7 +304,7 @@ def _compile(config: dict[str, Any], dep: Deployment) -> tuple[Any, list[dict[st
     return handle, ctx_ops, gen_ops
 
 
-def measured_table(spec: ModelSpec, gpu_name: str, scenario: Scenario, roofline: CostModel) -> tuple[MeasuredTable, tuple[str, ...]]:
+def measured_table(spec: ModelSpec, gpu_name: str, scenario: Scenario, roofline: RooflinePart) -> tuple[MeasuredTable, tuple[str, ...]]:
     """The table for a deployment and the notes on where the roofline stands in; NotCovered if none."""
     tp, weight_dtype, kv_dtype = scenario.tp, scenario.weight_dtype, scenario.kv_dtype
     system = coverage(gpu_name, tp, weight_dtype, kv_dtype)
