@@ -18,6 +18,9 @@ except SnapshotError as exc:
     st.error(f"{public_error(exc)}. Saved snapshots are unavailable; opening a snapshot file still works.")
 if note:
     st.warning(public_error(note))
+if store is not None and store.read_only:
+    st.info(f"This server's snapshot store is read-only ({public_error(store.read_only_why)}): saved snapshots "
+            "can be opened, nothing new can be saved or deleted.", icon=":material/lock:")
 
 
 def show_snapshot(snap: Snapshot, key: str) -> None:

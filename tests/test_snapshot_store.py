@@ -21,7 +21,6 @@ from sim.report.snapshot_store import STORE_VERSION, SnapshotStore, StoreError, 
 from tests.test_charts import make_result
 
 ROOT = Path(__file__).resolve().parent.parent
-ROOT_USER = os.geteuid() == 0  # root ignores file permissions: those cases are checked by kind only
 
 
 def snap() -> Snapshot:
@@ -120,29 +119,7 @@ def test_locked_store_is_a_message_and_waits(tmp_path, monkeypatch):
     assert [s.id for s in SnapshotStore(db).list()] == kept
 
 
-@pytest.mark.skipif(ROOT_USER, reason="root writes into read-only folders")
-def test_read_only_folder_and_file(tmp_path):
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    db = folder / "s.sqlite"
-    kept = filled(db, 2)
-    SnapshotStore(db)  # leave it checkpointed
-    for f in folder.glob("s.sqlite-*"):
-        f.unlink()
-    db.chmod(0o444)
-    folder.chmod(0o555)
-    try:
-        store = SnapshotStore(db)
-        assert store.read_only and sorted(s.id for s in store.list()) == sorted(kept)  # reading works
-        assert store.get(kept[0]).name == "s0"
-        with pytest.raises(StoreError, match="read-only") as info:
-            store.save(snap(), "no")
-        one_line(info.value)
-        with pytest.raises(StoreError, match="folder is read-only"):
-            SnapshotStore(folder / "new.sqlite")
-    finally:
-        folder.chmod(0o755)
-        db.chmod(0o644)
+# A read-only folder and file, with permissions enforced as a non-root user: tests/test_snapshot_store_readonly.py
 
 
 def test_read_only_kinds_without_permissions(tmp_path):

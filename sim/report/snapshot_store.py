@@ -6,8 +6,11 @@ Safe to share and hard to break:
 - a snapshot is listed to everyone only when saved as public; otherwise its link is the only way in.
 - on open: `PRAGMA quick_check` and the schema version; WAL journal and a busy timeout, so readers
   never block the writer and concurrent writers wait instead of failing.
-- damaged, locked, read-only and missing stores are StoreError lines that say which; a damaged file
+- damaged, locked and missing stores are StoreError lines that say which; a damaged file
   is never overwritten: `move_aside` renames it (the message says to what) and a fresh store starts.
+- a read-only store (file, folder or mount: an archive, a locked-down server) is opened read-only
+  (`mode=ro`, or `immutable` when the folder cannot hold the WAL index): listing and opening work,
+  saving and deleting say in one line why they cannot.
 - every body read back is validated as an untrusted snapshot file before anyone draws it.
 """
 
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from models.safe_read import kind_of
 from sim.report.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
 
 STORE_VERSION = 2  # 1: the first table (no secrets); 2: manage_hash + public, meta table
@@ -75,6 +79,8 @@ class SnapshotStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.read_only = False
+        self.read_only_why = ""  # why nothing can be saved, when read_only
+        self._ro_uri = ""
         self._open()
 
     @classmethod
@@ -89,20 +95,59 @@ class SnapshotStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"snapshot store {name}: cannot create its folder ({exc.strerror})", "unavailable") from None
-        if self.path.is_dir():
-            raise StoreError(f"snapshot store {name}: is a folder, not a database file", "unavailable")
         exists = self.path.exists()
-        self.read_only = (exists and not os.access(self.path, os.W_OK)) or not os.access(self.path.parent, os.W_OK)
+        if exists and not self.path.is_file():
+            raise StoreError(f"snapshot store {name}: is {kind_of(self.path.stat().st_mode)}, not a database file",
+                             "unavailable")
+        self.read_only_why = self._why_read_only(exists)
+        self.read_only = bool(self.read_only_why)
         if self.read_only and not exists:
             raise StoreError(f"snapshot store {name}: its folder is read-only, nothing can be saved", "read-only")
+        try:
+            self._check_on_open()
+        except StoreError as exc:
+            if exc.kind != "read-only" or self.read_only:
+                raise
+            # the permission bits said writable but SQLite was refused (a read-only mount, an ACL): read it
+            self.read_only, self.read_only_why = True, "the file system refused writes"
+            self._check_on_open()
+
+    def _why_read_only(self, exists: bool) -> str:
+        if exists and not os.access(self.path, os.W_OK):
+            return "the file is read-only" if os.access(self.path.parent, os.W_OK) else "the file and its folder are read-only"
+        if not os.access(self.path.parent, os.W_OK):
+            return "its folder is read-only"
+        return ""
+
+    def _check_on_open(self) -> None:
+        if self.read_only:
+            self._ro_uri = self._read_only_uri()
         with self._connect() as db:
             if not self.read_only:
                 db.execute("PRAGMA journal_mode=WAL")
             result = db.execute("PRAGMA quick_check").fetchone()
             if not result or result[0] != "ok":
-                raise StoreError(f"snapshot store {name}: damaged ({str(result[0] if result else 'no answer')[:80]})",
+                raise StoreError(f"snapshot store {self.path.name}: damaged ({str(result[0] if result else 'no answer')[:80]})",
                                  "damaged")
             self._schema(db)
+
+    def _read_only_uri(self) -> str:
+        """How to read a store we may not write. `mode=ro` needs the WAL index (-shm) file, which a
+        read-only folder cannot hold; then the file is opened `immutable` (no locks, no -wal/-shm: an
+        archive nobody writes). A -wal file left beside it would then go unread, which the reason says."""
+        base = self.path.resolve().as_uri()
+        try:
+            probe = sqlite3.connect(f"{base}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+            try:
+                probe.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            finally:
+                probe.close()
+            return f"{base}?mode=ro"
+        except sqlite3.Error:
+            wal = self.path.with_name(self.path.name + "-wal")
+            if wal.exists() and wal.stat().st_size > 0:
+                self.read_only_why += f"; {wal.name} holds changes that cannot be read without write access"
+            return f"{base}?mode=ro&immutable=1"
 
     def _schema(self, db: sqlite3.Connection) -> None:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -147,7 +192,7 @@ class SnapshotStore:
         errors become StoreError lines that say whether the store is damaged, locked or read-only."""
         try:
             if self.read_only:
-                db = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+                db = sqlite3.connect(self._ro_uri, uri=True, timeout=BUSY_TIMEOUT_S)
             else:
                 db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
         except sqlite3.Error as exc:
@@ -191,7 +236,8 @@ class SnapshotStore:
     def save_shared(self, snapshot: Snapshot, name: str, *, public: bool = False) -> Saved:
         """Store under a fresh 128-bit id; the returned secret is the only way to delete it later."""
         if self.read_only:
-            raise StoreError(f"snapshot store {self.path.name}: read-only, nothing can be saved", "read-only")
+            raise StoreError(f"snapshot store {self.path.name}: read-only ({self.read_only_why}), nothing can be saved; "
+                             "snapshots in it can still be opened", "read-only")
         name = " ".join(str(name).split())[:MAX_NAME] or "unnamed"
         body = snapshot.named(name).to_json()
         if len(body) > MAX_SNAPSHOT_BYTES:
@@ -209,7 +255,8 @@ class SnapshotStore:
         """Delete with the snapshot's manage secret (or `operator=True`: the `sim snapshots` command).
         False when there is no such snapshot; SnapshotError when the secret is wrong."""
         if self.read_only:
-            raise StoreError(f"snapshot store {self.path.name}: read-only, nothing can be deleted", "read-only")
+            raise StoreError(f"snapshot store {self.path.name}: read-only ({self.read_only_why}), nothing can be deleted",
+                             "read-only")
         with self._connect() as db:
             row = db.execute("SELECT manage_hash FROM snapshots WHERE id = ?", (str(snap_id),)).fetchone()
             if row is None:
@@ -221,6 +268,9 @@ class SnapshotStore:
 
     def import_json(self, data: bytes | str, source: str, name: str | None = None, *, public: bool = False) -> Saved:
         """An exported snapshot file back into the store (validated like any upload)."""
+        if self.read_only:
+            raise StoreError(f"snapshot store {self.path.name}: read-only ({self.read_only_why}), nothing can be saved",
+                             "read-only")
         snap = Snapshot.from_json(data, source)
         return self.save_shared(snap, name if name is not None else snap.name, public=public)
 
