@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "compare": "sim.cli.compare",
     "validate": "sim.cli.validate",
     "calibrate": "sim.cli.calibrate",
+    "observe": "sim.cli.observe",
     "search": "sim.cli.search",
     "snapshots": "sim.cli.snapshots",
 }

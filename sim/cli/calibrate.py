@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Any
 
+from sim.cli.run_source import add_run_args
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("calibrate", help="fit a calibration profile (v2) from measurements",
@@ -21,11 +23,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--gpu-profile", metavar="FILE", help="profile JSON from `python -m gpu_backend profile`")
     p.add_argument("--out", metavar="FILE", help="where to write the profile (default: a temporary file)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_run_args(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.cli.validate import load_run
+    from sim.cli.run_source import load_measured
     from sim.fidelity import calibrate
 
     if args.gpu_profile:
@@ -42,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(round(fraction * calibrate.MAX_REPLAYS) - bar.n)
 
         try:
-            profile = calibrate.from_run(load_run(args.run), progress=tick)
+            profile = calibrate.from_run(load_measured(args.run, args), progress=tick)
         finally:
             if bar is not None:
                 bar.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.cli.common import print_json
+from sim.cli.run_source import add_run_args
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -22,6 +23,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a .zip of its files)")
     p.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
     p.add_argument("--json", action="store_true", help="print the comparison and series as JSON")
+    add_run_args(p)
     return p
 
 
@@ -52,7 +54,7 @@ def format_validation(v: Any) -> str:
             return "-"
         return f"{x * 1e3:.1f} ms" if metric == "TPOT" else f"{x:.2f}" + (" s" if metric in ("TTFT", "E2E") else "")
 
-    lines = [f"run {v.run.source}: {len(v.run.requests)} requests on {v.run.engine.device_name}; "
+    lines = [f"run {v.run.source}: {len(v.run.requests)} requests on {v.scenario.gpu}; "
              f"step times from {v.result.summary['cost_model']['source']}",
              _pool_line(v),
              f"{'metric':<20}{'stat':<6}{'measured':>14}{'simulated':>14}{'error':>9}"]
@@ -71,9 +73,10 @@ def format_validation(v: Any) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sim.cli.run_source import load_measured
     from sim.fidelity.validate import validate
 
-    v = validate(load_run(args.run_dir), profile=args.profile)
+    v = validate(load_measured(args.run_dir, args), profile=args.profile)
     if args.json:
         print_json(v.as_dict())
     else:

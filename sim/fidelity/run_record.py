@@ -3,7 +3,8 @@
 A run directory holds three files (and optionally the model's config.json):
 - meta.json: the engine configuration vLLM resolved (engine_kwargs, kv_cache, hardware);
 - requests.jsonl: one request per line with input_toks, output_toks and engine-clock timestamps
-  queued_ts, scheduled_ts, first_token_ts, last_token_ts (seconds);
+  queued_ts, scheduled_ts, first_token_ts, last_token_ts (seconds); a line whose `error` is set
+  (a request `sim observe` saw fail) is skipped and counted in `MeasuredRun.failed`;
 - timeseries.csv: 1-second gauges t, running, waiting, kv_cache_pct (prompt/gen throughput too).
 The model's config.json is looked for beside meta.json, in model/ beside the run, or in ../model/.
 
@@ -60,6 +61,7 @@ class EngineConfig:
     kv_dtype: str
     vllm_version: str
     gpu_mem_util: float = 0.9  # kv_cache.gpu_memory_utilization (vLLM's default when absent)
+    gpu: str | None = None  # kvsim GPU catalog name when the run names it (hardware.gpu); else from device_name
 
 
 @dataclass
@@ -72,6 +74,7 @@ class MeasuredRun:
     timeseries: pd.DataFrame  # t_s, num_running, num_waiting, kv_cache_usage_perc (0..1)
     config_path: Path | None = None  # the model's config.json when the run ships one
     meta: dict[str, Any] = field(default_factory=dict, repr=False)
+    failed: int = 0  # requests the run recorded as failed (skipped)
 
     @property
     def duration_s(self) -> float:
@@ -146,8 +149,9 @@ def parse_run(meta: bytes, requests: bytes, timeseries: bytes, *, source: str,
     engine = parse_engine(meta_obj, f"{source}/meta.json")
     reqs = parse_requests(requests, f"{source}/requests.jsonl")
     reqs.attrs.pop("origin", None)
+    failed = int(reqs.attrs.pop("failed", 0))
     gauges = parse_timeseries(timeseries, f"{source}/timeseries.csv")
-    return MeasuredRun(source, engine, reqs, gauges, config_path, meta_obj)
+    return MeasuredRun(source, engine, reqs, gauges, config_path, meta_obj, failed)
 
 
 def parse_engine(meta: Any, where: str) -> EngineConfig:
@@ -166,6 +170,9 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
     if not kv_dtype:
         raise RunError(f"{where}: engine_kwargs.kv_cache_dtype {kv_raw!r} unsupported")
     max_len = kw.get("max_model_len")
+    gpu = hw.get("gpu")
+    if gpu is not None and not isinstance(gpu, str):
+        raise RunError(f"{where}: hardware.gpu must be a GPU catalog name, got {gpu!r}")
     return EngineConfig(
         model=_str(kw.get("model") or meta.get("model"), "engine_kwargs.model", where),
         device_name=_str(hw.get("device_name"), "hardware.device_name", where),
@@ -176,7 +183,7 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
         num_gpu_blocks=_int(kv.get("num_gpu_blocks"), "kv_cache.num_gpu_blocks", where),
         block_size=_int(kv.get("block_size"), "kv_cache.block_size", where),
         prefix_caching=bool(kv.get("enable_prefix_caching", False)),
-        weight_dtype=weight, kv_dtype=kv_dtype, vllm_version=str(meta.get("vllm_version", "")),
+        weight_dtype=weight, kv_dtype=kv_dtype, vllm_version=str(meta.get("vllm_version", "")), gpu=gpu or None,
         gpu_mem_util=_util(kv.get("gpu_memory_utilization", 0.9), where),
     )
 
@@ -201,6 +208,7 @@ def _util(value: Any, where: str) -> float:
 def parse_requests(data: bytes, where: str) -> pd.DataFrame:
     """Per-request measured latencies, sorted by arrival (arrival = queued_ts - first queued_ts)."""
     rows = []
+    failed = 0
     for lineno, line in enumerate(_text(data, where).splitlines(), 1):
         if not line.strip():
             continue
@@ -210,6 +218,9 @@ def parse_requests(data: bytes, where: str) -> pd.DataFrame:
             raise RunError(f"{where}: line {lineno}: not valid JSON ({exc.msg})") from None
         if not isinstance(obj, dict):
             raise RunError(f"{where}: line {lineno}: expected a JSON object")
+        if obj.get("error") is not None:
+            failed += 1
+            continue
         row = [_num(obj.get(k), k, f"{where}: line {lineno}") for k in REQUEST_FIELDS]
         if row[0] < 1 or row[1] < 1 or row[0] != int(row[0]) or row[1] != int(row[1]):
             raise RunError(f"{where}: line {lineno}: input_toks and output_toks must be positive integers")
@@ -217,7 +228,7 @@ def parse_requests(data: bytes, where: str) -> pd.DataFrame:
             raise RunError(f"{where}: line {lineno}: timestamps must satisfy queued_ts <= first_token_ts <= last_token_ts")
         rows.append(row)
     if not rows:
-        raise RunError(f"{where}: no requests")
+        raise RunError(f"{where}: no completed requests" + (f" ({failed} failed)" if failed else ""))
     a = np.array(rows, dtype=np.float64)
     a = a[np.argsort(a[:, 2], kind="stable")]
     origin = a[0, 2]
@@ -229,6 +240,7 @@ def parse_requests(data: bytes, where: str) -> pd.DataFrame:
         "ttft_s": first - queued, "tpot_s": tpot, "e2e_s": last - queued, "finish_s": last - origin,
     })
     df.attrs["origin"] = origin
+    df.attrs["failed"] = failed
     return df
 
 
@@ -295,3 +307,25 @@ def _str(value: Any, key: str, where: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 300:
         raise RunError(f"{where}: {key} must be a non-empty string")
     return value
+
+
+# --- what the user says about a run that its files do not ----------------------------------------
+
+OVERRIDABLE = ("model", "gpu", "tp", "max_num_seqs", "max_batched_tokens", "max_model_len", "num_gpu_blocks",
+               "block_size", "prefix_caching")
+
+
+def with_engine(run: MeasuredRun, **changes: Any) -> MeasuredRun:
+    """The run with engine fields replaced (None values are ignored). A new model drops the run's
+    own config.json; a new GPU is a kvsim catalog name."""
+    from dataclasses import replace
+
+    unknown = set(changes) - set(OVERRIDABLE)
+    if unknown:
+        raise RunError(f"{run.source}: cannot override {', '.join(sorted(unknown))}")
+    given = {k: v for k, v in changes.items() if v is not None}
+    if not given:
+        return run
+    engine = replace(run.engine, **given)
+    config = None if "model" in given else run.config_path
+    return replace(run, engine=engine, config_path=config)

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.gpus import gpu_for_device
+from models.gpus import get_gpu, gpu_for_device
 from models.spec import load_spec
-from sim.fidelity.run_record import MeasuredRun
+from sim.fidelity.run_record import MeasuredRun, RunError
 from sim.scenario import Scenario
 from sim.trace.model import Trace
 
@@ -83,7 +83,10 @@ def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any)
     e = run.engine
     model = str(run.config_path) if run.config_path is not None else e.model
     spec = load_spec(model)
-    gpu = gpu_for_device(e.device_name)
+    if not e.gpu and e.device_name.strip().lower() in ("", "unknown", "cpu"):
+        raise RunError(f"{run.source}: the run does not name its GPU ({e.device_name!r}): give --gpu "
+                       "(a GPU catalog name) to simulate it")
+    gpu = get_gpu(e.gpu) if e.gpu else gpu_for_device(e.device_name)
     bpt = spec.kv_bytes_per_token(e.kv_dtype)  # whole deployment; the pool is num_gpu_blocks per rank
     # Half a block of slack so flooring the budget gives exactly num_gpu_blocks.
     budget = ((e.num_gpu_blocks + 0.5) * e.block_size * bpt + spec.kv_fixed_bytes(e.kv_dtype)) / GiB

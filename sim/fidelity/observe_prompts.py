@@ -1,0 +1,66 @@
+"""A trace's rows as the requests `sim observe` sends: token-id prompts of the exact length.
+
+A prompt is sent as token ids (the OpenAI completions API takes a list of ints; vLLM and SGLang
+accept it with or without a tokenizer), so the server sees exactly the trace's input length, with
+no tokenizer round trip. Ids are drawn in [FIRST_ID, vocab) — vocab from the model's config when
+kvsim knows the model, else below 1,000, valid for any real vocabulary. A trace with prefix hash
+ids (Mooncake) gets the same ids for the same hash block in every request that carries it, so the
+server's prefix cache finds the sharing the trace describes (as gpu_backend/vllm_engine does for
+the in-process engine); other rows get ids of their own.
+
+`max_tokens` is the trace's output length with `ignore_eos`, so the server generates exactly that
+many tokens. A row longer than the server's max_model_len is cut, prompt first (as
+sim.trace.transforms.clamp_context does), and counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FIRST_ID = 10  # below: special tokens in small vocabularies (bos 1, eos 2, pad 0)
+FALLBACK_VOCAB = 1000
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request to send: when (trace seconds, before speed-up), the prompt ids, tokens asked."""
+
+    rid: int
+    arrival_s: float
+    prompt: list[int]
+    max_tokens: int
+    clamped: bool
+
+
+def _ids(key: tuple[int, ...], n: int, vocab: int) -> list[int]:
+    return np.random.default_rng(list(key)).integers(FIRST_ID, max(vocab, FIRST_ID + 1), size=n).tolist()
+
+
+def plan_requests(trace, *, vocab: int | None, max_model_len: int | None, seed: int = 0) -> list[PlannedRequest]:
+    """Every row of `trace` as a PlannedRequest, in arrival order."""
+    df = trace.df
+    vocab = vocab or FALLBACK_VOCAB
+    hashes = df["prefix_hashes"].tolist() if "prefix_hashes" in df.columns else [None] * len(df)
+    block = max(1, int(trace.prefix_block_size or 1))
+    out = []
+    for rid, (arr, inp, outp, hs) in enumerate(zip(df["arrival_s"], df["input_tokens"], df["output_tokens"], hashes,
+                                                     strict=True)):
+        n_in, n_out = int(inp), int(outp)
+        clamped = False
+        if max_model_len is not None and n_in + n_out > max_model_len:
+            n_out = min(n_out, max_model_len - 1)
+            n_in = max(1, min(n_in, max_model_len - n_out))
+            clamped = True
+        prompt: list[int] = []
+        if hs is not None and len(hs):
+            for h in hs:
+                if len(prompt) >= n_in:
+                    break
+                prompt += _ids((seed, 1, int(h)), block, vocab)
+        prompt = prompt[:n_in]
+        if len(prompt) < n_in:
+            prompt += _ids((seed, 2, rid), n_in - len(prompt), vocab)
+        out.append(PlannedRequest(rid, float(arr), prompt, n_out, clamped))
+    return out

