@@ -12,7 +12,7 @@ from sim.__main__ import main
 from sim.fidelity import prom
 from sim.fidelity.observe_prompts import plan_requests
 from sim.fidelity.observe_record import vllm_defaults
-from sim.fidelity.run_record import RunError, load_run_dir, with_engine
+from sim.fidelity.run_record import RunError, load_run_dir
 from sim.trace import Trace
 
 DATA = Path(__file__).resolve().parent / "data" / "observe"
@@ -93,11 +93,19 @@ def test_failed_requests_are_skipped_and_counted(tmp_path):
 
 def test_engine_overrides(tmp_path, capsys):
     run = load_run_dir(SAMPLE_RUN)
-    other = with_engine(run, gpu="h100-sxm", num_gpu_blocks=100, max_num_seqs=None)
+    other = load_run_dir(SAMPLE_RUN, dict(gpu="h100-sxm", num_gpu_blocks=100, max_num_seqs=None))
     assert other.engine.gpu == "h100-sxm" and other.engine.num_gpu_blocks == 100
     assert other.engine.max_num_seqs == run.engine.max_num_seqs and other.config_path == run.config_path
-    assert with_engine(run, model="llama-3-8b").config_path is None
+    assert load_run_dir(SAMPLE_RUN, {"model": "llama-3-8b"}).config_path is None
     with pytest.raises(RunError, match="cannot override"):
-        with_engine(run, colour="red")
+        load_run_dir(SAMPLE_RUN, {"colour": "red"})
+    # a run whose meta.json lacks the pool is completed by the flags
+    run_dir = _observed_copy(tmp_path)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    del meta["kv_cache"]["num_gpu_blocks"]
+    (run_dir / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(RunError, match="num_gpu_blocks"):
+        load_run_dir(run_dir)
+    assert load_run_dir(run_dir, {"num_gpu_blocks": 2588}).engine.num_gpu_blocks == 2588
     assert main(["validate", str(SAMPLE_RUN), "--num-gpu-blocks", "0"]) == 2
     assert "--num-gpu-blocks must be >= 1" in capsys.readouterr().err

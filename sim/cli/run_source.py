@@ -47,7 +47,5 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 def load_measured(path: str, args: argparse.Namespace | None = None) -> Any:
     """The run at `path` with the flags' overrides applied."""
     from sim.cli.validate import load_run
-    from sim.fidelity.run_record import with_engine
 
-    run = load_run(path)
-    return with_engine(run, **overrides(args)) if args is not None else run
+    return load_run(path, overrides(args) if args is not None else None)

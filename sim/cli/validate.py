@@ -27,15 +27,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def load_run(path: str) -> Any:
+def load_run(path: str, overrides: dict[str, Any] | None = None) -> Any:
+    """A run directory or a .zip of one; `overrides`: engine fields the user gives (--gpu, ...)."""
     from sim.fidelity.run_record import RunError, load_run_dir, load_run_zip
 
     p = Path(path)
     if p.suffix.lower() == ".zip" and not p.is_dir():
         from sim.guard.files import read_limited
 
-        return load_run_zip(read_limited(p, 96 << 20, RunError, what="run archive"), p.name)
-    return load_run_dir(p)
+        return load_run_zip(read_limited(p, 96 << 20, RunError, what="run archive"), p.name, overrides)
+    return load_run_dir(p, overrides)
 
 
 def _pool_line(v: Any) -> str:

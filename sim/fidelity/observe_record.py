@@ -78,8 +78,9 @@ def engine_meta(guess: EngineGuess, served_model: str, max_model_len: int | None
         assumed["dtype"] = "bfloat16 (--weight-dtype to set)"
     if gpu is None:
         assumed["gpu"] = "none: the server's device is not reported; give --gpu here or to sim validate"
-    kv_cache = {k: cache.get(k) for k in ("num_gpu_blocks", "block_size", "enable_prefix_caching",
-                                          "gpu_memory_utilization", "kv_cache_memory_bytes", "num_cpu_blocks")}
+    kv_cache = {k: cache[k] for k in ("num_gpu_blocks", "block_size", "enable_prefix_caching",
+                                      "gpu_memory_utilization", "kv_cache_memory_bytes", "num_cpu_blocks")
+                if cache.get(k) is not None}
     if not cache:
         assumed["kv_cache"] = "the server has no vllm:cache_config_info in /metrics (not vLLM, or metrics off)"
     cache_dtype = str(cache.get("cache_dtype") or "auto")

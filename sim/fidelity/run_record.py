@@ -88,8 +88,9 @@ class MeasuredRun:
 
 # --- entry points -------------------------------------------------------------------------------
 
-def load_run_dir(path: str | Path) -> MeasuredRun:
-    """Read a run directory (meta.json, requests.jsonl, timeseries.csv; config.json when present)."""
+def load_run_dir(path: str | Path, overrides: dict[str, Any] | None = None) -> MeasuredRun:
+    """Read a run directory (meta.json, requests.jsonl, timeseries.csv; config.json when present).
+    `overrides`: engine fields the user gives (OVERRIDABLE), replacing or completing meta.json's."""
     d = Path(path)
     if not d.is_dir():
         raise RunError(f"{d}: not a directory holding {', '.join(RUN_FILES)}")
@@ -99,10 +100,10 @@ def load_run_dir(path: str | Path) -> MeasuredRun:
                    if p.is_file()), None)
     if config is not None:
         _read(config, MAX_CONFIG_BYTES)  # size check only; models.spec reads it
-    return parse_run(*blobs, source=str(d), config_path=config)
+    return parse_run(*blobs, source=str(d), config_path=config, overrides=overrides)
 
 
-def load_run_zip(data: bytes, name: str = "run.zip") -> MeasuredRun:
+def load_run_zip(data: bytes, name: str = "run.zip", overrides: dict[str, Any] | None = None) -> MeasuredRun:
     """Read a zipped run (the three files, and config.json, anywhere in the archive)."""
     if len(data) > MAX_ZIP_BYTES:
         raise RunError(f"{name}: {len(data)} bytes is too large (limit {MAX_ZIP_BYTES})")
@@ -122,11 +123,11 @@ def load_run_zip(data: bytes, name: str = "run.zip") -> MeasuredRun:
     if missing:
         raise RunError(f"{name}: the archive lacks {', '.join(missing)}")
     return load_run_bytes(found["meta.json"], found["requests.jsonl"], found["timeseries.csv"],
-                          found.get("config.json"), source=name)
+                          found.get("config.json"), source=name, overrides=overrides)
 
 
 def load_run_bytes(meta: bytes, requests: bytes, timeseries: bytes, config: bytes | None = None, *,
-                   source: str = "upload") -> MeasuredRun:
+                   source: str = "upload", overrides: dict[str, Any] | None = None) -> MeasuredRun:
     """Read a run from the files' bytes (an upload). A config.json is kept in a temporary file."""
     for label, blob, limit in (("meta.json", meta, MAX_META_BYTES), ("requests.jsonl", requests, MAX_REQUESTS_BYTES),
                                ("timeseries.csv", timeseries, MAX_TIMESERIES_BYTES),
@@ -138,14 +139,18 @@ def load_run_bytes(meta: bytes, requests: bytes, timeseries: bytes, config: byte
         _text(config, f"{source}/config.json")
         config_path = Path(tempfile.mkdtemp(prefix="kvsim-run-")) / "config.json"
         config_path.write_bytes(config)
-    return parse_run(meta, requests, timeseries, source=source, config_path=config_path)
+    return parse_run(meta, requests, timeseries, source=source, config_path=config_path, overrides=overrides)
 
 
 # --- parsing ------------------------------------------------------------------------------------
 
 def parse_run(meta: bytes, requests: bytes, timeseries: bytes, *, source: str,
-              config_path: Path | None = None) -> MeasuredRun:
+              config_path: Path | None = None, overrides: dict[str, Any] | None = None) -> MeasuredRun:
     meta_obj = _json(meta, f"{source}/meta.json")
+    if overrides and isinstance(meta_obj, dict):
+        meta_obj = apply_overrides(meta_obj, overrides, source)
+        if overrides.get("model") is not None:
+            config_path = None  # another model than the one the run shipped
     engine = parse_engine(meta_obj, f"{source}/meta.json")
     reqs = parse_requests(requests, f"{source}/requests.jsonl")
     reqs.attrs.pop("origin", None)
@@ -315,17 +320,26 @@ OVERRIDABLE = ("model", "gpu", "tp", "max_num_seqs", "max_batched_tokens", "max_
                "block_size", "prefix_caching")
 
 
-def with_engine(run: MeasuredRun, **changes: Any) -> MeasuredRun:
-    """The run with engine fields replaced (None values are ignored). A new model drops the run's
-    own config.json; a new GPU is a kvsim catalog name."""
-    from dataclasses import replace
+# where each override goes in meta.json
+OVERRIDE_KEYS = {"model": ("engine_kwargs", "model"), "gpu": ("hardware", "gpu"),
+                 "tp": ("engine_kwargs", "tensor_parallel_size"), "max_num_seqs": ("engine_kwargs", "max_num_seqs"),
+                 "max_batched_tokens": ("engine_kwargs", "max_num_batched_tokens"),
+                 "max_model_len": ("engine_kwargs", "max_model_len"),
+                 "num_gpu_blocks": ("kv_cache", "num_gpu_blocks"), "block_size": ("kv_cache", "block_size"),
+                 "prefix_caching": ("kv_cache", "enable_prefix_caching")}
 
-    unknown = set(changes) - set(OVERRIDABLE)
+
+def apply_overrides(meta: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
+    """meta.json with the user's engine fields written in (None values are ignored); a copy."""
+    unknown = set(overrides) - set(OVERRIDABLE)
     if unknown:
-        raise RunError(f"{run.source}: cannot override {', '.join(sorted(unknown))}")
-    given = {k: v for k, v in changes.items() if v is not None}
-    if not given:
-        return run
-    engine = replace(run.engine, **given)
-    config = None if "model" in given else run.config_path
-    return replace(run, engine=engine, config_path=config)
+        raise RunError(f"{source}: cannot override {', '.join(sorted(unknown))}")
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in meta.items()}
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        section, key = OVERRIDE_KEYS[name]
+        if not isinstance(out.get(section), dict):
+            out[section] = {}
+        out[section][key] = value
+    return out

@@ -51,6 +51,17 @@ class Validation:
         }
 
 
+def run_gpu(run: MeasuredRun) -> Any:
+    """The run's GPU: the catalog name it gives (hardware.gpu, --gpu), else its device name."""
+    e = run.engine
+    if e.gpu:
+        return get_gpu(e.gpu)
+    if e.device_name.strip().lower() in ("", "unknown", "cpu"):
+        raise RunError(f"{run.source}: the run does not name its GPU ({e.device_name!r}): give --gpu "
+                       "(a GPU catalog name) to simulate it")
+    return gpu_for_device(e.device_name)
+
+
 def predicted_pool(run: MeasuredRun) -> dict[str, Any]:
     """The run's measured num_gpu_blocks beside vLLM's accounting of it (sim/memory/vllm_profile.py)
     at the run's vLLM version: {"measured", "predicted", "error", "vllm_version"} (predicted None
@@ -62,7 +73,7 @@ def predicted_pool(run: MeasuredRun) -> dict[str, Any]:
     out: dict[str, Any] = {"measured": e.num_gpu_blocks, "predicted": None, "error": None, "vllm_version": version}
     try:
         spec = load_spec(str(run.config_path) if run.config_path is not None else e.model)
-        prof = vllm_memory_profile(spec, gpu_for_device(e.device_name), tp=e.tp, weight_dtype=e.weight_dtype,
+        prof = vllm_memory_profile(spec, run_gpu(run), tp=e.tp, weight_dtype=e.weight_dtype,
                                    kv_dtype=e.kv_dtype, gpu_mem_util=e.gpu_mem_util, max_batched_tokens=e.max_batched_tokens,
                                    max_num_seqs=e.max_num_seqs, block_size=e.block_size, vllm_version=version)
     except (PoolLayoutError, ValueError) as exc:
@@ -83,10 +94,7 @@ def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any)
     e = run.engine
     model = str(run.config_path) if run.config_path is not None else e.model
     spec = load_spec(model)
-    if not e.gpu and e.device_name.strip().lower() in ("", "unknown", "cpu"):
-        raise RunError(f"{run.source}: the run does not name its GPU ({e.device_name!r}): give --gpu "
-                       "(a GPU catalog name) to simulate it")
-    gpu = get_gpu(e.gpu) if e.gpu else gpu_for_device(e.device_name)
+    gpu = run_gpu(run)
     bpt = spec.kv_bytes_per_token(e.kv_dtype)  # whole deployment; the pool is num_gpu_blocks per rank
     # Half a block of slack so flooring the budget gives exactly num_gpu_blocks.
     budget = ((e.num_gpu_blocks + 0.5) * e.block_size * bpt + spec.kv_fixed_bytes(e.kv_dtype)) / GiB
