@@ -9,6 +9,7 @@ also replace what a run says.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 
@@ -46,6 +47,16 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_measured(path: str, args: argparse.Namespace | None = None) -> Any:
     """The run at `path` with the flags' overrides applied."""
-    from sim.cli.validate import load_run
-
     return load_run(path, overrides(args) if args is not None else None)
+
+
+def load_run(path: str, overrides: dict[str, Any] | None = None) -> Any:
+    """A run directory or a .zip of one; `overrides`: engine fields the user gives (--gpu, ...)."""
+    from sim.fidelity.run_record import RunError, load_run_dir, load_run_zip
+
+    p = Path(path)
+    if p.suffix.lower() == ".zip" and not p.is_dir():
+        from sim.guard.files import read_limited
+
+        return load_run_zip(read_limited(p, 96 << 20, RunError, what="run archive"), p.name, overrides)
+    return load_run_dir(p, overrides)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 from typing import Any
 
 from sim.cli.common import print_json
@@ -25,18 +24,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the comparison and series as JSON")
     add_run_args(p)
     return p
-
-
-def load_run(path: str, overrides: dict[str, Any] | None = None) -> Any:
-    """A run directory or a .zip of one; `overrides`: engine fields the user gives (--gpu, ...)."""
-    from sim.fidelity.run_record import RunError, load_run_dir, load_run_zip
-
-    p = Path(path)
-    if p.suffix.lower() == ".zip" and not p.is_dir():
-        from sim.guard.files import read_limited
-
-        return load_run_zip(read_limited(p, 96 << 20, RunError, what="run archive"), p.name, overrides)
-    return load_run_dir(p, overrides)
 
 
 def _pool_line(v: Any) -> str:
