@@ -24,6 +24,14 @@ import numpy as np
 
 from sim.fidelity.run_record import MeasuredRun
 from sim.fidelity.validate import run_scenario, run_trace
+from sim.timing.intervals import (
+    LEVEL,
+    METRICS,
+    WINDOW_REQUESTS,
+    prediction_bounds,
+    window_log_residuals,
+    window_means,
+)
 from sim.timing.profile import PROFILE_SCHEMA, ProfileError, load_profile, save_profile, validate_profile
 from sim.timing.profile_fit import fit_profile_v2, shapes_from_v1_rows
 
@@ -63,8 +71,12 @@ def default_coefficients(cost: Any) -> dict[str, float]:
     }
 
 
-def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
-    """A v2 profile fitted by replaying a measured run (module docstring)."""
+def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
+             train_windows: Callable[[int], bool] | None = None) -> dict[str, Any]:
+    """A v2 profile fitted by replaying a measured run (module docstring), with the residuals of its
+    windows stored for intervals (`fit.intervals`, sim/timing/intervals.py). `train_windows(w)`
+    picks the windows of WINDOW_REQUESTS requests the fit and the residuals may use (default: all);
+    the rest are held back (the interval check in tests/test_intervals.py)."""
     from scipy.optimize import minimize
 
     from sim.run.deployment import Deployment
@@ -75,28 +87,36 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None) 
     dep = Deployment.resolve(scenario)  # once: every replay runs it with other coefficients
     trace = run_trace(run)
     base = default_coefficients(dep.cost)
-    measured = {col: float(np.nanmean(run.requests[col])) for col, _ in TARGETS}
+    order = run.requests.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+    windows = np.arange(len(order)) // WINDOW_REQUESTS
+    keep = np.array([train_windows is None or bool(train_windows(int(w))) for w in windows])
+    measured = {col: float(np.nanmean(order[col].to_numpy()[keep])) for col, _ in TARGETS}
     calls = [0]
 
     def coefficients(x: np.ndarray) -> dict[str, float]:
         a, b = math.exp(float(x[0])), math.exp(float(x[1]))
         return {k: v * (a if k in MEMORY_PART else b) for k, v in base.items()}
 
-    def loss(x: np.ndarray) -> float:
+    def replay(x: np.ndarray) -> Any:
         calls[0] += 1
         if progress is not None:
-            progress(min(calls[0] / MAX_REPLAYS, 1.0))
+            progress(min(calls[0] / (MAX_REPLAYS + 3), 1.0))
         setup = build(trace, dep)
         setup.cost = CostModel.from_scenario(dep.spec, dep.gpu, scenario, profile=coefficients(x), source="profile")
         sim = Simulation(setup)
         sim.run()
-        req = sim.result("calibrate", 0.0).requests
-        return sum(math.log(max(float(np.nanmean(req[col])), 1e-12) / measured[col]) ** 2 for col, _ in TARGETS)
+        return sim.result("calibrate", 0.0).requests.sort_values("arrival_s", kind="stable").reset_index(drop=True)
+
+    def loss(x: np.ndarray) -> float:
+        req = replay(x)
+        return sum(math.log(max(float(np.nanmean(req[col].to_numpy()[keep])), 1e-12) / measured[col]) ** 2
+                   for col, _ in TARGETS)
 
     result = minimize(loss, np.zeros(2), method="Nelder-Mead",
                       options={"maxfev": MAX_REPLAYS, "xatol": 0.005, "fatol": 1e-6, "initial_simplex":
                                np.array([[0.0, 0.0], [0.15, 0.0], [0.0, 0.15]])})
     coef = coefficients(result.x)
+    intervals = residual_intervals(order, replay, result.x, keep)
     e = run.engine
     return validate_profile({
         "schema": PROFILE_SCHEMA, "schema_version": 2, "model": e.model, "device": e.device_name, "tp": e.tp,
@@ -104,8 +124,39 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None) 
         "calibrated_from": f"vLLM {e.vllm_version} run {run.source}",
         "fit": {"method": "replay (Nelder-Mead on memory and compute scales)", "replays": calls[0],
                 "memory_scale": math.exp(float(result.x[0])), "compute_scale": math.exp(float(result.x[1])),
-                "squared_log_error": float(result.fun)},
+                "squared_log_error": float(result.fun), "intervals": intervals},
     }, "calibration")
+
+
+def residual_intervals(measured: Any, replay: Callable[[np.ndarray], Any], x: np.ndarray, keep: np.ndarray,
+                       step: float = 0.05) -> dict[str, Any]:
+    """Per-metric 90% log bounds from the kept windows' residuals at the fitted scales, widened by the
+    scales' uncertainty: J = d log(simulated window mean) / d log(scale) by one replay per scale,
+    Cov = s^2 (J'J)^-1 over every kept window and metric, each metric's coefficient variance the
+    mean of j' Cov j over its windows (sim/timing/intervals.py)."""
+    kept = measured[keep].reset_index(drop=True)
+    fitted = replay(x)[keep].reset_index(drop=True)
+    base = window_log_residuals(kept, fitted)
+    sims = [window_means(fitted)]
+    for i in range(len(x)):
+        dx = np.array(x, dtype=float)
+        dx[i] += step
+        sims.append(window_means(replay(dx)[keep].reset_index(drop=True)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        jac = {m: np.column_stack([np.log(sims[i + 1][m] / sims[0][m]).to_numpy() / step for i in range(len(x))])
+               for m in METRICS}
+    rows = np.vstack([jac[m] for m in METRICS])
+    resid = np.concatenate([(base[m] - base[m].mean()).to_numpy() for m in METRICS])
+    ok = np.isfinite(resid) & np.isfinite(rows).all(axis=1)
+    dof = max(int(ok.sum()) - len(x), 1)
+    cov = float(np.sum(resid[ok] ** 2)) / dof * np.linalg.pinv(rows[ok].T @ rows[ok])
+    bounds, coef_var = {}, {}
+    for m in METRICS:
+        j = jac[m][np.isfinite(jac[m]).all(axis=1)]
+        coef_var[m] = float(np.mean(np.einsum("ij,jk,ik->i", j, cov, j))) if len(j) else 0.0
+        bounds[m] = list(prediction_bounds(base[m].to_numpy(), coef_var[m]))
+    return {"level": LEVEL, "window_requests": WINDOW_REQUESTS, "windows": int(len(base)), "log_bounds": bounds,
+            "coefficient_var": coef_var, "scale_covariance": cov.tolist()}
 
 
 def write_profile(profile: dict[str, Any], out: str | Path | None) -> Path:

@@ -45,6 +45,7 @@ from sim.run.tier_metrics import tier_summary
 from sim.run.tier_setup import TierFleet, build_tiers, host_link_bandwidth
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
+from sim.timing.intervals import run_intervals
 from sim.trace.model import Trace
 
 GiB = 1 << 30
@@ -307,6 +308,7 @@ class Simulation:
         if s.tiers is not None:
             summary.update(tier_summary(s.tiers, requests, prefix_queries=queries, prefix_hits=hits,
                                         duration_s=summary["duration_s"], occupancy=self._tier_occupancy))
+        summary.update(run_intervals(summary, s.scenario.profile))
         return metrics.SimResult(requests, steps, summary, s.scenario, trace_digest)
 
     def _finished(self, n: int) -> None:
