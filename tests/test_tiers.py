@@ -175,3 +175,15 @@ def test_scheduler_loads_lower_tier_hits_before_the_prefill_and_waits_for_them()
     assert starts[2] >= admitted + 0.3 - 1e-9
     assert sched.prefix_queries == 60 and sched.prefix_hits == BS  # the GPU hit only
     assert table.first_token_s[2] > admitted + 0.3
+
+
+def test_swapped_out_kv_takes_room_from_the_cpu_tier_and_gives_it_back():
+    s = stack("write-through", cpu=4)
+    assert s.swap_capacity_bytes() == 4 * 40
+    s.on_registered([1, 2, 3, 4], 0, 4)
+    s.swap_out(2 * 40 + 1)  # 81 bytes take 3 blocks of room: the 3 least recent chunks go
+    assert s.levels[0].lru.lru_order() == [4] and s.levels[0].lru.capacity_chunks == 1
+    assert s.swap_capacity_bytes() == 4 * 40  # the swap space is still the tier's size
+    s.swap_in(2 * 40 + 1)
+    assert s.levels[0].lru.capacity_chunks == 4
+    assert s.bytes_moved["cpu"]["swap_out"] == s.bytes_moved["cpu"]["swap_in"] == 81

@@ -244,6 +244,8 @@ class Scheduler(interfaces.Scheduler):
                 and self.swap_used_bytes + kv_bytes <= self.cfg.swap_space_bytes):
             self.swap_used_bytes += kv_bytes
             plan.swap_out_bytes += kv_bytes
+            if self.tiers is not None:  # the swap space is the CPU tier's room (sim/core/tiers/stack.py)
+                self.tiers.swap_out(kv_bytes)
             t.status[r] = SWAPPED
             self.swapped.append(r)
         else:  # recompute (also the fallback when host swap space is full)
@@ -263,6 +265,8 @@ class Scheduler(interfaces.Scheduler):
             kv_bytes = c * self.alloc.bytes_per_token
             self.swap_used_bytes -= kv_bytes
             plan.swap_in_bytes += kv_bytes
+            if self.tiers is not None:
+                self.tiers.swap_in(kv_bytes)
             t.status[r] = RUNNING
             self._start_running(r)
             plan.decode_ids = np.append(plan.decode_ids, r)
@@ -332,6 +336,9 @@ class Scheduler(interfaces.Scheduler):
             return remote_kv.reserve_head(self, r, now)
         if self.tiers is None or hashes is None:
             return None
+        if self.cfg.admit_whole_prompt and not self.alloc.can_allocate(
+                int(self.t.prompt[r] + self.t.generated[r]), int(self.t.reserve[r]), hashes):
+            return False  # blocked whatever the tiers hold (the plain path's own test): skip the lookup
         found = tier_admission.lower_hits(self, r, hashes)
         return None if found is None else tier_admission.admit_loading(self, r, hashes, *found, now)
 

@@ -32,6 +32,7 @@ from sim.memory.capacity import (
 )
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
+from sim.timing.layer_offload import offloaded_layers
 
 DEFAULT_MAX_MODEL_LEN_CAP = 32768
 
@@ -71,11 +72,16 @@ class Deployment:
         # A model with several KV groups: one manager per group over a shared pool of pages, for
         # every allocator (paged, contiguous) and the static-batch baseline alike.
         grouped = needs_group_pools(spec.groups)
+        if grouped and scenario.offload_layers:
+            raise ScenarioError("scenario: offload_layers needs a model with one KV group (sliding-window, chunked "
+                                "and state groups are not supported by layer offload yet)")
         if grouped:
             probe = _group_allocator(scenario, spec, budget)
             num_blocks, bpt = probe.num_blocks, probe.bytes_per_token
         else:
             bpt = scenario_kv_bytes_per_token(scenario, spec)
+            if scenario.offload_layers:  # the offloaded layers' KV lives in CPU memory (sim/timing/layer_offload.py)
+                bpt = bpt * (spec.num_layers - offloaded_layers(spec.num_layers, scenario.offload_layers)) // spec.num_layers
             num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
         if num_blocks < 1:
             raise ScenarioError(f"scenario: KV budget of {budget} bytes holds no block of {scenario.block_size} tokens")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -161,6 +161,9 @@ def build(trace: Trace, target: Scenario | Deployment) -> Setup:
         for rep, stack in zip(replicas, tiers.stacks, strict=True):
             rep.alloc.attach_tiers(stack)  # type: ignore[attr-defined]  # paged (build_tiers checked)
             rep.sched.tiers = stack  # type: ignore[attr-defined]  # continuous batching (checked)
+            swap = stack.swap_capacity_bytes()
+            if swap is not None:  # the CPU tier is the swap space (its size and its host link)
+                rep.sched.cfg = replace(cfg, swap_space_bytes=swap)  # type: ignore[attr-defined]
     host_bw = host_link_bandwidth(scenario, dep.gpu.host_link_bandwidth)
     return Setup(table, replicas, cost, host_bw, max_len,
                  num_blocks, bpt, dep.budget_terms, int(reject.sum()), int(over.sum()), scenario,

@@ -43,7 +43,7 @@ def tier_summary(fleet: TierFleet, requests: pd.DataFrame, *, prefix_queries: in
     for st in fleet.stacks:
         for name, parts in st.bytes_moved.items():
             for direction, nbytes in parts.items():
-                moved[name][direction] += nbytes
+                moved[name][direction] = moved[name].get(direction, 0) + nbytes
         load_s.update(st.load_delays)
     chunk_bytes = fleet.stacks[0].k * fleet.stacks[0].bytes_per_block if fleet.stacks else 0
     return {

@@ -91,6 +91,10 @@ class CostModel:
     attn_groups: tuple[AttnGroup, ...] = ()  # per-group attention terms; () = every layer reads its whole context
     expert_weight_bytes: float = 0.0  # routed experts per rank (MoE), streamed as far as tokens touch them
     expert_share: float = 0.0  # experts_per_tok / num_experts
+    # Layer-wise offload (sim/timing/layer_offload.py): KV bytes per token per rank of the offloaded
+    # layers, streamed over the host link (bytes/s per GPU and direction) every step. 0: none.
+    offload_kv_bytes_per_token: float = 0.0
+    host_bandwidth: float = 0.0
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
@@ -104,6 +108,12 @@ class CostModel:
         gpu = gpu or get_gpu(scenario.gpu)
         kwargs: dict[str, Any] = rl.roofline_terms(spec, gpu, scenario)
         kwargs["api_overhead_s"] = float(scenario.api_overhead_s)
+        if scenario.offload_layers:
+            from sim.timing.layer_offload import gpu_share
+
+            kwargs["offload_kv_bytes_per_token"] = kwargs["kv_bytes_per_token"] * (
+                1.0 - gpu_share(spec.num_layers, scenario.offload_layers))
+            kwargs["host_bandwidth"] = float(scenario.host_link_gb_s) * 1e9 if scenario.host_link_gb_s else gpu.host_link_bandwidth
         kwargs.update(overrides)
         want = scenario.cost_source
         if scenario.profile:
@@ -153,7 +163,7 @@ class CostModel:
     def decode_time(self, decode_seqs: int, decode_kv: int) -> float:
         """step_time(decode_seqs, decode_kv) of a pure-decode step, bit for bit, faster: the parts
         that depend on the batch size alone are computed once per batch size (the engine's hot loop)."""
-        if self.table is None or self.profile is not None:
+        if self.table is None or self.profile is not None or self.offload_kv_bytes_per_token:
             return self.step_time(decode_seqs, decode_kv)
         return float(self._table_decode(float(decode_seqs), float(decode_kv)))
 
@@ -199,6 +209,13 @@ class CostModel:
 
     def _times(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any, maximum: Callable[[Any, Any], Any]) -> Any:
         """The step-time formula over floats or float64 arrays (`maximum`: max or np.maximum)."""
+        gpu = self._gpu_times(d, kd, p, kp, pp, np_, maximum)
+        if not self.offload_kv_bytes_per_token:
+            return gpu
+        per_byte = self.offload_kv_bytes_per_token / self.host_bandwidth  # layer offload: host link, overlapped
+        return maximum(maximum(gpu, (kd + kp) * per_byte), (d + p) * per_byte)
+
+    def _gpu_times(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any, maximum: Callable[[Any, Any], Any]) -> Any:
         if self.profile is not None:
             c = self.profile
             if "weights_s" in c:  # schema v2: max(compute, memory) with prefill and decode parts

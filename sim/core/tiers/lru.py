@@ -52,6 +52,36 @@ class LRUTier:
             self.peak = len(keys)
         return out
 
+    def insert_many(self, new_keys: list[int]) -> tuple[int, list[int]]:
+        """insert() of each key in order, in one pass: (keys newly stored, keys evicted)."""
+        keys, cap = self._keys, self.capacity_chunks
+        if cap == 0:
+            return 0, list(new_keys)
+        stored = 0
+        out: list[int] = []
+        for key in new_keys:
+            if key in keys:
+                keys.move_to_end(key)
+                continue
+            keys[key] = None
+            stored += 1
+            if len(keys) > cap:
+                out.append(keys.popitem(last=False)[0])
+        self.stored += stored
+        self.evicted += len(out)
+        if len(keys) > self.peak:
+            self.peak = len(keys)
+        return stored, out
+
+    def resize(self, capacity_chunks: int) -> list[int]:
+        """Change the capacity (swapped-out KV taking room, giving it back); returns the keys evicted."""
+        self.capacity_chunks = max(int(capacity_chunks), 0)
+        out: list[int] = []
+        while len(self._keys) > self.capacity_chunks:
+            out.append(self._keys.popitem(last=False)[0])
+        self.evicted += len(out)
+        return out
+
     def remove(self, key: int) -> None:
         """A move up (exclusive policy): the chunk leaves this tier."""
         del self._keys[key]

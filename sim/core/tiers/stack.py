@@ -69,6 +69,7 @@ class TierStack:
     hit_tokens: dict[str, int] = field(init=False)
     bytes_moved: dict[str, dict[str, int]] = field(init=False)
     load_delays: dict[int, float] = field(default_factory=dict)  # request -> seconds its last load took
+    swap_chunks: int = 0  # CPU-tier room held by swapped-out requests' KV
 
     def __post_init__(self) -> None:
         self.k = self.policy.chunk_blocks(self.block_size)
@@ -77,6 +78,8 @@ class TierStack:
                              f"{self.k} blocks is not supported")
         self.hit_tokens = {lv.kind.name: 0 for lv in self.levels}
         self.bytes_moved = {lv.kind.name: {"load": 0, "store": 0} for lv in self.levels}
+        if self._cpu() is not None:
+            self.bytes_moved["cpu"].update(swap_out=0, swap_in=0)
 
     # --- lookup (no side effects: the router's query too) ------------------------------------------
     def lookup(self, keys: Sequence[int], first_block: int, max_blocks: int) -> TierHits:
@@ -130,49 +133,78 @@ class TierStack:
     def on_registered(self, keys: Sequence[int], lo: int, hi: int) -> None:
         """Blocks lo..hi-1 of a request (chained keys `keys`) were just computed or loaded into the GPU."""
         if not self.policy.copies:
-            for j in range(lo, hi):  # the GPU copy is the block's one home now
+            for key in keys[lo:hi]:  # the GPU copy is the block's one home now
                 for lv in self.levels:
-                    if keys[j] in lv.lru:
-                        lv.lru.remove(keys[j])
+                    if key in lv.lru:
+                        lv.lru.remove(key)
             return
         k = self.k
-        for j in range(lo, hi):
-            if (j + 1) % k == 0:
-                key = keys[j]
-                for lv in self.levels:
-                    if key not in lv.lru:
-                        self._insert(lv, key)
-                    else:
-                        lv.lru.touch(key)
+        first = lo + (-(lo + 1)) % k  # the first block at or after lo that ends a chunk
+        chunk_keys = list(keys[first:hi:k])
+        if chunk_keys:
+            for lv in self.levels:  # write-through: every tier (victims dropped: the tiers below hold them)
+                self._store(lv, lv.lru.insert_many(chunk_keys)[0] * k)
 
     def on_gpu_evicted(self, keys: Sequence[int]) -> None:
         """Keys the GPU prefix cache just dropped (no GPU block holds them any more)."""
         if self.policy.copies or not self.levels:
             return
-        for key in keys:
-            self._insert_cascading(0, key)
+        pending = list(keys)
+        for lv in self.levels:  # on-eviction: into the CPU tier, each tier's victims one tier down
+            stored, pending = lv.lru.insert_many(pending)
+            self._store(lv, stored)
+            if not pending:
+                return
 
     def _insert(self, lv: TierLevel, key: int) -> None:
-        """Write-through: store one chunk into a tier (its LRU victims are simply dropped: every tier
-        below already holds them)."""
-        nbytes = self.k * self.bytes_per_block
-        self.bytes_moved[lv.kind.name]["store"] += nbytes
-        schedule_over(lv.store_path, self.now, nbytes)
-        lv.lru.insert(key)
+        """Store one chunk into a tier (a promotion)."""
+        self._store(lv, lv.lru.insert_many([key])[0] * self.k)
 
-    def _insert_cascading(self, level: int, key: int) -> None:
-        """On-eviction: store a block into `level`; its victims move down one level each."""
-        pending = [(level, key)]
-        while pending:
-            i, key = pending.pop()
-            if i >= len(self.levels):
-                continue
-            lv = self.levels[i]
-            nbytes = self.bytes_per_block
+    def _store(self, lv: TierLevel, nblocks: int) -> None:
+        """Book `nblocks` blocks written into `lv` over its store path (one transfer)."""
+        if nblocks:
+            nbytes = nblocks * self.bytes_per_block
             self.bytes_moved[lv.kind.name]["store"] += nbytes
             schedule_over(lv.store_path, self.now, nbytes)
-            for victim in lv.lru.insert(key):
-                pending.append((i + 1, victim))
+
+    # --- swap preemption: swapped-out KV lives in the CPU tier -------------------------------------
+    def swap_capacity_bytes(self) -> int | None:
+        """The CPU tier's size, which is the swap space when there is one (None: no CPU tier)."""
+        lv = self._cpu()
+        return None if lv is None else (lv.lru.capacity_chunks + self.swap_chunks) * self.k * self.bytes_per_block
+
+    def swap_out(self, nbytes: int) -> None:
+        """A preempted request's KV moves into the CPU tier: it takes that room from the cached chunks
+        (the LRU's victims are dropped, or move down a tier under on-eviction)."""
+        lv = self._cpu()
+        if lv is None or nbytes <= 0:
+            return
+        chunks = self._chunks(nbytes)
+        self.swap_chunks += chunks
+        victims = lv.lru.resize(lv.lru.capacity_chunks - chunks)
+        if victims and not self.policy.copies and len(self.levels) > 1:
+            lower = self.levels[1]
+            self._store(lower, lower.lru.insert_many(victims)[0])
+        self.bytes_moved["cpu"]["swap_out"] += nbytes
+        schedule_over(lv.store_path, self.now, nbytes)
+
+    def swap_in(self, nbytes: int) -> None:
+        """A swapped request resumes: its room in the CPU tier is the cache's again."""
+        lv = self._cpu()
+        if lv is None or nbytes <= 0:
+            return
+        chunks = self._chunks(nbytes)
+        self.swap_chunks -= chunks
+        lv.lru.resize(lv.lru.capacity_chunks + chunks)
+        self.bytes_moved["cpu"]["swap_in"] += nbytes
+        schedule_over(lv.load_path, self.now, nbytes)
+
+    def _chunks(self, nbytes: int) -> int:
+        size = self.k * self.bytes_per_block
+        return -(-nbytes // size)
+
+    def _cpu(self) -> TierLevel | None:
+        return self.levels[0] if self.levels and self.levels[0].kind.name == "cpu" else None
 
     # --- books ----------------------------------------------------------------------------------------
     def occupancy_bytes(self) -> dict[str, int]:
