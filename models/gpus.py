@@ -25,6 +25,7 @@ from models.strict import bounded
 MiB = 1 << 20
 GB = 10**9
 TFLOPS = 10**12
+PCIE3_X16 = 16 * GB  # per direction
 PCIE4_X16 = 32 * GB  # per direction
 PCIE5_X16 = 64 * GB
 PCIE6_X16 = 128 * GB
@@ -139,6 +140,25 @@ GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
          efficiency=(1.0, 0.93, "LLMServingSim RTX 4090 kernel profile (vLLM 0.19.0); the card runs above its "
                                 "2,520 MHz datasheet boost clock"),
          price=(0.34, "deploybase.ai/articles/nvidia-l40s-price, Mar 2026: RunPod RTX 4090 hourly")),
+    _gpu("t4", "NVIDIA T4 16GB", 15_360, 320, 65.0, 0.0, "PCIe Gen3 x16", PCIE3_X16, 0,
+         "NVIDIA T4 datasheet (16 GB GDDR6, 320 GB/s, 65 TF fp16 mixed precision; Turing has no bf16 or fp8 "
+         "tensor cores, vLLM serves it in fp16, so the 16-bit peak is the fp16 figure; no NVLink); memory "
+         "15,360 MiB as nvidia-smi reports"),
+    _gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24_576, 936, 71.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 56.25,
+         "NVIDIA Ampere GA102 whitepaper (RTX 3090: 936 GB/s GDDR6X, 71 TF fp16/bf16 dense with fp32 accumulate, "
+         "no fp8; NVLink bridge 112.5 GB/s bidir); memory 24,576 MiB as nvidia-smi reports"),
+    _gpu("a10", "NVIDIA A10 24GB", 23_028, 600, 125.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 0,
+         "NVIDIA A10 datasheet (24 GB GDDR6, 600 GB/s, 125 TF bf16 dense, no fp8 tensor cores, no NVLink); "
+         "memory 23,028 MiB as nvidia-smi reports (the same board as AWS's A10G)"),
+    _gpu("rtx-a6000", "NVIDIA RTX A6000 48GB", 49_140, 768, 154.8, 0.0, "PCIe Gen4 x16", PCIE4_X16, 56.25,
+         "NVIDIA RTX A6000 datasheet (48 GB GDDR6, 768 GB/s, 309.7 TF tensor with sparsity = 154.8 dense, no fp8; "
+         "NVLink bridge 112.5 GB/s bidir); memory 49,140 MiB as nvidia-smi reports"),
+    _gpu("l40", "NVIDIA L40 48GB", 46_068, 864, 181.0, 362.0, "PCIe Gen4 x16", PCIE4_X16, 0,
+         "NVIDIA L40 datasheet (48 GB GDDR6, 864 GB/s, 362 / 724 TF bf16 / fp8 with sparsity = 181 / 362 dense, "
+         "no NVLink); memory 46,068 MiB as nvidia-smi reports (as the L40S, the same board memory)"),
+    _gpu("a100-80gb-pcie", "NVIDIA A100 PCIe 80GB", 81_920, 1935, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
+         "NVIDIA A100 datasheet (80GB PCIe: 1,935 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink bridge "
+         "600 GB/s bidir); memory 81,920 MiB as nvidia-smi reports"),
     _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB", 97_887, 1792, 503.8, 1007.6,
          "PCIe Gen5 x16", PCIE5_X16, 0,
          "NVIDIA RTX Blackwell PRO GPU architecture whitepaper (RTX PRO 6000: 96 GB GDDR7, 1,792 GB/s, 503.8 TF "
@@ -190,12 +210,15 @@ DEVICE_NAMES = {
     "nvidia l40s": "l40s", "nvidia l4": "l4", "nvidia a10g": "a10g", "nvidia geforce rtx 4090": "rtx-4090",
     "nvidia rtx pro 6000 blackwell server edition": "rtx-pro-6000",
     "nvidia rtx pro 6000 blackwell workstation edition": "rtx-pro-6000", "amd instinct mi300x": "mi300x",
+    "tesla t4": "t4", "nvidia t4": "t4", "nvidia geforce rtx 3090": "rtx-3090", "nvidia a10": "a10",
+    "nvidia rtx a6000": "rtx-a6000", "nvidia l40": "l40", "nvidia a100 80gb pcie": "a100-80gb-pcie",
 }
 
 ALIASES = {"h100": "h100-sxm", "h100-80gb": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-80gb",
            "h200-sxm": "h200", "4090": "rtx-4090",
            "rtx-pro-6000-server": "rtx-pro-6000", "mi300": "mi300x", "b200-sxm": "b200", "b300-sxm": "b300",
-           "5090": "rtx-5090", "mi325": "mi325x", "mi355": "mi355x"}
+           "5090": "rtx-5090", "mi325": "mi325x", "mi355": "mi355x", "3090": "rtx-3090", "tesla-t4": "t4",
+           "a6000": "rtx-a6000"}
 
 # Custom-GPU JSON keys: the SI field names, or these human units (key -> (field, factor)).
 _UNIT_KEYS = {

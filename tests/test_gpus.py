@@ -145,3 +145,17 @@ def test_a_gpu_registered_from_outside_is_priced_timed_and_searched():
     finally:
         GPUS.unregister("test-l4x")
     assert default_price("test-l4x") is None
+
+
+def test_cards_people_run_vllm_on():
+    """T4, RTX 3090, A10 (and RTX A6000, L40, A100 PCIe) with their datasheet figures and sources."""
+    from models.gpus import get_gpu, gpu_for_device
+
+    t4, r3090, a10 = get_gpu("t4"), get_gpu("rtx-3090"), get_gpu("a10")
+    assert (t4.hbm_bytes, t4.hbm_bandwidth, t4.bf16_flops, t4.fp8_flops) == (15_360 << 20, 320e9, 65e12, 0.0)
+    assert (r3090.hbm_bytes, r3090.hbm_bandwidth, r3090.bf16_flops) == (24_576 << 20, 936e9, 71e12)
+    assert (a10.hbm_bytes, a10.hbm_bandwidth, a10.bf16_flops) == (23_028 << 20, 600e9, 125e12)
+    for name in ("t4", "rtx-3090", "a10", "rtx-a6000", "l40", "a100-80gb-pcie"):
+        assert "datasheet" in get_gpu(name).source or "whitepaper" in get_gpu(name).source
+    assert gpu_for_device("Tesla T4").name == "t4" and gpu_for_device("NVIDIA GeForce RTX 3090").name == "rtx-3090"
+    assert gpu_for_device("NVIDIA A10").name == "a10"
