@@ -32,7 +32,7 @@ if len(configs) > MAX_AUTO_CONFIGS and not st.button(f"Search {len(configs)} con
     st.stop()
 with stop_on_error():
     plan = run_search(trace, configs, options)
-show_plan(plan)
+plan = show_plan(plan)
 index = pick_row(plan)
 if index is None:
     st.stop()

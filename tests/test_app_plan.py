@@ -36,7 +36,7 @@ def test_default_sweep_is_answered_with_chart_table_and_drill_down():
     at = page(PLAN)
     assert not at.exception and not at.error
     answer = at.success[0].value
-    assert answer.startswith("Best: ") and "What binds:" in answer
+    assert answer.startswith("Best (lowest $ per million output tokens): ") and "What binds:" in answer
     df = at.dataframe[0].value
     assert len(df) == 4 and set(df["binds"]) <= BINDINGS and (df["max req/s"] > 0).all()
     assert len(at.get("plotly_chart")) >= 2  # the Pareto chart and the drill-down's charts
@@ -65,7 +65,7 @@ def test_snapshot_of_the_drill_down_carries_the_search(snapshot_db):
     assert snap.plan is not None and snap.plan["rows"][0]["gpu"] == "l40s"
     opened = page(SNAPSHOTS, snapshot=saved[0].id)
     assert not opened.exception and not opened.error
-    assert any(s.value.startswith("Best: l40s") for s in opened.success)
+    assert any(s.value.startswith("Best (") and "): l40s" in s.value for s in opened.success)
     assert len(opened.dataframe[0].value) == 1
 
 

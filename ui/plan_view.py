@@ -21,8 +21,10 @@ from sim.memory.capacity import TP_CHOICES
 from sim.plan.config_search import ALWAYS_SHOWN, SearchOptions
 from sim.plan.grid import expand
 from sim.plan.prices import default_price
+from sim.plan.rank import CRITERIA, best_row
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
+from sim.report.plan_answer import answer_lines, plan_answer
 from sim.report.plan_charts import pareto_figure, row_label, varied_fields
 from sim.report.served import BINDING_WORDS
 from sim.report.snapshot import Snapshot
@@ -113,17 +115,25 @@ def best_line(plan: dict[str, Any]) -> str:
     cost = f", ${r['cost_per_mtok']:.3f} per million output tokens" if r.get("cost_per_mtok") else ""
     target = f"; {r['gpus_for_target']} GPUs serve {plan['target_rate']:g} req/s" if r.get("gpus_for_target") else ""
     binds = BINDING_WORDS.get(str(r["binding"]), str(r["binding"]))
-    return (f"Best: {row_label(r, varied_fields(rows))} serves {r['max_rate_per_s']:.3g} requests/s under {slo} "
+    by = f" ({best['criterion']})" if best.get("criterion") else ""
+    return (f"Best{by}: {row_label(r, varied_fields(rows))} serves {r['max_rate_per_s']:.3g} requests/s under {slo} "
             f"({r['tok_s_per_gpu']:,.0f} output tok/s per GPU{cost}){target}. What binds: {binds}.")
 
 
-def show_plan(plan: dict[str, Any], key: str = "plan") -> None:
-    """Answer line, Pareto chart and table (live and from a snapshot alike)."""
-    rows, best = plan["rows"], plan.get("best")
+def show_plan(plan: dict[str, Any], key: str = "plan") -> dict[str, Any]:
+    """Answer line, the answer in full, Pareto chart and table (live and from a snapshot alike).
+    Returns the plan with "best" by the criterion picked here (the drill-down and report follow it)."""
+    rows = plan["rows"]
+    by = st.radio("Best by", list(CRITERIA), format_func=lambda c: CRITERIA[c], horizontal=True, key=f"{key}-best-by")
+    plan = {**plan, "best": best_row(rows, plan.get("target_rate"), by)}
+    best = plan["best"]
     if best is None:
         st.warning(f"No configuration meets {plan['slo']} at any rate tried.")
     else:
         st.success(best_line(plan))
+        answer = plan_answer(plan)
+        if answer is not None:
+            st.markdown("\n".join(f"- {line}" for line in answer_lines(answer)[1:]))
     if plan.get("cancelled"):
         st.warning(f"Stopped: {plan['completed']} of {plan['configs']} configurations finished.")
     if any(r["max_rate_per_s"] > 0 for r in rows):
@@ -138,6 +148,7 @@ def show_plan(plan: dict[str, Any], key: str = "plan") -> None:
         st.caption(plan["step_times"])
     if any(r.get("capped") for r in rows):
         st.caption("Some rows met the SLO at every rate tried: the trace is too short to load them.")
+    return plan
 
 
 def pick_row(plan: dict[str, Any]) -> int | None:

@@ -26,9 +26,11 @@ class SearchResult:
     cancelled: bool = False
     configs: int = 0
     step_times: str = ""  # the one step-time source of every row, in a sentence (sim.plan.one_source)
+    tolerance: float = 0.02  # the bisection's: each row's rate is known to within it
 
     def to_dict(self) -> dict[str, Any]:
         return {"slo": self.slo, "target_rate": self.target_rate, "configs": self.configs, "step_times": self.step_times,
+                "tolerance": self.tolerance,
                 "completed": len(self.rows), "cancelled": self.cancelled, "rows": self.rows,
                 "best": best_row(self.rows, self.target_rate), "pareto": pareto_rows(self.rows)}
 
@@ -52,4 +54,4 @@ def search(workload: Workload, configs: list[Scenario], options: SearchOptions, 
             cancelled = True
             ex.cancel()
     return SearchResult([rows[i] for i in sorted(rows)], options.slo.text(), options.target_rate, cancelled,
-                        len(configs), chosen.note)
+                        len(configs), chosen.note, options.tolerance)

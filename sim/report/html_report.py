@@ -14,6 +14,7 @@ from typing import Any
 from models.kv_dtypes import get_kv_dtype
 from sim.report import charts
 from sim.report.glossary import KV_BYTES, KV_PARTS
+from sim.report.plan_answer import answer_html, drilled_row
 from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.report.svg import figure_svg
 
@@ -156,6 +157,16 @@ def trace_name(result: Any) -> str:
     return str(source) if source else f"trace {result.trace_digest}"
 
 
+def load_factor_words(speedup: float, level: float | None = None) -> str:
+    """The load this run was made at: a Plan drill-down replays the trace at its row's level (the
+    scenario's own speedup stays 1), a Simulate run at the scenario's speedup."""
+    if level is not None:
+        return (f"Load factor x{level:g}: the trace's arrivals {level:g} times as fast as recorded "
+                "(the Plan row's largest rate meeting the SLO).")
+    return f"Load factor x{speedup:g}" + (": the trace as recorded." if speedup == 1 else
+                                          f": the trace's arrivals {speedup:g} times as fast as recorded.")
+
+
 def html_report(result: Any, title: str = "kvsim report", trace: str | None = None) -> str:
     """The whole report as one HTML string; charts are inline SVG (sim/report/svg.py), so no script at all.
     `trace` names the trace when the result does not carry it (a SimResult from the CLI)."""
@@ -167,6 +178,10 @@ def html_report(result: Any, title: str = "kvsim report", trace: str | None = No
     trace_label = trace or trace_name(result)
     heading = html.escape(f"{title}: {name}" if name else title)
     snapshot = f"Snapshot <b>{html.escape(name)}</b>. " if name else ""
+    plan = getattr(result, "plan", None)
+    row = drilled_row(plan, result.scenario.to_dict()) if plan else None
+    answer = answer_html(plan) if plan else ""
+    load = load_factor_words(result.scenario.speedup, plan["rows"][row].get("level") if plan and row is not None else None)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{heading}</title>
 <style>
@@ -182,7 +197,8 @@ figure {{ margin: 1rem 0; }}
 </head><body>
 <h1>{heading}</h1>
 <p>{snapshot}Trace <b>{html.escape(trace_label)}</b>; {html.escape(result.scenario.model)} on
-{html.escape(result.scenario.gpu)}, {html.escape(result.scenario.allocator)} KV.</p>
+{html.escape(result.scenario.gpu)}, {html.escape(result.scenario.allocator)} KV. {html.escape(load)}</p>
+{answer}
 <div class="cols">
 <div><h2>Headline</h2>{_notices(result.summary)}{_table(headline_metrics(result.summary))}
 <p>{html.escape(latency_basis(result.summary))}</p>

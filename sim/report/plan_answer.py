@@ -1,0 +1,139 @@
+"""The Plan's answer in words and one table, for the page, the snapshot and the HTML report alike:
+requests/s per replica under the SLO, what binds there and which objective missed at the next rate
+up, GPUs for the target with the fractional replica count, the alternatives, the workload (trace,
+rate, load factor) and the step-time source. A report that held only the drilled-into run left an
+ops team without the answer (issue 24).
+
+Reads a search result's dict (sim.plan.search.SearchResult.to_dict, also stored in snapshots), so an
+older snapshot missing a key still renders: absent figures are left out, never invented.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sim.plan.slo import SloError, parse_slo
+from sim.report.plan_charts import row_label, varied_fields
+from sim.report.served import BINDING_WORDS
+
+DEFAULT_TOLERANCE = 0.02  # the search's bisection tolerance when the result does not say
+
+
+@dataclass(frozen=True)
+class PlanAnswer:
+    """One row's answer (the best row unless asked for another)."""
+
+    row: int
+    config: str
+    rate_per_replica: float
+    replicas: int
+    slo: str  # in words
+    binding: str  # in words
+    missed_next: tuple[str, ...]  # objectives missed at the next rate probed above
+    target_rate: float | None
+    replicas_exact: float | None  # target / rate per replica (the fractional count)
+    replicas_needed: int | None
+    gpus_needed: int | None
+    gpus_low: int | None  # the count if the rate were the tolerance higher (None: the same count)
+    workload: str | None
+    load_factor: float | None
+    step_times: str
+    tolerance: float
+
+
+def slo_words(plan: Mapping[str, Any]) -> str:
+    try:
+        return parse_slo(str(plan.get("slo", ""))).words()
+    except SloError:  # a snapshot's SLO this version cannot read: its own text
+        return str(plan.get("slo", ""))
+
+
+def plan_answer(plan: Mapping[str, Any], row: int | None = None) -> PlanAnswer | None:
+    """The answer for `row` (default: the best); None when no row meets the SLO."""
+    rows: Sequence[dict[str, Any]] = plan.get("rows") or []
+    if row is None:
+        best = plan.get("best")
+        row = best["row"] if isinstance(best, Mapping) else None
+    if row is None or not 0 <= row < len(rows) or not rows[row].get("max_rate_per_s"):
+        return None
+    r = rows[row]
+    replicas = int((r.get("scenario") or {}).get("replicas") or r.get("replicas") or 1)
+    tp = int((r.get("scenario") or {}).get("tp") or r.get("tp") or 1)
+    per_replica = float(r["max_rate_per_s"]) / replicas
+    target = plan.get("target_rate")
+    tolerance = float(plan.get("tolerance") or DEFAULT_TOLERANCE)
+    exact = needed = gpus = low = None
+    if target:
+        exact = float(target) / per_replica
+        needed = math.ceil(exact - 1e-9)
+        gpus = needed * tp
+        fewer = math.ceil(exact / (1 + tolerance) - 1e-9) * tp  # the rate is known to within the tolerance
+        low = fewer if fewer != gpus else None
+    return PlanAnswer(row, row_label(r, varied_fields(rows)), per_replica, replicas, slo_words(plan),
+                      BINDING_WORDS.get(str(r.get("binding")), str(r.get("binding"))),
+                      tuple(str(m) for m in r.get("missed_above") or ()), float(target) if target else None,
+                      exact, needed, gpus, low, r.get("workload"), r.get("level"),
+                      str(plan.get("step_times") or r.get("step_time_source") or ""), tolerance)
+
+
+def answer_lines(a: PlanAnswer) -> list[str]:
+    """The answer as sentences, most important first."""
+    lines = [f"{a.config}: {a.rate_per_replica:.3g} requests/s per replica under {a.slo}."]
+    missed = f"; at the next rate up it misses {', '.join(a.missed_next)}" if a.missed_next else ""
+    lines.append(f"What binds: {a.binding}{missed}.")
+    if a.target_rate is not None and a.replicas_exact is not None:
+        text = (f"For {a.target_rate:g} requests/s: {a.target_rate:g} / {a.rate_per_replica:.3g} = "
+                f"{a.replicas_exact:.2f} replicas -> {a.replicas_needed} replicas = {a.gpus_needed} GPUs.")
+        if a.gpus_low is not None:
+            text += (f" The rate is found to within {a.tolerance:.0%}, and at {a.tolerance:.0%} more per replica "
+                     f"{a.gpus_low} GPUs would do: the count sits on that margin.")
+        lines.append(text)
+    if a.workload:
+        load = f" (load factor x{a.load_factor:g} of the trace's own rate)" if a.load_factor else ""
+        lines.append(f"Workload: {a.workload}{load}.")
+    if a.step_times:
+        lines.append(a.step_times if a.step_times.startswith("Step times") else f"Step times: {a.step_times}.")
+    return lines
+
+
+def alternatives(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every configuration searched, one row each (the table beside the answer)."""
+    rows: Sequence[dict[str, Any]] = plan.get("rows") or []
+    varied = varied_fields(rows)
+    return [{"config": row_label(r, varied), "max req/s": r.get("max_rate_per_s"),
+             "GPUs for target": r.get("gpus_for_target"), "binds": r.get("binding"),
+             "missed above": ", ".join(str(m) for m in r.get("missed_above") or []),
+             "$ per M tokens": r.get("cost_per_mtok"), "step times": r.get("step_time_source")} for r in rows]
+
+
+def drilled_row(plan: Mapping[str, Any], scenario: Mapping[str, Any]) -> int | None:
+    """The row whose scenario this run is (the Plan page's drill-down), else None."""
+    for i, r in enumerate(plan.get("rows") or []):
+        if r.get("scenario") == dict(scenario):
+            return i
+    return None
+
+
+def answer_html(plan: Mapping[str, Any], row: int | None = None) -> str:
+    """The report's first section: the answer, then the alternatives table."""
+    a = plan_answer(plan, row)
+    if a is None:
+        head = f"<p>No configuration meets {html.escape(slo_words(plan))} at any rate tried.</p>"
+    else:
+        head = "<ul>" + "".join(f"<li>{html.escape(line)}</li>" for line in answer_lines(a)) + "</ul>"
+    table = alternatives(plan)
+    cols = list(table[0]) if table else []
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.3g}" if isinstance(v, float) else html.escape(str(v))
+
+    body = "".join("<tr>" + "".join(f"<td>{cell(r[c])}</td>" for c in cols) + "</tr>" for r in table)
+    heads = "".join(f"<th>{html.escape(c)}</th>" for c in cols)
+    return (f'<section id="plan-answer"><h2>The answer</h2>{head}<h3>Alternatives</h3>'
+            f"<table><tr>{heads}</tr>{body}</table></section>")
