@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.kv_dtypes import KV_DTYPES
+from models.links import LINKS
 from models.registry import Registry
 from models.strict import flag, number, whole
 from models.weight_dtypes import WEIGHT_DTYPES
@@ -33,6 +34,8 @@ __all__ = ["CHOICES", "Scenario", "ScenarioError"]
 TIER_MAX_GIB = 1 << 20  # 1 PiB: a remote store may be far larger than any GPU budget
 TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0.0, "tier_policy": "write-through",
                  "host_link_gb_s": None, "offload_layers": 0.0}
+FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
+                  "kv_link": "rdma-400g", "kv_layer_pipelined": False}
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
 CHOICES: dict[str, Registry[Any]] = {
@@ -45,6 +48,7 @@ CHOICES: dict[str, Registry[Any]] = {
     "weight_dtype": WEIGHT_DTYPES,
     "tier_policy": TIER_POLICIES,
     "router": ROUTERS,
+    "kv_link": LINKS,
 }
 
 
@@ -59,6 +63,13 @@ class Scenario:
     replicas: int = 1  # data-parallel engine replicas, each with its own KV pool
     router: str = "round-robin"  # which replica serves each request (sim/core/routing, docs/FLEET.md)
     router_kv_weight: float = 1.0  # KV-aware routers: weight of an uncached prompt block vs a block of load
+    # Disaggregated prefill/decode (sim/fleet/pd.py, docs/FLEET.md): "P:D" prefill and decode replicas
+    # (None: aggregated), their TP (None: `tp`), the link the KV crosses, layer-pipelined sending.
+    pd: str | None = None
+    prefill_tp: int | None = None
+    decode_tp: int | None = None
+    kv_link: str = "rdma-400g"
+    kv_layer_pipelined: bool = False
     weight_dtype: str = "native"  # as the checkpoint ships (bf16 for most; mxfp4 experts for gpt-oss, fp8 for DeepSeek)
     kv_dtype: str = "bf16"
     kv_heads: int | None = None  # GQA what-if: None = the model's own
@@ -135,7 +146,17 @@ class Scenario:
         number(self.api_overhead_s, "scenario: api_overhead_s", 0.0, 60.0, ScenarioError)
         number(self.expert_imbalance, "scenario: expert_imbalance", 1.0, 64.0, ScenarioError)
         number(self.router_kv_weight, "scenario: router_kv_weight", 0.0, 1e6, ScenarioError)
-        for name in ("prefix_caching", "chunked_prefill", "expert_parallel"):
+        for name in ("prefill_tp", "decode_tp"):
+            if getattr(self, name) is not None:
+                whole(getattr(self, name), f"scenario: {name}", 1, limits.MAX_TP, ScenarioError)
+        if self.pd is not None:
+            from sim.core.routing.pd_split import parse_pd
+
+            try:
+                parse_pd(self.pd)
+            except ValueError as exc:
+                raise bad("pd", str(exc)) from None
+        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")
         for name in ("model", "gpu"):
@@ -170,7 +191,7 @@ class Scenario:
         if unknown:
             raise ScenarioError(f"scenario: unknown field(s): {', '.join(unknown)}")
         data = dict(data)
-        for name in ("prefix_caching", "chunked_prefill", "expert_parallel"):  # JSON/URL text "false" means False, not truthy
+        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):  # JSON/URL text "false" means False, not truthy
             if isinstance(data.get(name), str):
                 data[name] = flag(data[name], f"scenario: {name}", ScenarioError)
         try:
@@ -189,7 +210,7 @@ class Scenario:
         data = self.to_dict()
         if data.get("speedup") == 1.0:  # added later: runs at the recorded rate keep their digests
             data.pop("speedup")
-        for name, default in TIER_DEFAULTS.items():  # added later (issue 26): untiered runs keep their digests
+        for name, default in (*TIER_DEFAULTS.items(), *FLEET_DEFAULTS.items()):  # added later (issues 25, 26): runs without keep their digests
             if data.get(name) == default:
                 data.pop(name)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

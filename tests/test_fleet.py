@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from sim.core.routing.registry import ROUTERS
-from sim.fleet.engine import simulate as fleet_simulate
+from sim.fleet.replay import simulate as fleet_simulate
 from sim.run.engine import simulate
 from sim.scenario import Scenario
 from sim.trace import load_trace, synthetic

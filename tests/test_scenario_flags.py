@@ -34,7 +34,7 @@ def _candidates(action: argparse.Action) -> list[object]:
         return [(default or 1) + 1]
     if action.type is float:
         return [v for v in ((default or 0.5) * 1.5, (default or 1.0) / 2) if v != default]
-    return ["window:64", "custom-name", "/tmp/x.json"]
+    return ["window:64", "custom-name", "/tmp/x.json", "1:2"]
 
 
 def _argv(action: argparse.Action, value: object) -> list[str]:

@@ -45,7 +45,7 @@ def progress_bar(enabled: bool) -> tuple[Any, Any]:
 
 
 def simulate_with_progress(trace: Any, scenario: Any, show: bool) -> Any:
-    from sim.fleet.engine import simulate
+    from sim.fleet.replay import simulate
 
     callback, bar = progress_bar(show)
     try:

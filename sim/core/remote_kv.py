@@ -45,6 +45,7 @@ class RemoteKV:
     source: KVSource | None = None  # None: the KV is ready the moment the blocks are reserved
     loads: int = 0
     loaded_tokens: int = 0
+    blocked: set[int] = field(default_factory=set)  # requests whose blocks did not fit at their first try
 
     @property
     def pending(self) -> bool:
@@ -86,6 +87,7 @@ def head_fits(sched: Scheduler, r: int) -> bool:
 def reserve_head(sched: Scheduler, r: int, now: float) -> bool:
     """Reserve the head's blocks and start its load (False: it does not fit; the queue waits)."""
     if not head_fits(sched, r):
+        sched.remote.blocked.add(r)
         return False
     t, books = sched.t, sched.remote
     tokens = books.expected.pop(r)

@@ -109,7 +109,7 @@ def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any)
 
 def validate(run: MeasuredRun, profile: str | None = None, progress: Any = None, **overrides: Any) -> Validation:
     """Simulate the run under its own engine config and compare."""
-    from sim.fleet.engine import simulate
+    from sim.fleet.replay import simulate
 
     scenario = run_scenario(run, profile, **overrides)
     result = simulate(run_trace(run), scenario, progress=progress)

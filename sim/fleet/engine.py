@@ -15,7 +15,6 @@ replica wakes at the arrival. tests/test_fleet.py checks skip-ahead and stepping
 
 from __future__ import annotations
 
-import time
 from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
@@ -27,10 +26,7 @@ from sim.core.routing.view import RoutedRequest
 from sim.fleet import fleet_metrics
 from sim.fleet.live_view import LiveView, Slot
 from sim.run import metrics
-from sim.run.deployment import Deployment
-from sim.run.engine import Replica, Setup, Simulation, build
-from sim.run.engine import simulate as engine_simulate
-from sim.scenario import Scenario
+from sim.run.engine import Replica, Setup, Simulation
 from sim.trace.model import Trace
 
 
@@ -74,6 +70,7 @@ class FleetSimulation(Simulation):
         slot = self.slots[rep.index]
         slot.routed += 1
         slot.routed_prompt += int(self.s.table.prompt[r])
+        slot.prefilling.append(r)
 
     def router_process(self):
         env, reps, slots, table = self.env, self.s.replicas, self.slots, self.s.table
@@ -91,13 +88,24 @@ class FleetSimulation(Simulation):
 
     def _wake(self, rep: Replica, t: float) -> None:
         slot = self.slots[rep.index]
-        if slot.mode and slot.wake is not None and not slot.wake.triggered:  # type: ignore[attr-defined]
-            slot.cut_at = t
-            slot.wake.succeed()  # type: ignore[attr-defined]
+        wake: Any = slot.wake
+        if not slot.mode or wake is None:
+            return  # a general step in flight: the engine looks at everything when it ends
+        if wake.triggered:  # woken already at this instant: the earliest time wins
+            slot.cut_at = t if slot.cut_at is None else min(slot.cut_at, t)
+            return
+        slot.cut_at = t
+        wake.succeed()
 
     # --- the engine process of one replica -----------------------------------------------------
+    plain_engine_for_pre_split = True  # a pool whose replicas wait on other pools sets False
+
+    def keeps_running(self, rep: Replica) -> bool:
+        """Must the replica's engine stay up with nothing queued (a pool holding blocks for others)?"""
+        return False
+
     def engine(self, rep: Replica):
-        if self.state_free:
+        if self.state_free and self.plain_engine_for_pre_split:
             yield from super().engine(rep)
             return
         env, sched, slot, limit = self.env, rep.sched, self.slots[rep.index], self.step_limit
@@ -110,8 +118,8 @@ class FleetSimulation(Simulation):
                 continue
             plan = sched.schedule(rep.t) if work else None
             if plan is None:
-                t_event = _next_event(sched)
-                if self.routing_done and rep.ptr >= len(rep.times) and t_event is None:
+                t_event = _earliest(_next_event(sched), self.next_arrival(rep))
+                if self.routing_done and t_event is None and not self.keeps_running(rep):
                     break
                 slot.mode, slot.wake = "idle", env.event()
                 waits = [slot.wake] if t_event is None else [slot.wake, env.timeout(max(t_event - env.now, 0.0))]
@@ -133,19 +141,17 @@ class FleetSimulation(Simulation):
         env, sched = self.env, rep.sched
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=self.rec.next_grid,
-                                  next_arrival=None, max_steps=steps_left)
+                                  next_arrival=self.next_arrival(rep), max_steps=steps_left)
         t_event = _next_event(sched)
         if t_event is not None:
             run = _cut(run, t_event)
-        slot.run, slot.run_ids, slot.mode, slot.wake, slot.cut_at = run, _running_ids(sched), "run", env.event(), None
-        self.events += 1
-        yield env.any_of([env.timeout(run.ends[-1] - rep.t), slot.wake])
-        if slot.cut_at is not None and slot.cut_at < run.ends[-1]:
-            run = _cut(run, slot.cut_at)
-            slot.mode = ""
-            if run.ends[-1] > env.now:
-                self.events += 1
-                yield env.timeout(run.ends[-1] - env.now)
+        slot.run, slot.run_ids, slot.mode = run, _running_ids(sched), "run"
+        while env.now < run.ends[-1]:
+            slot.wake, slot.cut_at = env.event(), None
+            self.events += 1
+            yield env.any_of([env.timeout(run.ends[-1] - env.now), slot.wake])
+            if slot.cut_at is not None:  # woken: end at the first step that reaches the wake time
+                run = slot.run = _cut(run, max(slot.cut_at, env.now))
         slot.run = slot.run_ids = None
         slot.mode = ""
         self.book_run(rep, run)
@@ -165,7 +171,7 @@ class FleetSimulation(Simulation):
         super().run()
 
     def result(self, trace_digest: str, wall_s: float, **overrides: Any) -> metrics.SimResult:
-        res = super().result(trace_digest, wall_s, routing=self.router_name, **overrides)
+        res = super().result(trace_digest, wall_s, **{"routing": self.router_name, **overrides})
         res.summary.update(fleet_metrics.fleet_summary(self, res))
         return res
 
@@ -174,6 +180,10 @@ def _running_ids(sched: Any) -> Any:
     """The running batch's ids (both schedulers keep them; the static batch as `batch`)."""
     f = getattr(sched, "running_ids", None)
     return f() if f is not None else getattr(sched, "batch", None)
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _next_event(sched: Any) -> float | None:
@@ -206,18 +216,3 @@ def _request_source(trace: Trace, prompt: Any) -> Callable[[int, float], RoutedR
                              str(s) if s is not None and s == s and str(s) else None)
 
     return request
-
-
-def simulate(trace: Trace, target: Scenario | Deployment, *, progress: Callable[[float], None] | None = None,
-             step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
-    """Replay `trace` on a fleet: the scenario's replicas behind its router (docs/FLEET.md). One
-    replica behind round-robin is sim/run/engine.py's replay, unchanged."""
-    dep = target if isinstance(target, Deployment) else Deployment.resolve(target)
-    if dep.scenario.replicas == 1 and dep.scenario.router == "round-robin":
-        return engine_simulate(trace, dep, progress=progress, step_limit=step_limit, skip_ahead=skip_ahead)
-    wall0 = time.perf_counter()
-    setup = build(trace, dep)
-    sim = FleetSimulation(setup, trace, skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
-    sim.run()
-    return sim.result(trace.digest(), time.perf_counter() - wall0)
-

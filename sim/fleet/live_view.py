@@ -37,11 +37,9 @@ class Slot:
     mode: str = ""  # "idle", "run" (may be cut), "" (a general step or nothing to wake)
     wake: object = None  # a simpy Event while the engine sleeps or runs (cut or woken by it)
     cut_at: float | None = None
-    admitted_ptr: int = 0  # requests of rep.arrivals admitted at least once (FCFS: a prefix)
+    prefilling: list[int] = field(default_factory=list)  # routed here, no first token yet (pruned lazily)
     routed_prompt: int = 0  # prompt tokens routed here
-    admitted_prompt: int = 0  # of which admitted
     routed: int = 0
-    routed_prompt_tokens_hit: list[int] = field(default_factory=list)
 
 
 class LiveView:
@@ -55,14 +53,6 @@ class LiveView:
         self.num_blocks = rep.alloc.num_blocks
         self.block_size = rep.alloc.block_size
 
-    def _advance_admitted(self) -> None:
-        slot, arr, adm, prompt = self.slot, self.rep.arrivals, self.table.admitted_s, self.table.prompt
-        ptr = slot.admitted_ptr
-        while ptr < len(arr) and adm[arr[ptr]] == adm[arr[ptr]]:  # not NaN: admitted
-            slot.admitted_prompt += int(prompt[arr[ptr]])
-            ptr += 1
-        slot.admitted_ptr = ptr
-
     def waiting(self) -> int:
         rep = self.rep
         return rep.sched.num_waiting + len(rep.times) - rep.ptr
@@ -72,9 +62,14 @@ class LiveView:
         loading = getattr(sched, "remote", None)
         return sched.num_running + (len(loading.loading) if loading is not None else 0)
 
-    def queued_prompt_tokens(self) -> int:
-        self._advance_admitted()
-        return self.slot.routed_prompt - self.slot.admitted_prompt
+    def pending_prefill_tokens(self) -> int:
+        t, slot = self.table, self.slot
+        first = t.first_token_s
+        slot.prefilling = [r for r in slot.prefilling if first[r] != first[r]]  # NaN: none yet
+        if not slot.prefilling:
+            return 0
+        ids = np.asarray(slot.prefilling, dtype=np.int64)
+        return int((t.prompt[ids] - np.minimum(t.computed[ids], t.prompt[ids])).sum())
 
     def _growth_blocks(self) -> int:
         """Blocks the run in flight has taken by now, as stepping would have booked them."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.spec import SpecError
-from sim.fleet.engine import simulate
+from sim.fleet.replay import simulate
 from sim.plan.bracket import largest_passing
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.slo import Slo

@@ -86,7 +86,7 @@ def _stub_main() -> Iterator[None]:
 def _simulate(key: RunKey, trace: Trace, scenario_json: str, plugins: list[tuple[str, str, object]]) -> Snapshot:
     """Runs in a worker process: the simulation and its downsampled view, with progress messages.
     `plugins`: options the server registered at run time (models.registry.added_entries)."""
-    from sim.fleet.engine import simulate  # the heavy import, once per worker
+    from sim.fleet.replay import simulate  # the heavy import, once per worker
 
     apply_entries(plugins)
     _progress_queue.put((key, 0.0))

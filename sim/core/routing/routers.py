@@ -95,7 +95,7 @@ class LeastOutstanding:
 
 
 class LeastKVLoad:
-    """Lowest KV load: blocks in use plus the blocks the queued prompts will take, as a share of
+    """Lowest KV load: blocks in use plus the blocks its prefill backlog will take, as a share of
     the pool (llm-d's kv-cache-utilization scorer; vLLM's production-stack KV-usage routing)."""
 
     state_free = False
@@ -124,10 +124,12 @@ class PowerOfTwo:
 
 
 class KVAwarePrecise:
-    """Lowest cost = w x prompt blocks not cached on the replica + its KV load in blocks (in use plus
-    queued prompts). The cache is read from the replica's real prefix cache at arrival, evictions
-    included: NVIDIA Dynamo's KV router (cost = overlap_score_weight x prefill_blocks + decode_blocks,
-    fed by the workers' KV events) and llm-d's precise prefix-cache scorer."""
+    """Lowest cost = w x prefill blocks + decode blocks, where prefill blocks are this prompt's blocks
+    not cached on the replica plus its prefill backlog (prompt tokens of requests without a first
+    token yet, in blocks) and decode blocks its KV blocks in use. The cache is read from the
+    replica's real prefix cache at arrival, evictions included: NVIDIA Dynamo's KV router (cost =
+    overlap_score_weight x prefill_blocks + decode_blocks, fed by the workers' KV events) and llm-d's
+    precise prefix-cache scorer."""
 
     state_free = False
 
@@ -137,9 +139,12 @@ class KVAwarePrecise:
     def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
         return -(-(req.prompt_tokens - v.cached_prompt_tokens(req)) // v.block_size)
 
+    def cost(self, req: RoutedRequest, v: ReplicaView) -> float:
+        backlog = -(-v.pending_prefill_tokens() // v.block_size)
+        return self.w * (self.uncached_blocks(req, v) + backlog) + v.used_blocks()
+
     def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
-        w = self.w
-        return min(views, key=lambda v: (w * self.uncached_blocks(req, v) + kv_load_blocks(v), v.index)).index
+        return min(views, key=lambda v: (self.cost(req, v), v.index)).index
 
 
 class KVAwareApprox(KVAwarePrecise):
@@ -187,8 +192,8 @@ class KVAwareApprox(KVAwarePrecise):
 
 
 def kv_load_blocks(v: ReplicaView) -> int:
-    """Blocks in use plus the blocks the queued prompts will need (Dynamo's active blocks)."""
-    return v.used_blocks() + -(-v.queued_prompt_tokens() // v.block_size)
+    """Blocks in use plus the blocks its prefill backlog will need."""
+    return v.used_blocks() + -(-v.pending_prefill_tokens() // v.block_size)
 
 
 def chain_keys(hashes: Sequence[int] | None) -> list[int]:

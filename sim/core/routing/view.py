@@ -48,8 +48,9 @@ class ReplicaView(Protocol):
         """KV blocks held by requests now (cached-but-free blocks excluded)."""
         ...
 
-    def queued_prompt_tokens(self) -> int:
-        """Prompt tokens of the requests counted in `waiting` (prefill work not yet started)."""
+    def pending_prefill_tokens(self) -> int:
+        """Prompt tokens still to compute of the requests routed here that have no first token yet
+        (queued or part-way through a chunked prefill): its prefill backlog."""
         ...
 
     def cached_prompt_tokens(self, req: RoutedRequest) -> int:

@@ -1,0 +1,250 @@
+"""Disaggregated prefill/decode (xPyD): a prefill pool computes each prompt, its KV crosses a link
+to a decode pool that generates the output. Both pools run on one SimPy clock.
+
+The handoff follows vLLM's P/D with the NIXL connector (vllm/distributed/kv_transfer):
+1. a request is routed to a prefill replica (the scenario's router) and prefilled there as a
+   request of one output token (the disaggregation proxy sends it with max_tokens=1); that token
+   is not streamed to the client;
+2. at the prefill's end the request goes to a decode replica (least outstanding requests); the
+   decode replica reserves blocks for the whole prompt before anything moves (if the pool cannot
+   take them, the request waits there, FCFS: `pd_waited_for_blocks` counts them), then the KV moves
+   (sim/core/remote_kv.py: vLLM's WAITING_FOR_REMOTE_KVS);
+3. the prefill replica keeps the request's blocks until the transfer completes (vLLM's
+   delay_free_blocks), then frees them;
+4. the decode replica recomputes the last prompt token and samples the first output token, then
+   decodes. So the client's first token comes from the decode replica: TTFT = arrival to that
+   token (prefill queue + prefill + wait for decode blocks + transfer + one decode-side step), and
+   TPOT is the decode replica's alone.
+
+Transfer bytes (`transfer_bytes`) are the KV the decode replica holds for the prompt: per KV group
+`per_sequence_bytes(prompt, kv_dtype, decode_tp)` on each of decode_tp ranks (a sliding window
+sends its window, MLA its latent, a state group its state; heads replicated when TP exceeds the kv
+heads are sent to each rank that holds a copy). Time (sim/core/link.py): each replica has one NIC
+per GPU, so a replica's link is tp x the link's bandwidth; a transfer holds the prefill replica's
+sending side and the decode replica's receiving side, FIFO on each, at the slower one's rate, and
+completes latency after its data end. Pools differing in TP re-shard: each decode rank reads its
+heads from the prefill ranks that hold them, ceil(tp_p / tp_d) reads per decode rank, each paying
+the link's latency; the bytes are unchanged. Layer-pipelined (`kv_layer_pipelined`, as NIXL's and
+Mooncake's layer-wise sends): a layer's KV leaves as soon as the layer is computed, so all but the
+last layer's share moved while the prefill ran; only 1/num_layers of the bytes is booked after it
+(the earlier shares are assumed to have found the link free: an optimistic bound, said so).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from models.links import get_link
+from sim.core.link import SharedLink, schedule_over
+from sim.core.request import REJECTED
+from sim.core.routing.pd_split import parse_pd
+from sim.core.routing.registry import ROUTERS
+from sim.core.routing.routers import RouterParams
+from sim.core.scheduler import Scheduler
+from sim.fleet import fleet_metrics
+from sim.fleet.engine import FleetSimulation
+from sim.fleet.live_view import LiveView
+from sim.run import metrics
+from sim.run.deployment import Deployment
+from sim.run.engine import Replica, build
+from sim.scenario import Scenario
+from sim.trace.model import Trace
+
+DECODE_ROUTER = "least-outstanding"
+
+
+def transfer_bytes(dep: Deployment, tokens: int) -> int:
+    """KV bytes of `tokens` prompt tokens as the deployment holds them, all TP ranks together."""
+    tp, dtype = dep.scenario.tp, dep.scenario.kv_dtype
+    return tp * sum(g.per_sequence_bytes(tokens, dtype, tp) for g in dep.spec.groups)
+
+
+@dataclass
+class TransferLog:
+    """Every KV handoff: request, bytes, reserved (start), completion, prefill and decode replica."""
+
+    rows: list[tuple[int, int, float, float, int, int]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        if not self.rows:
+            return {"kv_transfer_bytes": 0, "kv_transfers": 0, "kv_transfer_s": metrics_stats(np.zeros(0))}
+        arr = np.array([(b, d - s) for _, b, s, d, _, _ in self.rows], dtype=np.float64)
+        return {"kv_transfer_bytes": int(arr[:, 0].sum()), "kv_transfers": len(self.rows),
+                "kv_transfer_s": metrics_stats(arr[:, 1])}
+
+
+def metrics_stats(values: np.ndarray) -> dict[str, float | None]:
+    v = values[np.isfinite(values)]
+    if not v.size:
+        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+    p50, p90, p99 = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(v.max())}
+
+
+class PrefillPool(FleetSimulation):
+    """The prefill replicas: requests of one output token, blocks held until their KV has left."""
+
+    handoff: Callable[[int, Replica, float], None]
+    plain_engine_for_pre_split = False  # releases arrive from the decode pool: the engine waits for them
+
+    def record_step(self, rep: Replica, plan: Any, t_end: float, finished: list[int]) -> None:
+        super().record_step(rep, plan, t_end, finished)
+        for r in finished:
+            self.handoff(r, rep, t_end)
+
+    def keeps_running(self, rep: Replica) -> bool:
+        return bool(rep.sched.remote.held)  # type: ignore[attr-defined]
+
+
+class DecodePool(FleetSimulation):
+    """The decode replicas: requests arrive from the prefill pool with their prompt's KV remote."""
+
+    expected = 0  # requests the prefill pool will hand over
+    received = 0
+
+    def admit_arrivals(self, rep: Replica, t: float) -> None:
+        times, ids, sched, prompt = rep.times, rep.arrivals, rep.sched, self.s.table.prompt
+        ptr, n = rep.ptr, len(times)
+        while ptr < n and times[ptr] <= t:
+            r = ids[ptr]
+            sched.add_remote_request(r, int(prompt[r]))  # type: ignore[attr-defined]
+            ptr += 1
+        rep.ptr = ptr
+
+
+class PDFleet:
+    """One prefill pool and one decode pool on one clock (module docstring)."""
+
+    def __init__(self, trace: Trace, scenario: Scenario, *, skip_ahead: bool = True,
+                 progress: Callable[[float], None] | None = None) -> None:
+        n_p, n_d = parse_pd(scenario.pd or "1:1")
+        tp_p, tp_d = scenario.prefill_tp or scenario.tp, scenario.decode_tp or scenario.tp
+        self.scenario = scenario
+        self.dep_p = Deployment.resolve(scenario.replace(tp=tp_p, replicas=n_p, pd=None))
+        self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=DECODE_ROUTER))
+        setup_p, setup_d = build(trace, self.dep_p), build(trace, self.dep_d)
+        _reject_in_both(setup_p, setup_d)
+        setup_p.table.output[setup_p.table.status != REJECTED] = 1  # the proxy's max_tokens=1
+        for rep in setup_p.replicas:
+            rep.sched.cfg = replace(rep.sched.cfg, hold_kv_on_finish=True)  # type: ignore[attr-defined]
+        self.prefill = PrefillPool(setup_p, trace, skip_ahead=skip_ahead, progress=None)
+        self.decode = DecodePool(setup_d, trace, skip_ahead=skip_ahead, progress=progress)
+        self.decode.env = self.prefill.env
+        self.decode.expected = int((setup_d.table.status != REJECTED).sum())
+        self.decode.routing_done = self.decode.expected == 0
+        self.decode_router = ROUTERS.lookup(DECODE_ROUTER).make(RouterParams(n_d, scenario.seed))
+        link = get_link(scenario.kv_link)
+        self.nic_p = [SharedLink(f"prefill{i}", link.effective_bandwidth * tp_p, link.latency_s) for i in range(n_p)]
+        self.nic_d = [SharedLink(f"decode{i}", link.effective_bandwidth * tp_d, link.latency_s) for i in range(n_d)]
+        self.reads = -(-tp_p // tp_d)  # re-sharding: reads per decode rank
+        self.layers = self.dep_d.spec.num_layers
+        self.log = TransferLog()
+        self.source_of: dict[int, int] = {}
+        self.handed_at: dict[int, float] = {}
+        self.prefill.handoff = self._handoff
+        for rep in setup_d.replicas:
+            sched: Scheduler = rep.sched  # type: ignore[assignment]
+            sched.remote.source = self._source(rep)
+
+    def _handoff(self, r: int, prep: Replica, t: float) -> None:
+        """Prefill of r ended on `prep` at t: pick a decode replica and queue r there."""
+        d = self.decode
+        views = [LiveView(rep, d.slots[rep.index], d.s.table, t) for rep in d.s.replicas]
+        rep = d.s.replicas[self.decode_router.choose(d._requests(r, t), views)]  # noqa: SLF001
+        self.source_of[r] = prep.index
+        self.handed_at[r] = t
+        d._assign(rep, r, t)  # noqa: SLF001
+        d.received += 1
+        d.routing_done = d.received >= d.expected
+        d._wake(rep, t)  # noqa: SLF001
+        if d.routing_done:
+            for other in d.s.replicas:
+                d._wake(other, t)  # noqa: SLF001
+
+    def _source(self, drep: Replica) -> Callable[[int, int, float], float]:
+        def start(r: int, tokens: int, now: float) -> float:
+            p = self.source_of[r]
+            total = transfer_bytes(self.dep_d, int(self.decode.s.table.prompt[r]))
+            booked = -(-total // self.layers) if self.scenario.kv_layer_pipelined else total
+            tr = schedule_over((self.nic_p[p], self.nic_d[drep.index]), now, booked)
+            done = tr.done + (self.reads - 1) * self.nic_d[drep.index].latency_s
+            self.log.rows.append((r, total, now, done, p, drep.index))
+            prep = self.prefill.s.replicas[p]
+            prep.sched.release_at(r, done)  # type: ignore[attr-defined]
+            self.prefill._wake(prep, done)  # noqa: SLF001
+            return done
+        return start
+
+    def run(self) -> None:
+        env = self.prefill.env
+        if not self.prefill.state_free:
+            env.process(self.prefill.router_process())
+        for sim in (self.prefill, self.decode):
+            for rep in sim.s.replicas:
+                env.process(sim.engine(rep))
+        env.run()
+        for sim in (self.prefill, self.decode):
+            sim.close(max((rep.t for rep in sim.s.replicas), default=0.0))
+
+    def result(self, trace_digest: str, wall_s: float) -> metrics.SimResult:
+        tp, td = self.prefill.s.table, self.decode.s.table
+        td.admitted_s[:] = tp.admitted_s  # queueing is the prefill pool's
+        td.prefix_hit[:] = tp.prefix_hit
+        p_res = self.prefill.result(trace_digest, wall_s)
+        res = self.decode.result(trace_digest, wall_s, routing=self.prefill.router_name)
+        s = res.summary
+        for key in ("prefix_cache_hit_rate", "prefix_cache_hits"):
+            if key in p_res.summary:
+                s[key] = p_res.summary[key]
+        s.update(self.log.summary())
+        s["pd_waited_for_blocks"] = sum(_blocked(rep) for rep in self.decode.s.replicas)
+        gpus_p = len(self.prefill.s.replicas) * self.dep_p.scenario.tp
+        gpus_d = len(self.decode.s.replicas) * self.dep_d.scenario.tp
+        s["gpus"] = gpus_p + gpus_d
+        s["routing_imbalance"] = p_res.summary["routing_imbalance"]
+        s["fleet"] = {"router": self.prefill.router_name, "decode_router": DECODE_ROUTER, "kv_link": self.scenario.kv_link,
+                      "layer_pipelined": self.scenario.kv_layer_pipelined,
+                      "pools": [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)],
+                      "replicas": p_res.summary["fleet"]["replicas"] + res.summary["fleet"]["replicas"]}
+        s["replicas"] = len(self.prefill.s.replicas) + len(self.decode.s.replicas)
+        return metrics.SimResult(res.requests, res.steps, s, self.scenario, trace_digest)
+
+
+def _blocked(rep: Replica) -> int:
+    sched: Scheduler = rep.sched  # type: ignore[assignment]
+    return len(sched.remote.blocked)
+
+
+def _pool(role: str, dep: Deployment, res: metrics.SimResult) -> dict[str, Any]:
+    fl = res.summary["fleet"]
+    return {"role": role, "replicas": len(fl["replicas"]), "tp": dep.scenario.tp,
+            "routing_imbalance": res.summary["routing_imbalance"],
+            "kv_usage_mean": fleet_metrics._mean([r["kv_usage_mean"] for r in fl["replicas"]]),  # noqa: SLF001
+            "num_steps": res.summary["num_steps"]}
+
+
+def _reject_in_both(a: Any, b: Any) -> None:
+    """A request either pool refuses is refused by the fleet (removed from both feeds)."""
+    rej = (a.table.status == REJECTED) | (b.table.status == REJECTED)
+    for setup in (a, b):
+        newly = rej & (setup.table.status != REJECTED)
+        if newly.any():
+            setup.table.status[newly] = REJECTED
+            setup.rejected += int(newly.sum())
+            for rep in setup.replicas:
+                keep = [i for i, r in enumerate(rep.arrivals) if not rej[r]]
+                rep.arrivals = [rep.arrivals[i] for i in keep]
+                rep.times = [rep.times[i] for i in keep]
+
+
+def simulate_pd(trace: Trace, scenario: Scenario, *, progress: Callable[[float], None] | None = None,
+                skip_ahead: bool = True) -> metrics.SimResult:
+    wall0 = time.perf_counter()
+    fleet = PDFleet(trace, scenario, skip_ahead=skip_ahead, progress=progress)
+    fleet.run()
+    return fleet.result(trace.digest(), time.perf_counter() - wall0)
