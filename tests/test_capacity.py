@@ -15,10 +15,9 @@ from sim.memory.capacity import (
     kv_heads_per_gpu,
     max_concurrent,
     memory_budget,
-    scenario_kv_budget_bytes,
-    scenario_kv_bytes_per_token,
 )
 from sim.scenario import Scenario
+from tests.resolved import kv_budget_of, kv_bytes_per_token_of
 
 
 def test_budget_terms_add_up():
@@ -90,24 +89,24 @@ def test_capacity_table_rows_and_bad_context():
 
 
 def test_scenario_kv_budget_explicit_and_derived():
-    assert scenario_kv_budget_bytes(Scenario(model="qwen2.5-7b", kv_budget_gib=12.0)) == 12 * GiB
-    derived = scenario_kv_budget_bytes(Scenario(model="qwen2.5-7b", gpu="h100-sxm"))
+    assert kv_budget_of(Scenario(model="qwen2.5-7b", kv_budget_gib=12.0)) == 12 * GiB
+    derived = kv_budget_of(Scenario(model="qwen2.5-7b", gpu="h100-sxm"))
     assert derived == memory_budget(load_spec("qwen2.5-7b"), get_gpu("h100-sxm")).kv_budget_bytes
     tp4 = Scenario(model="llama-3-70b", gpu="h100-sxm", tp=4)
     per_gpu = memory_budget(load_spec("llama-3-70b"), get_gpu("h100-sxm"), tp=4)
-    assert scenario_kv_budget_bytes(tp4) == 4 * per_gpu.kv_budget_bytes
-    assert scenario_kv_bytes_per_token(tp4) == load_spec("llama-3-70b").kv_bytes_per_token()
+    assert kv_budget_of(tp4) == 4 * per_gpu.kv_budget_bytes
+    assert kv_bytes_per_token_of(tp4) == load_spec("llama-3-70b").kv_bytes_per_token()
     # token slots from the deployment view equal the per-GPU plan
-    assert scenario_kv_budget_bytes(tp4) // scenario_kv_bytes_per_token(tp4) == (
+    assert kv_budget_of(tp4) // kv_bytes_per_token_of(tp4) == (
         per_gpu.kv_budget_bytes // per_gpu.kv_bytes_per_token)
 
 
 def test_scenario_replicated_heads_and_what_if():
     mqa = Scenario(model="llama-3-70b", tp=8, kv_heads=1)
-    assert scenario_kv_bytes_per_token(mqa) == 8 * load_spec("llama-3-70b").with_kv_heads(1).kv_bytes_per_token()
+    assert kv_bytes_per_token_of(mqa) == 8 * load_spec("llama-3-70b").with_kv_heads(1).kv_bytes_per_token()
 
 
 def test_scenario_that_does_not_fit_is_a_one_line_error():
     with pytest.raises(SpecError, match="no room for KV") as exc:
-        scenario_kv_budget_bytes(Scenario(model="llama-3-70b", gpu="l4"))
+        kv_budget_of(Scenario(model="llama-3-70b", gpu="l4"))
     assert "\n" not in str(exc.value)

@@ -13,13 +13,14 @@ from sim.memory.capacity import bandwidth_floor_s
 from sim.scenario import Scenario, ScenarioError
 from sim.timing.cost_model import CostModel, ProfileError, fit_profile, load_profile, save_profile
 from sim.timing.profile import COEFFICIENTS_V2
+from tests.resolved import cost_of
 
 PURE = {"prefill_efficiency": 1.0, "decode_efficiency": 1.0, "attention_efficiency": 1.0, "memory_efficiency": 1.0,
         "step_overhead_s": 0.0, "per_seq_s": 0.0, "layer_overhead_s": 0.0}
 
 
 def model(**scenario) -> CostModel:
-    return CostModel.from_scenario(None, None, Scenario(**{"model": "qwen2.5-7b", "cost_source": "roofline", **scenario}))
+    return cost_of(Scenario(**{"model": "qwen2.5-7b", "cost_source": "roofline", **scenario}))
 
 
 def test_decode_at_batch_1_is_the_bandwidth_floor():
@@ -35,7 +36,7 @@ def test_decode_at_batch_1_is_the_bandwidth_floor():
 
 
 def test_prefill_is_compute_bound():
-    cm = CostModel.from_scenario(None, None, Scenario(model="qwen2.5-7b", cost_source="roofline"), **PURE)
+    cm = cost_of(Scenario(model="qwen2.5-7b", cost_source="roofline"), **PURE)
     pairs = 8192 * 8193 // 2
     t = cm.step_time(0, 0, 8192, 0, pairs, 1)
     compute = (cm.matmul_flops_per_token * 8192 + cm.head_flops_per_seq + cm.attn_flops_per_pair * pairs) / cm.peak_flops
@@ -80,8 +81,8 @@ def test_scalar_step_time_is_bit_identical_with_a_profile(tmp_path):
 
 
 def test_tensor_parallel_adds_allreduce_and_splits_work():
-    one = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=1, cost_source="roofline"))
-    four = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h200", tp=4, cost_source="roofline"))
+    one = cost_of(Scenario(model="llama-3-70b", gpu="h200", tp=1, cost_source="roofline"))
+    four = cost_of(Scenario(model="llama-3-70b", gpu="h200", tp=4, cost_source="roofline"))
     assert one.allreduce_fixed_s == 0 and four.allreduce_fixed_s > 0 and four.allreduce_s_per_token > 0
     assert four.weight_bytes == pytest.approx(one.weight_bytes / 4)
     assert four.step_time(64, 64 * 2048) < one.step_time(64, 64 * 2048)
@@ -91,8 +92,8 @@ def test_allreduce_costs_follow_the_link():
     """70B at TP4: NVLink (H100 SXM) vs PCIe Gen4 (L40S): latency and bus bandwidth of each link kind."""
     from sim.timing import roofline as rl
 
-    nv = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="h100-sxm", tp=4, cost_source="roofline"))
-    pcie = CostModel.from_scenario(None, None, Scenario(model="llama-3-70b", gpu="l40s", tp=4))
+    nv = cost_of(Scenario(model="llama-3-70b", gpu="h100-sxm", tp=4, cost_source="roofline"))
+    pcie = cost_of(Scenario(model="llama-3-70b", gpu="l40s", tp=4))
     assert (nv.allreduce_link, pcie.allreduce_link) == ("nvlink", "pcie")
     layers, hidden = 80, 8192
     assert nv.allreduce_fixed_s == pytest.approx(2 * layers * rl.NVLINK_ALLREDUCE_LATENCY_S)
@@ -109,7 +110,7 @@ def test_allreduce_costs_follow_the_link():
 def test_pcie_allreduce_matches_a_measured_point():
     """aiconfigurator-core's vLLM 0.19.0 custom all-reduce on 2 x RTX PRO 6000 (PCIe Gen5): 1 MiB of
     bf16 (524,288 elements) takes 91.5 us, 8 MiB 567 us. One all-reduce of the model = 1/(2 layers)."""
-    cm = CostModel.from_scenario(None, None, Scenario(model="qwen2.5-72b", gpu="rtx-pro-6000", tp=2, cost_source="roofline"))
+    cm = cost_of(Scenario(model="qwen2.5-72b", gpu="rtx-pro-6000", tp=2, cost_source="roofline"))
     layers, hidden = 80, 8192
     for elements, measured in ((524_288, 91.5e-6), (4_194_304, 567e-6)):
         one = (cm.allreduce_fixed_s + cm.allreduce_s_per_token * elements / hidden) / (2 * layers)
@@ -163,7 +164,7 @@ def test_profile_round_trip_and_use_in_scenario(tmp_path):
     # a 10-token prefill chunk after 1000 cached tokens (5000 pairs): new 10, K/V read 1000, pairs 5000
     assert cm.step_time(0, 0, 10, 1000, 5000, 1) == pytest.approx(2e-3 + 10 * 3e-5 + 1000 * 4e-9 + 5000 * 5e-12, rel=1e-6)
     assert cm.decode_step_times(3, 4, 100)[2] == pytest.approx(cm.step_time(4, 108))
-    other = CostModel.from_scenario(None, None, Scenario(model="llama-3-8b", profile=str(path)))
+    other = cost_of(Scenario(model="llama-3-8b", profile=str(path)))
     assert any("model=qwen2.5-7b" in w for w in other.warnings)
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from models.spec import load_spec
-from sim.memory.capacity import GiB, scenario_kv_budget_bytes
+from sim.memory.capacity import GiB
 from sim.run.deployment import Deployment
 from sim.run.engine import build, simulate
 from sim.scenario import Scenario
 from sim.trace import parse_synthetic_spec
+from tests.resolved import kv_budget_of
 
 
 def test_resolved_fields_follow_the_formulas():
@@ -20,7 +21,7 @@ def test_resolved_fields_follow_the_formulas():
     assert dep.num_blocks == dep.kv_budget_bytes // (32 * dep.bytes_per_token)
     assert dep.budget_terms is None and dep.max_model_len == 8192  # llama-3-8b's context, under the 32K cap
     derived = Deployment.resolve(Scenario(model="qwen2.5-7b"))
-    assert derived.kv_budget_bytes == scenario_kv_budget_bytes(Scenario(model="qwen2.5-7b"))
+    assert derived.kv_budget_bytes == kv_budget_of(Scenario(model="qwen2.5-7b"))
     assert derived.budget_terms is not None and derived.budget_terms["kv_budget_bytes"] == derived.kv_budget_bytes
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from gpu_backend import telemetry
 from gpu_backend.cli import main
+from tests.resolved import cost_of
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).parent.parent
@@ -52,14 +53,14 @@ def test_bad_input_is_one_line(argv, needle, capsys):
 
 def test_profile_writes_a_profile_sim_run_can_use(tmp_path):
     from sim.scenario import Scenario
-    from sim.timing.cost_model import CostModel, load_profile
+    from sim.timing.cost_model import load_profile
 
     path = tmp_path / "prof.json"
     assert main(["profile", "--device", "cpu", "--model", "tiny-llama", "--grid", "small", "--repeats", "2",
                  "--out", str(path)]) == 0
     prof = load_profile(path)
     assert prof["fit"]["samples"] == 9 and prof["tp"] == 1 and prof["kv_dtype"] == "fp32"
-    cm = CostModel.from_scenario(None, None, Scenario(model="tiny-llama", profile=str(path), kv_dtype="fp32",
+    cm = cost_of(Scenario(model="tiny-llama", profile=str(path), kv_dtype="fp32",
                                                       weight_dtype="fp32"))
     assert cm.step_time(8, 256, 256) > 0 and (cm.decode_step_times(4, 8, 256) > 0).all()
 

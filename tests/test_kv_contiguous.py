@@ -12,6 +12,7 @@ from sim.core.kv import (
     reserve_tokens,
     reserve_tokens_array,
 )
+from sim.run.deployment import kv_layout
 from sim.scenario import Scenario
 
 BS, BPT = 4, 5
@@ -141,6 +142,6 @@ def test_misuse_is_an_allocation_error():
 
 
 def test_make_allocator_builds_contiguous_from_scenario():
-    a = make_allocator(Scenario(allocator="contiguous", placement="best-fit", block_size=8), 50, 3)
+    a = make_allocator(kv_layout(Scenario(allocator="contiguous", placement="best-fit", block_size=8)), 50, 3)
     assert isinstance(a, ContiguousAllocator)
     assert (a.block_size, a.num_blocks, a.placement.name) == (8, 50, "best-fit")

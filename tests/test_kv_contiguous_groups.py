@@ -13,6 +13,7 @@ from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
 from sim.core.kv.contiguous_groups import ROUNDING, GroupedContiguousAllocator
 from sim.core.kv.group_managers import make_manager, page_bytes_for
 from sim.core.kv.registry import make_group_allocator
+from sim.run.deployment import kv_layout
 from sim.scenario import Scenario
 
 GiB = 2**30
@@ -20,7 +21,7 @@ GiB = 2**30
 
 def reserve_max(model: str, max_len: int = 8192) -> tuple[GroupedContiguousAllocator, dict[str, dict[str, int]]]:
     sc = Scenario(model=model, allocator="contiguous", reserve="max", kv_budget_gib=40.0)
-    a = make_group_allocator(sc, load_spec(model).groups, 40 * GiB)
+    a = make_group_allocator(kv_layout(sc), load_spec(model).groups, 40 * GiB)
     assert isinstance(a, GroupedContiguousAllocator)
     a.allocate(0, 100, 300, max_len)  # a 100-token prompt under a max_len reservation
     return a, a.group_breakdown()

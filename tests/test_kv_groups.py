@@ -9,8 +9,9 @@ import pytest
 from models.kv_groups import MLA, ChunkedLocal, FullAttention, SlidingWindow, State, layer_kinds
 from models.spec import SpecError, load_spec, spec_from_config
 from sim.cli.kv import kv_report
-from sim.memory.capacity import kv_per_sequence_bytes, memory_budget, scenario_kv_bytes_per_token
+from sim.memory.capacity import kv_per_sequence_bytes, memory_budget
 from sim.scenario import Scenario
+from tests.resolved import kv_bytes_per_token_of
 
 GPT_OSS_LAYER = 8 * 64 * 2 * 2  # 8 kv heads x head dim 64 x (K, V) x bf16 = 2,048 B per token per layer
 
@@ -32,7 +33,7 @@ def test_mla_latent_is_replicated_not_split_over_tp():
     tp8 = memory_budget(spec, _gpu("h200"), tp=8, weight_dtype="native")
     assert tp8.kv_bytes_per_token == 70_272  # every rank holds the whole latent
     assert kv_report("deepseek-v3", tp=8)["bytes_per_token"] == 70_272
-    assert scenario_kv_bytes_per_token(Scenario(model="deepseek-v3", gpu="h200", tp=8)) == 8 * 70_272
+    assert kv_bytes_per_token_of(Scenario(model="deepseek-v3", gpu="h200", tp=8)) == 8 * 70_272
     with pytest.raises(SpecError, match="MLA"):
         spec.with_kv_heads(8)
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sim.core.kv import AllocationError, PagedAllocator, make_allocator
+from sim.run.deployment import kv_layout
 from sim.scenario import Scenario
 
 BS, BPT = 4, 3  # tiny blocks and an odd byte count, so arithmetic slips show
@@ -128,7 +129,7 @@ def test_grow_many_refuses_when_pool_is_short_and_leaves_state_alone():
 
 
 def test_make_allocator_builds_paged_from_scenario():
-    a = make_allocator(Scenario(block_size=32, prefix_caching=True), 10, 7, prefix_block_size=512)
+    a = make_allocator(kv_layout(Scenario(block_size=32, prefix_caching=True)), 10, 7, prefix_block_size=512)
     assert isinstance(a, PagedAllocator)
     assert (a.block_size, a.num_blocks, a.bytes_per_token, a.prefix_caching) == (32, 10, 7, True)
     assert a.cache.prefix_block_size == 512

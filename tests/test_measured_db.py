@@ -12,6 +12,7 @@ from models.spec import load_spec
 from sim.scenario import Scenario
 from sim.timing import measured_db, measured_table
 from sim.timing.cost_model import CostModel, ProfileError
+from tests.resolved import cost_of
 
 aic = pytest.importorskip("aiconfigurator_core.sdk.engine")
 
@@ -22,7 +23,7 @@ def _cache(tmp_path_factory, monkeypatch):
 
 
 def cost(**scenario) -> CostModel:
-    return CostModel.from_scenario(None, None, Scenario(**{"model": "llama-3-8b", **scenario}))
+    return cost_of(Scenario(**{"model": "llama-3-8b", **scenario}))
 
 
 @pytest.mark.slow

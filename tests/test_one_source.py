@@ -19,16 +19,16 @@ from sim.plan.slo import parse_slo
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
 from sim.timing import measured_db
-from sim.timing.cost_model import CostModel
+from tests.resolved import cost_of
 
 SYN = "preset=sharegpt-like,n=150,rate=10,seed=3"
 
 
 def test_int8_and_int4_kv_are_derived_from_the_fp8_tables():
     spec = load_spec("llama-3-8b")
-    fp8 = CostModel.from_scenario(None, None, Scenario(kv_dtype="fp8"))
+    fp8 = cost_of(Scenario(kv_dtype="fp8"))
     for kv, bits in (("int8", 8), ("int4", 4)):
-        cm = CostModel.from_scenario(None, None, Scenario(kv_dtype=kv))
+        cm = cost_of(Scenario(kv_dtype=kv))
         assert cm.source == "derived" and "derived" in cm.warnings[-1]
         scale = spec.kv_bytes_per_token(kv) / spec.kv_bytes_per_token("fp8")
         # bytes per token: int8 2x32x8x(128+4), int4 2x32x8x(64+4), fp8 2x32x8x128
@@ -36,7 +36,7 @@ def test_int8_and_int4_kv_are_derived_from_the_fp8_tables():
         np.testing.assert_allclose(cm.table.gen_attn, fp8.table.gen_attn * scale)
         np.testing.assert_array_equal(cm.table.ctx_attn, fp8.table.ctx_attn)  # prefill attention as fp8's
     assert measured_db.nearest_measured_kv("fp32") is None  # no measured kernel reads 4-byte K/V
-    assert CostModel.from_scenario(None, None, Scenario(kv_dtype="fp32")).source == "roofline"
+    assert cost_of(Scenario(kv_dtype="fp32")).source == "roofline"
 
 
 def test_one_source_keeps_measured_and_derived_together():

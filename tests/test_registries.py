@@ -22,9 +22,9 @@ from ui.options_doc import render
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _paged_no_prefix(scenario, num_blocks, bytes_per_token, prefix_block_size):
+def _paged_no_prefix(layout, num_blocks, bytes_per_token, prefix_block_size):
     """A paged pool that never shares blocks, whatever the scenario's prefix_caching says."""
-    return PagedAllocator(num_blocks, scenario.block_size, bytes_per_token, prefix_caching=False)
+    return PagedAllocator(num_blocks, layout.block_size, bytes_per_token, prefix_caching=False)
 
 
 @pytest.fixture

@@ -8,16 +8,16 @@ finish one token early and report a wrong TTFT). Such victims are recomputed ins
 import numpy as np
 
 from sim.core.request import SWAPPED
-from sim.memory.capacity import scenario_kv_bytes_per_token
 from sim.run.engine import Simulation, build
 from sim.scenario import Scenario
 from sim.trace import synthetic
+from tests.resolved import kv_bytes_per_token_of
 
 
 def test_swapped_requests_have_finished_their_prompt_and_outputs_are_exact():
     trace = synthetic(60, 50.0, input="uniform:lo=100:hi=500", output="uniform:lo=100:hi=400", seed=4)
     sc = Scenario(model="tiny-llama", preemption="swap", max_batched_tokens=256, chunked_prefill=True)
-    sc = sc.replace(kv_budget_gib=60 * 16 * scenario_kv_bytes_per_token(sc) / 2**30)  # 60 blocks: any one fits
+    sc = sc.replace(kv_budget_gib=60 * 16 * kv_bytes_per_token_of(sc) / 2**30)  # 60 blocks: any one fits
     setup = build(trace, sc)
     sched, table = setup.replicas[0].sched, setup.table
     swapped_states = []

@@ -22,15 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from models.gpus import GPUSpec, get_gpu
+from models.gpus import GPUSpec
 from models.kv_groups import total_bytes_per_token
-from models.spec import ModelSpec, SpecError, load_spec
+from models.spec import ModelSpec, SpecError
 from models.weight_dtypes import WEIGHT_BYTES
-
-if TYPE_CHECKING:
-    from sim.scenario import Scenario
 
 GiB = 1 << 30
 DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default
@@ -261,47 +258,3 @@ def smallest_fitting_tp(spec: ModelSpec, gpu: GPUSpec, tp_choices: Iterable[int]
         except SpecError:
             continue
     return None
-
-
-# --- the simulator's view --------------------------------------------------------------------
-
-def scenario_spec(scenario: Scenario) -> ModelSpec:
-    """The scenario's model with its GQA what-if and KV eviction cap applied."""
-    spec = load_spec(scenario.model)
-    spec = spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
-    return spec.with_eviction(scenario.kv_eviction)
-
-
-def scenario_memory_budget(scenario: Scenario, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> MemoryBudget:
-    """memory_budget() with the scenario's knobs (one TP group = one replica)."""
-    spec = spec or scenario_spec(scenario)
-    gpu = gpu or get_gpu(scenario.gpu)
-    return memory_budget(spec, gpu, tp=scenario.tp, weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
-                         gpu_mem_util=scenario.gpu_mem_util, max_batched_tokens=scenario.max_batched_tokens,
-                         max_num_seqs=scenario.max_num_seqs)
-
-
-def scenario_kv_bytes_per_token(scenario: Scenario, spec: ModelSpec | None = None) -> int:
-    """KV bytes per token across one replica's TP ranks (replicated heads counted on every rank).
-
-    Equals spec.kv_bytes_per_token(kv_dtype) unless tp exceeds the kv heads. Pair it with
-    scenario_kv_budget_bytes so token slots = budget // bytes_per_token match the per-GPU plan.
-    """
-    spec = spec or scenario_spec(scenario)
-    return scenario.tp * kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, scenario.tp)
-
-
-def scenario_kv_budget_bytes(scenario: Scenario, spec: ModelSpec | None = None, gpu: GPUSpec | None = None) -> int:
-    """KV pool of one replica (all its TP ranks): kv_budget_gib when set, else derived from the GPU.
-
-    Raises SpecError (one line) when the weights and overheads leave no room for KV.
-    """
-    if scenario.kv_budget_gib is not None:
-        return int(scenario.kv_budget_gib * GiB)
-    budget = scenario_memory_budget(scenario, spec, gpu)
-    if not budget.fits:
-        raise SpecError(
-            f"{scenario.model} on {scenario.gpu} x tp={scenario.tp}: no room for KV "
-            f"({budget.weights_bytes / GiB:.1f} GiB weights + {budget.activation_peak_bytes / GiB:.1f} GiB activations "
-            f"+ {budget.runtime_overhead_bytes / GiB:.1f} GiB overhead > {budget.usable_bytes / GiB:.1f} GiB usable)")
-    return budget.kv_budget_bytes * scenario.tp

@@ -36,10 +36,12 @@ class OneSource:
 
 @lru_cache(maxsize=256)
 def _source_and_why(scenario: Scenario) -> tuple[str, str]:
+    from models.gpus import get_gpu
+    from sim.run.deployment import Deployment
     from sim.timing.cost_model import CostModel
 
     try:
-        cm = CostModel.from_scenario(None, None, scenario)
+        cm = CostModel.from_scenario(Deployment.model_of(scenario), get_gpu(scenario.gpu), scenario)
     except Exception:  # the run itself reports a model or profile it cannot load, in one line
         return "", ""
     return cm.source, cm.source_detail

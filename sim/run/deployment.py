@@ -13,23 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
-from models.spec import ModelSpec
+from models.spec import ModelSpec, SpecError, load_spec
 from sim.core.interfaces import Allocator
 from sim.core.kv.registry import (
     ALLOCATORS,
     AllocatorKind,
+    KVLayout,
     blocks_for_budget,
     make_allocator,
     make_group_allocator,
     needs_group_pools,
 )
 from sim.errors import ScenarioError
-from sim.memory.capacity import (
-    scenario_kv_budget_bytes,
-    scenario_kv_bytes_per_token,
-    scenario_memory_budget,
-    scenario_spec,
-)
+from sim.memory.capacity import GiB, MemoryBudget, kv_bytes_per_token_per_gpu, memory_budget
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 from sim.timing.layer_offload import offloaded_layers
@@ -57,18 +53,20 @@ class Deployment:
     def model_of(scenario: Scenario) -> ModelSpec:
         """The scenario's model as it runs (kv-heads what-if, KV eviction cap): the spec `resolve`
         uses, for callers that need only the model (checking a grid's names before a sweep)."""
-        return scenario_spec(scenario)
+        spec = load_spec(scenario.model)
+        spec = spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
+        return spec.with_eviction(scenario.kv_eviction)
 
     @classmethod
     def resolve(cls, scenario: Scenario) -> Deployment:
         spec = cls.model_of(scenario)
         gpu = get_gpu(scenario.gpu)
-        budget = scenario_kv_budget_bytes(scenario, spec, gpu)
         terms = None
-        if scenario.kv_budget_gib is not None:
-            budget -= spec.kv_fixed_bytes(scenario.kv_dtype)  # fp8 scales (the derived budget has them out)
+        if scenario.kv_budget_gib is not None:  # fp8 scales taken out (the derived budget has them out)
+            budget = int(scenario.kv_budget_gib * GiB) - spec.kv_fixed_bytes(scenario.kv_dtype)
         else:
-            terms = scenario_memory_budget(scenario, spec, gpu).as_dict()
+            derived = scenario_memory_budget(scenario, spec, gpu)  # computed once
+            budget, terms = derived_kv_budget_bytes(scenario, derived), derived.as_dict()
         # A model with several KV groups: one manager per group over a shared pool of pages, for
         # every allocator (paged, contiguous) and the static-batch baseline alike.
         grouped = needs_group_pools(spec.groups)
@@ -88,16 +86,53 @@ class Deployment:
         return cls(scenario, spec, gpu, ALLOCATORS.lookup(scenario.allocator), budget, terms, bpt, num_blocks,
                    grouped, _max_model_len(scenario, spec), CostModel.from_scenario(spec, gpu, scenario))
 
+    @property
+    def layout(self) -> KVLayout:
+        """The KV pool's shape, what the allocator factories read."""
+        return kv_layout(self.scenario)
+
     def make_allocator(self, prefix_block_size: int | None = None) -> Allocator:
         """A fresh, empty KV pool for one replica (prefix_block_size: the trace's hash granularity)."""
         if self.grouped:
             return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes, prefix_block_size)
-        return make_allocator(self.scenario, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
+        return make_allocator(self.layout, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
+
+
+def kv_layout(scenario: Scenario) -> KVLayout:
+    """The scenario's KV layout (sim.core.kv.registry.KVLayout: what the allocator factories read)."""
+    return KVLayout(scenario.allocator, scenario.block_size, scenario.prefix_caching, scenario.placement,
+                    scenario.kv_dtype, scenario.tp)
+
+
+def scenario_memory_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> MemoryBudget:
+    """sim.memory.capacity.memory_budget with the scenario's knobs (one TP group = one replica);
+    `spec` is the model as it runs (Deployment.model_of)."""
+    return memory_budget(spec, gpu, tp=scenario.tp, weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
+                         gpu_mem_util=scenario.gpu_mem_util, max_batched_tokens=scenario.max_batched_tokens,
+                         max_num_seqs=scenario.max_num_seqs)
+
+
+def derived_kv_budget_bytes(scenario: Scenario, budget: MemoryBudget) -> int:
+    """KV pool of one replica (all its TP ranks) derived from the GPU; SpecError (one line) when the
+    weights and overheads leave no room for KV."""
+    if not budget.fits:
+        raise SpecError(
+            f"{scenario.model} on {scenario.gpu} x tp={scenario.tp}: no room for KV "
+            f"({budget.weights_bytes / GiB:.1f} GiB weights + {budget.activation_peak_bytes / GiB:.1f} GiB activations "
+            f"+ {budget.runtime_overhead_bytes / GiB:.1f} GiB overhead > {budget.usable_bytes / GiB:.1f} GiB usable)")
+    return budget.kv_budget_bytes * scenario.tp
+
+
+def scenario_kv_bytes_per_token(scenario: Scenario, spec: ModelSpec) -> int:
+    """KV bytes per token across one replica's TP ranks (replicated heads counted on every rank):
+    spec.kv_bytes_per_token(kv_dtype) unless tp exceeds the kv heads, so that token slots =
+    budget // bytes_per_token match the per-GPU plan."""
+    return scenario.tp * kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, scenario.tp)
 
 
 def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> Allocator:
     try:
-        return make_group_allocator(scenario, spec.groups, budget, prefix_block_size)
+        return make_group_allocator(kv_layout(scenario), spec.groups, budget, prefix_block_size)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
 

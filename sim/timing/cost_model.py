@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from models.gpus import GPUSpec, get_gpu
-from models.spec import ModelSpec, load_spec
+from models.gpus import GPUSpec
+from models.spec import ModelSpec
 from sim.timing import roofline as rl
 from sim.timing.attention_groups import AttnGroup
 from sim.timing.measured_table import CONTEXTS, interp_row
@@ -56,7 +56,7 @@ from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's 
 )
 
 if TYPE_CHECKING:
-    from sim.scenario import Scenario
+    from sim.timing.knobs import TimingKnobs
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,12 @@ class CostModel:
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @classmethod
-    def from_scenario(cls, spec: ModelSpec | None, gpu: GPUSpec | None, scenario: Scenario, **overrides: Any) -> CostModel:
-        """The step-time source for a scenario: its profile when set, else roofline v2.
-
-        `overrides` replace any field (tests and calibration use it)."""
-        spec = spec or load_spec(scenario.model).with_eviction(scenario.kv_eviction)
-        if scenario.kv_heads and spec.num_kv_heads != scenario.kv_heads:
-            spec = spec.with_kv_heads(scenario.kv_heads)
-        gpu = gpu or get_gpu(scenario.gpu)
+    def from_scenario(cls, spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs, **overrides: Any) -> CostModel:
+        """The step-time source for a scenario: its profile when set, else measured kernels where
+        they cover it (cost_source auto), else roofline v2. `spec` is the model as it runs (the
+        what-ifs applied: sim.run.deployment.Deployment.model_of), `gpu` the scenario's GPU; the
+        Deployment resolves both and calls this once. `overrides` replace any field (tests and
+        calibration use it)."""
         kwargs: dict[str, Any] = rl.roofline_terms(spec, gpu, scenario)
         kwargs["api_overhead_s"] = float(scenario.api_overhead_s)
         if scenario.offload_layers:
@@ -127,7 +125,7 @@ class CostModel:
         return cls(**kwargs)
 
     @classmethod
-    def _measured(cls, roof: CostModel, spec: ModelSpec, gpu: GPUSpec, scenario: Scenario, required: bool) -> CostModel:
+    def _measured(cls, roof: CostModel, spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs, required: bool) -> CostModel:
         """The measured-db source where aiconfigurator-core covers the deployment, else the roofline
         with the reason (an error when the scenario asked for measured-db explicitly)."""
         from sim.timing import measured_db

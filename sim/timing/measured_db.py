@@ -57,7 +57,7 @@ from sim.timing.measured_table import (
 
 if TYPE_CHECKING:
     from models.spec import ModelSpec
-    from sim.scenario import Scenario
+    from sim.timing.knobs import TimingKnobs
 
 PCIE_ALLREDUCE_MEASURED = {"rtx-pro-6000"}
 MAX_MEASURED_KV_HEADS = 8
@@ -304,7 +304,7 @@ def _compile(config: dict[str, Any], dep: Deployment) -> tuple[Any, list[dict[st
     return handle, ctx_ops, gen_ops
 
 
-def measured_table(spec: ModelSpec, gpu_name: str, scenario: Scenario, roofline: RooflinePart) -> tuple[MeasuredTable, tuple[str, ...]]:
+def measured_table(spec: ModelSpec, gpu_name: str, scenario: TimingKnobs, roofline: RooflinePart) -> tuple[MeasuredTable, tuple[str, ...]]:
     """The table for a deployment and the notes on where the roofline stands in; NotCovered if none."""
     tp, weight_dtype, kv_dtype = scenario.tp, scenario.weight_dtype, scenario.kv_dtype
     system = coverage(gpu_name, tp, weight_dtype, kv_dtype)

@@ -15,7 +15,7 @@ from models.weight_dtypes import WEIGHT_BYTES
 from sim.timing.attention_groups import attention_groups, mla_prefill_flops_per_pair
 
 if TYPE_CHECKING:
-    from sim.scenario import Scenario
+    from sim.timing.knobs import TimingKnobs
 
 # Efficiencies (fractions of the datasheet peak) -- docs/CALIBRATION.md, "Roofline v2 defaults".
 PREFILL_EFFICIENCY = 0.8  # large bf16 GEMMs: median of the measured GPUs in models/gpus.py (0.64-1.0)
@@ -62,7 +62,7 @@ def streamed_weight_terms(spec: ModelSpec, weight_dtype: str, streamed: int, tp:
     return (total - experts) * (streamed - spec.expert_params) / other / tp, experts / tp
 
 
-def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: Scenario) -> dict[str, Any]:
+def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs) -> dict[str, Any]:
     """Per-rank work coefficients of the scenario's model on its GPU at its TP and dtypes."""
     from sim.memory.capacity import kv_bytes_per_token_per_gpu
 

@@ -1,10 +1,11 @@
-"""Allocators by name, built from a Scenario: one place the simulator and the GPU backend agree on.
+"""Allocators by name, built from a resolved KV layout: one place the simulator and the GPU backend agree on.
 
 Adding an allocator = one file implementing sim.core.interfaces.Allocator (most subclass
 sim.core.kv.base.KVAllocator for its defaults) + one line in ALLOCATORS
 (or `register_allocator` from outside); the CLI, the Scenario checks and the form then offer it.
-A factory takes (scenario, num_blocks, bytes_per_token, prefix_block_size) and reads only the
-Scenario fields it needs (block_size, prefix_caching, placement).
+A factory takes (layout, num_blocks, bytes_per_token, prefix_block_size): `KVLayout` is the part of
+a scenario the pool's shape depends on (block size, prefix caching, placement; the KV dtype and TP
+for per-group pages), resolved by sim.run.deployment.kv_layout, so the core never needs the Scenario.
 """
 
 from __future__ import annotations
@@ -24,38 +25,50 @@ from sim.core.kv.paged import PagedAllocator
 
 if TYPE_CHECKING:
     from models.kv_groups import KVGroup
-    from sim.scenario import Scenario
-
-AllocatorFactory = Callable[["Scenario", int, int, "int | None"], Allocator]
-# (scenario, one manager per KV group, pool pages, page bytes, prefix_block_size) -> allocator
-GroupAllocatorFactory = Callable[["Scenario", list[GroupManager], int, int, "int | None"], Allocator]
 
 
-def _paged(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
+@dataclass(frozen=True)
+class KVLayout:
+    """What a KV pool's shape depends on, resolved from a scenario (sim.run.deployment.kv_layout)."""
+
+    allocator: str = "paged"  # a name in ALLOCATORS
+    block_size: int = 16  # token slots per block
+    prefix_caching: bool = False
+    placement: str = "first-fit"  # contiguous only
+    kv_dtype: str = "bf16"  # per-group page sizes
+    tp: int = 1
+
+
+AllocatorFactory = Callable[[KVLayout, int, int, "int | None"], Allocator]
+# (layout, one manager per KV group, pool pages, page bytes, prefix_block_size) -> allocator
+GroupAllocatorFactory = Callable[[KVLayout, list[GroupManager], int, int, "int | None"], Allocator]
+
+
+def _paged(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
     return PagedAllocator(
         num_blocks,
-        scenario.block_size,
+        layout.block_size,
         bytes_per_token,
-        prefix_caching=scenario.prefix_caching,
+        prefix_caching=layout.prefix_caching,
         prefix_block_size=prefix_block_size,
     )
 
 
-def _contiguous(scenario: Scenario, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
+def _contiguous(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
     # Contiguous regions cannot share blocks, so prefix caching does not apply to them.
-    return ContiguousAllocator(num_blocks, scenario.block_size, bytes_per_token, placement=scenario.placement)
+    return ContiguousAllocator(num_blocks, layout.block_size, bytes_per_token, placement=layout.placement)
 
 
-def _paged_groups(scenario: Scenario, managers: list[GroupManager], num_pages: int, page_bytes: int,
+def _paged_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int, page_bytes: int,
                   prefix_block_size: int | None) -> Allocator:
-    if scenario.prefix_caching:  # refused in one line for state groups
-        return HybridPrefixAllocator(managers, num_pages, scenario.block_size, page_bytes, prefix_block_size)
-    return HybridPagedAllocator(managers, num_pages, scenario.block_size, page_bytes)
+    if layout.prefix_caching:  # refused in one line for state groups
+        return HybridPrefixAllocator(managers, num_pages, layout.block_size, page_bytes, prefix_block_size)
+    return HybridPagedAllocator(managers, num_pages, layout.block_size, page_bytes)
 
 
-def _contiguous_groups(scenario: Scenario, managers: list[GroupManager], num_pages: int, page_bytes: int,
+def _contiguous_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int, page_bytes: int,
                        prefix_block_size: int | None) -> Allocator:
-    return GroupedContiguousAllocator(managers, num_pages, scenario.block_size, page_bytes, scenario.placement)
+    return GroupedContiguousAllocator(managers, num_pages, layout.block_size, page_bytes, layout.placement)
 
 
 @dataclass(frozen=True)
@@ -83,15 +96,15 @@ def register_allocator(kind: AllocatorKind) -> AllocatorKind:
 
 
 def make_allocator(
-    scenario: Scenario, num_blocks: int, bytes_per_token: int, *, prefix_block_size: int | None = None
+    layout: KVLayout, num_blocks: int, bytes_per_token: int, *, prefix_block_size: int | None = None
 ) -> Allocator:
-    """The allocator `scenario.allocator` names, over `num_blocks` blocks of scenario.block_size.
+    """The allocator `layout.allocator` names, over `num_blocks` blocks of layout.block_size.
 
     prefix_block_size: tokens per prefix hash id in the trace (Trace.prefix_block_size, e.g. 512
     for Mooncake); None means the hashes were taken at the KV block size.
     """
-    kind = ALLOCATORS.lookup(scenario.allocator)
-    return kind.build(scenario, int(num_blocks), int(bytes_per_token), prefix_block_size)
+    kind = ALLOCATORS.lookup(layout.allocator)
+    return kind.build(layout, int(num_blocks), int(bytes_per_token), prefix_block_size)
 
 
 def blocks_for_budget(kv_budget_bytes: int, block_size: int, bytes_per_token: int) -> int:
@@ -107,20 +120,20 @@ def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
     return len(groups) > 1 or groups[0].kind not in ("full", "mla") or groups[0].cap is not None
 
 
-def make_group_allocator(scenario: Scenario, groups: tuple[KVGroup, ...], kv_budget_bytes: int,
+def make_group_allocator(layout: KVLayout, groups: tuple[KVGroup, ...], kv_budget_bytes: int,
                          prefix_block_size: int | None = None) -> Allocator:
-    """The scenario's allocator for a model with several KV groups, over a replica's KV budget
+    """The layout's allocator for a model with several KV groups, over a replica's KV budget
     (bytes, all its TP ranks): one manager per group over a shared pool of equal pages (paged:
     sim/core/kv/hybrid.py, with prefix caching hybrid_prefix.py; contiguous: contiguous_groups.py).
     prefix_block_size: as for make_allocator. Errors are one line starting "scenario:"."""
-    kind = ALLOCATORS.lookup(scenario.allocator)
+    kind = ALLOCATORS.lookup(layout.allocator)
     if kind.build_groups is None:
-        raise ValueError(f"scenario: allocator={scenario.allocator!r} has no per-group form: models with several "
+        raise ValueError(f"scenario: allocator={layout.allocator!r} has no per-group form: models with several "
                          f"KV groups ({', '.join(g.label() for g in groups)}) cannot use it")
-    bs, dtype, tp = scenario.block_size, scenario.kv_dtype, scenario.tp
+    bs, dtype, tp = layout.block_size, layout.kv_dtype, layout.tp
     page = page_bytes_for(groups, bs, dtype, tp)
     managers = [make_manager(g, bs, dtype, tp, page) for g in groups]
     try:
-        return kind.build_groups(scenario, managers, int(kv_budget_bytes) // page, page, prefix_block_size)
+        return kind.build_groups(layout, managers, int(kv_budget_bytes) // page, page, prefix_block_size)
     except ValueError as exc:
         raise ValueError(f"scenario: {exc}") from None
