@@ -24,12 +24,15 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from sim.core.request import LOADING, RUNNING
+from sim.core.request import LOADING, RUNNING, RequestTable
 
 if TYPE_CHECKING:
-    from sim.core.scheduler import Scheduler
+    from collections import deque
+    from collections.abc import Collection
+
+    from sim.core.interfaces import Allocator
 
 KVSource = Callable[[int, int, float], float]  # (request, tokens, now) -> when its KV is ready
 
@@ -70,21 +73,51 @@ class RemoteKV:
         return min(times) if times else None
 
 
-def held_tokens(sched: Scheduler, r: int, tokens: int) -> int:
+class _SeqLimit(Protocol):
+    @property
+    def max_num_seqs(self) -> int: ...
+
+
+class RemoteHost(Protocol):
+    """The scheduler state this module reads and books (sim.core.scheduler.Scheduler), named here
+    so that it needs no import of the scheduler, which imports it."""
+
+    @property
+    def t(self) -> RequestTable: ...
+
+    @property
+    def alloc(self) -> Allocator: ...
+
+    @property
+    def cfg(self) -> _SeqLimit: ...
+
+    @property
+    def remote(self) -> RemoteKV: ...
+
+    @property
+    def running(self) -> Collection[int]: ...
+
+    @property
+    def waiting(self) -> deque[int]: ...
+
+    def _start_running(self, r: int) -> None: ...
+
+
+def held_tokens(sched: RemoteHost, r: int, tokens: int) -> int:
     """Token states reserved and counted as computed: all remote ones, less the last known token
     when every known token is remote (it is recomputed to sample the next)."""
     t = sched.t
     return min(tokens, int(t.prompt[r] + t.generated[r]) - 1)
 
 
-def head_fits(sched: Scheduler, r: int) -> bool:
+def head_fits(sched: RemoteHost, r: int) -> bool:
     """Could the remote request at the head be given its blocks now? Blocks for all its known
     tokens must be free (vLLM reserves the whole prompt for a remote prefill)."""
     t = sched.t
     return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]))
 
 
-def reserve_head(sched: Scheduler, r: int, now: float) -> bool:
+def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
     """Reserve the head's blocks and start its load (False: it does not fit; the queue waits)."""
     if not head_fits(sched, r):
         sched.remote.blocked.add(r)
@@ -104,7 +137,7 @@ def reserve_head(sched: Scheduler, r: int, now: float) -> bool:
     return True
 
 
-def apply_due(sched: Scheduler, now: float) -> None:
+def apply_due(sched: RemoteHost, now: float) -> None:
     """At a step starting at `now`: free the held requests whose release time has come, and let
     loaded requests join the running batch (oldest ready first, while max_num_seqs allows)."""
     books, t = sched.remote, sched.t

@@ -38,3 +38,9 @@ class TimingKnobs(Protocol):
 
     @property
     def api_overhead_s(self) -> float: ...
+
+    @property
+    def offload_layers(self) -> float: ...  # fraction of layers whose KV lives in CPU memory
+
+    @property
+    def host_link_gb_s(self) -> float | None: ...  # None: the GPU entry's host link

@@ -17,16 +17,50 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from sim.core.request import LOADING
-from sim.core.tiers.stack import TierHits
+from sim.core.request import LOADING, RequestTable
+from sim.core.tiers.stack import TierHits, TierStack
 
 if TYPE_CHECKING:
-    from sim.core.scheduler import Scheduler
+    from collections import deque
+
+    from sim.core.interfaces import Allocator
+    from sim.core.remote_kv import RemoteKV
 
 
-def lower_hits(sched: Scheduler, r: int, hashes: Sequence[int]) -> tuple[int, TierHits] | None:
+class _Admission(Protocol):
+    @property
+    def admit_whole_prompt(self) -> bool: ...
+
+
+class TierHost(Protocol):
+    """The scheduler state tier admission reads and books (sim.core.scheduler.Scheduler), named
+    here so that this module needs no import of the scheduler, which imports it."""
+
+    prefix_queries: int
+    prefix_hits: int
+
+    @property
+    def t(self) -> RequestTable: ...
+
+    @property
+    def alloc(self) -> Allocator: ...
+
+    @property
+    def cfg(self) -> _Admission: ...
+
+    @property
+    def tiers(self) -> TierStack | None: ...
+
+    @property
+    def remote(self) -> RemoteKV: ...
+
+    @property
+    def waiting(self) -> deque[int]: ...
+
+
+def lower_hits(sched: TierHost, r: int, hashes: Sequence[int]) -> tuple[int, TierHits] | None:
     """(GPU hit tokens, lower-tier hits) for waiting request r, or None when no lower tier adds any."""
     stack, alloc, t = sched.tiers, sched.alloc, sched.t
     assert stack is not None
@@ -38,7 +72,7 @@ def lower_hits(sched: Scheduler, r: int, hashes: Sequence[int]) -> tuple[int, Ti
     return (gpu_tokens, hits) if hits.total_blocks else None
 
 
-def admit_loading(sched: Scheduler, r: int, hashes: Sequence[int], gpu_tokens: int, hits: TierHits,
+def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: int, hits: TierHits,
                   now: float) -> bool:
     """Reserve r's blocks for its GPU and lower-tier hits and start the load (False: they do not fit
     now; the queue waits, as for any head request)."""
