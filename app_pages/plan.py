@@ -1,13 +1,12 @@
 """Plan page (the landing page): how many users fit under an SLO, at what cost, and what binds."""
 
-from urllib.parse import urlencode
-
 import streamlit as st
 
 from ui.page_errors import stop_on_error
 from ui.plan_view import (
     MAX_AUTO_CONFIGS,
     drill_down,
+    open_on_simulate,
     pick_row,
     search_form,
     show_plan,
@@ -40,6 +39,6 @@ st.subheader("The chosen configuration at its largest rate")
 with stop_on_error():
     snap = drill_down(trace, plan, index)
 query = simulate_query(plan["rows"][index], st.query_params.to_dict())
-if query is not None:  # a relative link: /plan -> /simulate on this server, whatever its base path
-    st.markdown(f"[Open this run on the Simulate page](simulate?{urlencode(query)}) (scenario and load in the URL)")
+if query is not None:  # same tab, same session: the trace (an upload by its server-side id), scenario and load
+    open_on_simulate(query)
 show_result(snap, key="plan")

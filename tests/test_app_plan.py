@@ -97,7 +97,7 @@ def test_drill_down_link_opens_the_same_run_on_simulate():
     at = page(PLAN, plan_gpus="rtx-4090", plan_kv="bf16")
     assert not at.exception
     link = next(m.value for m in at.markdown if "Open this run on the Simulate page" in m.value)
-    query = dict(parse_qsl(link.split("(simulate?", 1)[1].split(")", 1)[0]))
+    query = dict(parse_qsl(link.split('href="simulate?', 1)[1].split('"', 1)[0]))  # the page run alone: a same-tab link
     drill = {m.label: m.value for m in at.metric}
     sim = AppTest.from_file(str(ROOT / "app_pages" / "simulate.py"), default_timeout=240)
     sim.query_params.update(query)

@@ -174,7 +174,8 @@ def drill_down(trace: Trace, plan: dict[str, Any], index: int) -> Snapshot:
 
 # Scenario field -> the Simulate form's URL key, for the fields a Plan grid varies (the rest are the
 # bundled default's on both pages); the load level travels as Simulate's load dial (Scenario.speedup).
-SIMULATE_KEYS = {"model": "model", "gpu": "gpu", "tp": "tp", "kv_dtype": "kv_dtype", "allocator": "paging"}
+SIMULATE_KEYS = {"model": "model", "gpu": "gpu", "tp": "tp", "kv_dtype": "kv_dtype", "allocator": "paging",
+                 "cost_source": "cost_src"}  # the row's step-time source (the whole comparison's, sim.plan.one_source)
 
 
 def simulate_query(row: dict[str, Any], current: dict[str, str]) -> dict[str, str] | None:
@@ -190,3 +191,18 @@ def simulate_query(row: dict[str, Any], current: dict[str, str]) -> dict[str, st
     query.update({key: str(row["scenario"][field]) for field, key in SIMULATE_KEYS.items()})
     query["load"] = f"{level:g}"
     return query
+
+
+def open_on_simulate(query: dict[str, str]) -> None:
+    """A link to the Simulate page in this tab (st.page_link keeps the session, so an uploaded trace
+    stays; its server-side id in the URL reopens it after a reload too). Outside the app's navigation
+    (a page run alone) a plain relative link does the same job."""
+    from urllib.parse import urlencode
+
+    from streamlit.errors import StreamlitAPIException
+
+    label = "Open this run on the Simulate page (trace, scenario, step times and load in the URL)"
+    try:
+        st.page_link("app_pages/simulate.py", label=label, query_params=query, icon=":material/play_circle:")
+    except StreamlitAPIException:
+        st.markdown(f'<a href="simulate?{urlencode(query)}" target="_self">{label}</a>', unsafe_allow_html=True)

@@ -140,13 +140,14 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
                                 key="max_tokens")
     max_len = bounded.number(sb, "max_model_len, tokens (0 = the model's context, capped at 32,768)", 0, 1 << 21, 0,
                              step=1024, key="max_len")
+    cost_source = _choice(sb, "Step times", "cost_source", key="cost_src")  # in the URL: a Plan row opens on its own source
     try:
         return Scenario(
             model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
             kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, gpu_mem_util=float(mem_util), allocator=paging,
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
-            chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup),
+            chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup), cost_source=cost_source,
         )
     except ScenarioError as exc:
         sb.error(public_error(exc))

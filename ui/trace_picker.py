@@ -26,6 +26,7 @@ TRACE_CACHE_ENV = "KVSIM_TRACE_CACHE_MIB"
 DEFAULT_TRACE_CACHE_MIB = 256
 PROBLEM_KEY = "trace_problem"  # session_state: why the last pick_trace() returned None, for the main area
 UPLOAD_KEY = "uploaded_trace"  # session_state: (name, bytes) of the last good upload
+TRACE_ID = "trace_id"  # URL: the server-side id of an uploaded trace, so a link reopens it (until evicted)
 
 
 def sample_names() -> list[str]:
@@ -46,6 +47,26 @@ def _load_upload(data: bytes, name: str) -> Trace:
     """Parsed in bounded memory; at most MAX_UPLOAD_ROWS rows (the trace's warnings say so)."""
     key = ("upload", hashlib.sha256(data).hexdigest(), name)
     return trace_cache().get_or_make(key, lambda: load_trace_bytes(data, name, max_rows=MAX_UPLOAD_ROWS))
+
+
+@st.cache_resource(show_spinner=False)
+def upload_store() -> ByteLRU[tuple[str, bytes]]:
+    """Uploaded trace files by id (the first 16 hex digits of their SHA-256), shared by the server's
+    sessions and bounded like the trace cache: a link carries the id, never the bytes."""
+    return ByteLRU(cache_bytes_from_env(TRACE_CACHE_ENV, DEFAULT_TRACE_CACHE_MIB))
+
+
+def upload_id(name: str, data: bytes) -> str:
+    """Keep an upload on the server and return its id (for the URL)."""
+    tid = hashlib.sha256(data).hexdigest()[:16]
+    upload_store().put(tid, (name, data))
+    return tid
+
+
+def _from_link() -> tuple[str, bytes] | None:
+    """The upload a link's trace_id names, when this server still holds it."""
+    tid = st.query_params.get(TRACE_ID)
+    return upload_store().get(tid) if tid else None
 
 
 def _load_synthetic(spec: str) -> Trace:
@@ -82,17 +103,19 @@ def pick_trace(where: str = "main") -> Trace | None:
             elif source == "upload":
                 up = st.file_uploader("Trace file (CSV or JSONL, any supported format)", type=["csv", "jsonl", "json", "txt"],
                                       key="trace_file", max_upload_size=UPLOAD_LIMIT_MB)
-                if up is not None:
-                    data = up.getvalue()
-                    trace = _load_upload(data, up.name)
-                    st.session_state[UPLOAD_KEY] = (up.name, data)
-                elif UPLOAD_KEY in st.session_state:
-                    name, data = st.session_state[UPLOAD_KEY]
-                    trace = _load_upload(data, name)
-                    st.caption(f"Using the uploaded {plain(name)}")
-                else:
-                    st.info("Upload a trace file, or pick a bundled sample.")
+                kept = (up.name, up.getvalue()) if up is not None else _from_link() or st.session_state.get(UPLOAD_KEY)
+                if kept is None:
+                    gone = " The trace this link names is no longer on the server." if st.query_params.get(TRACE_ID) else ""
+                    st.info(f"Upload a trace file, or pick a bundled sample.{gone}")
                     return None
+                name, data = kept
+                trace = _load_upload(data, name)
+                if st.session_state.get(UPLOAD_KEY) != kept or TRACE_ID not in st.session_state:  # new: id it once
+                    st.session_state[UPLOAD_KEY] = kept
+                    st.session_state[TRACE_ID] = upload_id(name, data)
+                st.query_params[TRACE_ID] = st.session_state[TRACE_ID]
+                if up is None:
+                    st.caption(f"Using the uploaded {plain(name)}")
             else:
                 spec = st.text_input("Synthetic spec", value=DEFAULT_SYNTH, key="trace_synth", bind="query-params",
                                      help="key=value pairs: preset, n, rate, arrival, cv, input, output, max_len, seed")

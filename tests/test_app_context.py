@@ -1,0 +1,31 @@
+"""Context kept between pages (issue 24): an uploaded trace lives on the server under an id that
+travels in the URL, so "open on Simulate" (and a reload) shows the same trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from ui.trace_picker import upload_id
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_link_with_an_upload_id_reopens_the_uploaded_trace(samples_dir):
+    data = (samples_dir / "azure_conv_slice.csv").read_bytes()
+    tid = upload_id("my_trace.csv", data)  # what the picker does with an upload
+    at = AppTest.from_file(str(ROOT / "app_pages" / "simulate.py"), default_timeout=240)
+    at.query_params.update({"trace_src": "upload", "trace_id": tid, "gpu": "rtx-4090"})
+    at.run()
+    assert not at.exception and not at.error
+    assert any("Using the uploaded my_trace.csv" in c.value for c in at.caption)
+    assert any("my_trace.csv" in c.value and "300" in c.value for c in at.caption)  # the run caption: its 300 requests
+
+
+def test_an_unknown_upload_id_says_so():
+    at = AppTest.from_file(str(ROOT / "app_pages" / "simulate.py"), default_timeout=240)
+    at.query_params.update({"trace_src": "upload", "trace_id": "0123456789abcdef"})
+    at.run()
+    assert not at.exception
+    assert any("no longer on the server" in i.value for i in at.info)
