@@ -9,6 +9,7 @@ bf16,fp8`); the grid is their cross product. Ctrl-C stops the sweep and prints t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -39,7 +40,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--target-rate", type=float, metavar="R", help="requests/s to serve: GPUs needed per configuration")
     p.add_argument("--price", metavar="GPU=USD,...", help="USD per GPU-hour (defaults with sources: docs/PLAN.md)")
     p.add_argument("--tolerance", type=float, default=0.02, help="bisection stops at hi/lo <= 1 + this (default 0.02)")
-    p.add_argument("--workers", type=int, default=1, help="local worker processes (default 1: in this process)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="local worker processes (default: one per CPU core, at most one per configuration; 1: in this process)")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run probes as Ray tasks: 'auto' joins a running cluster "
                    "or starts a local one; or a cluster address (ray://head:10001)")
     p.add_argument("--json", action="store_true", help="print {rows, best, pareto, ...} as JSON")
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.model is None:
         raise CliError("--model is required")
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise CliError("--workers must be >= 1")
     if not 0 < args.tolerance < 1:
         raise CliError("--tolerance must be in (0, 1)")
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     grid = parse_grid(grid_from_args(args))
     configs = expand(Scenario(), grid)
     validate_configs(configs)
+    workers = args.workers if args.workers is not None else max(1, min(len(configs), os.cpu_count() or 1))
     swept = tuple(n for n, v in grid.items() if len(v) > 1 and n not in ALWAYS_SHOWN)
     options = SearchOptions(slo, args.tolerance, args.target_rate, prices, ALWAYS_SHOWN + swept)
     ref = f"synthetic:{args.synthetic.removeprefix('synthetic:')}" if args.synthetic is not None else args.trace
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     workload = Workload.from_ref(ref, args.trace_format)
     callback, bar = progress_bar(len(configs), not args.no_progress and not args.json)
     try:
-        result = search(workload, configs, options, workers=args.workers, ray=args.ray, progress=callback)
+        result = search(workload, configs, options, workers=workers, ray=args.ray, progress=callback)
     finally:
         if bar is not None:
             bar.close()

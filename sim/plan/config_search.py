@@ -22,6 +22,7 @@ from typing import Any
 from models.spec import SpecError
 from sim.fleet.replay import simulate
 from sim.plan.bracket import largest_passing
+from sim.plan.early_stop import ProbeMissed, simulate_or_stop
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.slo import Slo
 from sim.plan.workload import Workload
@@ -41,6 +42,7 @@ class SearchOptions:
     target_rate: float | None = None
     prices: dict[str, float] = field(default_factory=dict)  # GPU -> USD/hour overrides
     shown: tuple[str, ...] = ALWAYS_SHOWN  # scenario fields copied into each row
+    early_stop: bool = True  # a probe stops once it must miss (sim.plan.early_stop); False: every probe runs out
 
 
 @dataclass(frozen=True)
@@ -53,15 +55,24 @@ class Probe:
     binding: str
     binding_shares: dict[str, float]
     summary: dict[str, Any]
+    stopped: bool = False  # stopped early: a certain miss, its summary empty (never a row's figures)
 
     @property
     def met(self) -> bool:
         return not self.violations
 
 
-def probe(workload: Workload, dep: Deployment, level: float, slo: Slo) -> Probe:
-    """One run of the workload at `level` on the resolved deployment."""
-    result = simulate(workload.at(level), dep)
+def probe(workload: Workload, dep: Deployment, level: float, slo: Slo, early_stop: bool = False) -> Probe:
+    """One run of the workload at `level` on the resolved deployment (`early_stop`: it may stop as
+    soon as it must miss the SLO, sim.plan.early_stop)."""
+    trace = workload.at(level)
+    if early_stop:
+        try:
+            result = simulate_or_stop(trace, dep, slo)
+        except ProbeMissed as missed:
+            return Probe(level, workload.rate(level), (str(missed),), "", {}, {}, stopped=True)
+    else:
+        result = simulate(trace, dep)
     detail = binding_detail(result)
     s = result.summary
     keep = ("requests", "completed", "rejected", "output_tokens", "num_preemptions", "ttft_s", "tpot_s", "e2e_s",
@@ -77,11 +88,13 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         dep = Deployment.resolve(scenario)  # once: every probe runs this deployment
     except SpecError as exc:
         return unfit_row(scenario, options, str(exc))
-    found = largest_passing(lambda level: probe(workload, dep, level, options.slo), lambda p: p.met,
-                            workload.start_level, options.tolerance,
+    found = largest_passing(lambda level: probe(workload, dep, level, options.slo, options.early_stop),
+                            lambda p: p.met, workload.start_level, options.tolerance,
                             floor=workload.min_level)
     at = found.lo_probe if found.lo_probe is not None else found.hi_probe
     assert at is not None
+    if at.stopped:  # no level passed: the row shows the lowest level's full run
+        at = probe(workload, dep, at.level, options.slo)
     gpus = scenario.tp * scenario.replicas
     met = found.lo_probe is not None
     rate = at.rate if met else 0.0

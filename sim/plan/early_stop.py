@@ -1,0 +1,119 @@
+"""A search probe that already misses its SLO stops early, on a bound that is exact, not a guess.
+
+A latency objective is a statistic over the finished requests' finite values (sim.run.metrics:
+np.percentile, linear interpolation; or the mean). While a run is under way, the values of the
+requests that have finished are final. If m of them already exceed the limit, the statistic over
+the run's end set of N' values (N' at most N, the requests that can yield a value) must exceed it
+when:
+- pQ (q = Q / 100): linear interpolation reads sorted values at floor(h) and ceil(h), h = (N' - 1) q;
+  both exceed the limit when floor(h) >= N' - m. N' - floor((N' - 1) q) never falls as N' grows,
+  so checking at N' = N covers every N' the run can end with: m >= N - floor((N - 1) q).
+- mean: latencies are >= 0, so mean >= (sum of the finished values) / N' >= that sum / N > limit.
+The probe then fails whatever the rest of the run does, so the search's pass/fail answers, and its
+brackets and rates, are those of the full runs. Goodput is not bounded here (its probes run out).
+
+The check runs every ~1/200 of the requests finishing (O(requests) numpy each time).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from sim.core.request import REJECTED, RequestTable
+from sim.fleet.engine import FleetSimulation
+from sim.plan.slo import Slo
+from sim.run.deployment import Deployment
+from sim.run.engine import Simulation, build
+from sim.run.metrics import SimResult
+from sim.trace import Trace
+
+CHECKS_PER_RUN = 200
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+
+class ProbeMissed(Exception):
+    """Raised from inside the replay when the SLO can no longer be met (the reason, one phrase)."""
+
+
+def _values(table: RequestTable, metric: str, done: np.ndarray) -> np.ndarray:
+    """The metric's values of the finished requests (as sim.run.metrics.requests_frame has them)."""
+    if metric == "ttft":
+        return table.first_token_s[done] - table.arrival_s[done]
+    if metric == "e2e":
+        return table.finish_s[done] - table.arrival_s[done]
+    if metric == "queue":
+        return table.admitted_s[done] - table.arrival_s[done]
+    out = table.output[done]
+    multi = out > 1
+    return (table.finish_s[done][multi] - table.first_token_s[done][multi]) / (out[multi] - 1)
+
+
+def certain_misses(slo: Slo, table: RequestTable) -> str | None:
+    """The first objective the run must miss however it ends, as a phrase; None while each can still hold."""
+    done = np.isfinite(table.finish_s)
+    can_finish = table.status != REJECTED
+    for metric, stat, limit in slo.targets:
+        n = int(np.count_nonzero(can_finish & (table.output > 1))) if metric == "tpot" else int(np.count_nonzero(can_finish))
+        v = _values(table, metric, done)
+        v = v[np.isfinite(v)]
+        if n == 0 or v.size == 0:
+            continue
+        if stat == "mean":
+            if float(v.sum()) / n > limit:
+                return f"{metric}_mean > {limit:g} s (stopped early: finished requests alone push it over)"
+            continue
+        over = int(np.count_nonzero(v > limit))
+        if over >= n - math.floor((n - 1) * QUANTILES[stat]):
+            return (f"{metric}_{stat} > {limit:g} s (stopped early: {over:,} of {n:,} requests "
+                    f"already over, enough to fix the {stat})")
+    return None
+
+
+class _StopMixin:
+    """Checks the bound as requests finish and raises ProbeMissed (see the module docstring)."""
+
+    slo: Slo
+    _next_check: int
+    _check_every: int
+
+    def _finished(self, n: int) -> None:
+        super()._finished(n)  # type: ignore[misc]
+        done = self.n_done  # type: ignore[attr-defined]
+        if done < self._next_check:
+            return
+        self._next_check = done + self._check_every
+        reason = certain_misses(self.slo, self.s.table)  # type: ignore[attr-defined]
+        if reason is not None:
+            raise ProbeMissed(reason)
+
+
+class StoppingSimulation(_StopMixin, Simulation):
+    def __init__(self, setup: Any, slo: Slo, **kw: Any) -> None:
+        super().__init__(setup, **kw)
+        self.slo, self._check_every = slo, max(1, len(setup.table) // CHECKS_PER_RUN)
+        self._next_check = self._check_every
+
+
+class StoppingFleetSimulation(_StopMixin, FleetSimulation):
+    def __init__(self, setup: Any, trace: Any, slo: Slo, **kw: Any) -> None:
+        super().__init__(setup, trace, **kw)
+        self.slo, self._check_every = slo, max(1, len(setup.table) // CHECKS_PER_RUN)
+        self._next_check = self._check_every
+
+
+def simulate_or_stop(trace: Trace, dep: Deployment, slo: Slo) -> SimResult:
+    """sim.fleet.engine.simulate's replay (the same result when it runs out), raising ProbeMissed
+    as soon as the SLO can no longer be met."""
+    wall0 = time.perf_counter()
+    setup = build(trace, dep)
+    sim: Simulation
+    if dep.scenario.replicas == 1 and dep.scenario.router == "round-robin":
+        sim = StoppingSimulation(setup, slo)
+    else:
+        sim = StoppingFleetSimulation(setup, trace, slo)
+    sim.run()
+    return sim.result(trace.digest(), time.perf_counter() - wall0)
