@@ -91,3 +91,20 @@ def test_stored_bounds_are_checked_and_formatting():
     assert method_for({"source": "profile"}, bad).method == VALIDATED_METHOD  # lo > hi: not trusted
     assert summary_intervals({"req_per_s": 4.1}, validated_method("roofline"))["req_per_s"][0] < 4.1
     assert fmt_interval(4.1, [3.8, 4.4], "{:.1f}") == "4.1 (3.8-4.4)"
+
+
+def test_report_and_chart_show_the_intervals():
+    from sim.report import charts
+    from sim.report.html_report import html_report
+    from sim.report.interval_words import interval_line, log_bounds
+
+    result = validate(load_run_dir(ROOT / "samples" / "vllm_run")).result
+    line = interval_line(result.summary)
+    assert line.startswith("90% intervals (validated error") and "TTFT p50" in line and "tok/s" in line
+    fig = charts.latency_cdfs(result.requests, log_bounds(result.summary))
+    assert len(fig.data) == 6 and fig.data[3].fill == "toself"  # three curves, then three bands
+    lo, hi = result.summary["interval_method"]["log_bounds"]["ttft_s"]
+    first = np.asarray(fig.data[0].x)[0]
+    assert np.asarray(fig.data[3].x)[0] == pytest.approx(first * math.exp(lo))
+    assert "90% intervals" in html_report(result)
+    assert interval_line({"ttft_s": {}}) is None  # an older snapshot: no line

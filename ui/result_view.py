@@ -17,6 +17,7 @@ import streamlit as st
 from sim.guard.text import plain, public_error
 from sim.report import charts
 from sim.report.html_report import headline_metrics, html_report, kv_pool_line, weights_bytes
+from sim.report.interval_words import interval_line, log_bounds
 from sim.report.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
 from sim.report.snapshot import Snapshot, SnapshotError, snapshot_link
 from sim.report.snapshot_store import open_store
@@ -63,6 +64,9 @@ def show_metrics(snap: Snapshot) -> None:
         for col, (label, value) in zip(cols, rows[start:start + 4], strict=False):
             col.metric(label, value)
     st.caption(latency_basis(snap.summary))
+    intervals = interval_line(snap.summary)
+    if intervals:
+        st.caption(intervals)
     pool = kv_pool_line(snap.summary, snap.scenario.allocator, snap.scenario.kv_dtype)
     if pool:
         st.caption(pool)
@@ -95,7 +99,7 @@ def show_charts(snap: Snapshot, key: str = "res") -> None:
     left, right = st.columns(2)
     left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")
     right.plotly_chart(charts.kv_usage(snap.steps), key=f"{key}-usage")
-    st.plotly_chart(charts.latency_cdfs(snap.requests), key=f"{key}-cdf")
+    st.plotly_chart(charts.latency_cdfs(snap.requests, log_bounds(snap.summary)), key=f"{key}-cdf")
     if snap.summary.get("num_preemptions"):
         st.plotly_chart(charts.preemptions(snap.steps), key=f"{key}-preempt")
     else:  # a flat line says less than a sentence

@@ -117,23 +117,38 @@ def _ecdf(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return v, (np.arange(1, len(v) + 1) / len(v)) if len(v) else np.array([])
 
 
-def latency_cdfs(requests: pd.DataFrame) -> go.Figure:
+def latency_cdfs(requests: pd.DataFrame, log_bounds: Mapping[str, Any] | None = None) -> go.Figure:
     """TTFT, TPOT and end-to-end latency CDFs side by side over completed requests (TPOT in ms, the others
-    in seconds; an axis whose values span decades is logarithmic)."""
+    in seconds; an axis whose values span decades is logarithmic). `log_bounds` (the summary's
+    interval_method.log_bounds) adds each curve's 90% band, drawn after the three curves."""
     fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in LATENCIES])
+    bands = []
     for i, (col, label) in enumerate(LATENCIES, start=1):
         unit, scale = _latency_unit(col)
         if col in requests:
             x, y = _ecdf(requests[col])
             x = x * scale
             fig.add_trace(go.Scatter(x=x, y=y, name=label, mode="lines", line=dict(color=PALETTE[i - 1])), row=1, col=i)
+            if log_bounds and col in log_bounds and len(x):
+                bands.append((i, _band(x, y, log_bounds[col], label)))
             if spans_decades(x):
                 fig.update_xaxes(type="log", row=1, col=i)
         fig.update_xaxes(title_text=unit + (" (log)" if col in requests and spans_decades(x) else ""), row=1, col=i)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
-    fig.update_layout(title="Latency CDFs (completed requests)", height=340, template="plotly_white", showlegend=False,
-                      margin=dict(l=60, r=20, t=70, b=50))
+    for i, band in bands:
+        fig.add_trace(band, row=1, col=i)
+    fig.update_layout(title="Latency CDFs (completed requests)" + (", shaded: 90% interval" if bands else ""),
+                      height=340, template="plotly_white", showlegend=False, margin=dict(l=60, r=20, t=70, b=50))
     return fig
+
+
+def _band(x: np.ndarray, y: np.ndarray, bounds: Any, label: str) -> go.Scatter:
+    """The CDF shifted by the interval's log bounds, as one filled polygon (x x exp(lo) .. x x exp(hi))."""
+    lo, hi = float(bounds[0]), float(bounds[1])
+    xs = np.concatenate([x * np.exp(lo), (x * np.exp(hi))[::-1]])
+    ys = np.concatenate([y, y[::-1]])
+    return go.Scatter(x=xs, y=ys, fill="toself", mode="none", fillcolor="rgba(99, 110, 250, 0.15)",
+                      name=f"{label} 90% interval", hoverinfo="skip")
 
 
 # ----- several results (compare page) ---------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 from models.kv_dtypes import get_kv_dtype
 from sim.report import charts
 from sim.report.glossary import KV_BYTES, KV_PARTS
+from sim.report.interval_words import interval_line, log_bounds
 from sim.report.plan_answer import answer_html, drilled_row
 from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.report.svg import figure_svg
@@ -171,7 +172,8 @@ def html_report(result: Any, title: str = "kvsim report", trace: str | None = No
     """The whole report as one HTML string; charts are inline SVG (sim/report/svg.py), so no script at all.
     `trace` names the trace when the result does not carry it (a SimResult from the CLI)."""
     figs = [charts.memory_timeline(result.steps, weights_bytes(result)), charts.queue_and_batch(result.steps),
-            charts.kv_usage(result.steps), charts.latency_cdfs(result.requests), charts.preemptions(result.steps)]
+            charts.kv_usage(result.steps), charts.latency_cdfs(result.requests, log_bounds(result.summary)),
+            charts.preemptions(result.steps)]
     svgs = "\n".join(f'<figure id="chart-{i}">{figure_svg(f)}</figure>' for i, f in enumerate(figs))
     scenario_rows = list(result.scenario.to_dict().items())
     name = getattr(result, "name", "") or ""
@@ -202,6 +204,7 @@ figure {{ margin: 1rem 0; }}
 <div class="cols">
 <div><h2>Headline</h2>{_notices(result.summary)}{_table(headline_metrics(result.summary))}
 <p>{html.escape(latency_basis(result.summary))}</p>
+<p>{html.escape(interval_line(result.summary) or "")}</p>
 <p>{html.escape(kv_pool_line(result.summary, result.scenario.allocator, result.scenario.kv_dtype) or "")}</p></div>
 <div><h2>Scenario</h2>{_table(scenario_rows)}</div>
 </div>
