@@ -28,6 +28,9 @@ st.caption("vLLM-like budget: total x utilisation - weights - activation peak - 
            "(docs/CAPACITY.md). One replica's TP group per row.")
 with st.sidebar:
     st.header("Planner")
+    for key, options in (("cap_models", list_catalog()), ("cap_gpus", list_gpus()), ("cap_kv", KV_DTYPES.names()),
+                         ("cap_w", WEIGHT_DTYPES.names()), ("cap_tp", TP_CHOICES)):
+        bounded.choice(key, options)
     models = st.multiselect("Models", list_catalog(), default=["qwen2.5-7b"], key="cap_models", bind=BIND)
     gpus = st.multiselect("GPUs", list_gpus(), default=["h100-sxm"], key="cap_gpus", bind=BIND)
     kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=["bf16"], key="cap_kv", bind=BIND)

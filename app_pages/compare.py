@@ -8,7 +8,7 @@ from sim.plan.one_source import one_source
 from sim.report import charts
 from sim.report.compare_words import comparison_rows, describe_differences
 from sim.report.served import compared_verdicts
-from ui.bounded import show_input_problems, show_link_problems
+from ui.bounded import choice, show_input_problems, show_link_problems
 from ui.glossary import show_glossary
 from ui.page_errors import INPUT_ERRORS, stop_on_error
 from ui.presets import PRESETS, preset_variants
@@ -19,6 +19,7 @@ from ui.trace_picker import pick_trace
 st.title("Compare")
 trace = pick_trace("sidebar")
 base = scenario_sidebar("Base scenario")
+choice("preset", PRESETS)
 preset = st.selectbox("What to compare", PRESETS, key="preset", bind="query-params")
 show_link_problems()
 if trace is None or base is None:

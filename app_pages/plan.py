@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from ui.bounded import show_link_problems
 from ui.page_errors import stop_on_error
 from ui.plan_view import (
     MAX_AUTO_CONFIGS,
@@ -23,6 +24,7 @@ st.caption("For each configuration, the largest arrival rate at which a simulate
 with st.expander("Workload", expanded=False):
     trace = pick_trace("main")
 form = search_form()
+show_link_problems()
 if trace is None or form is None:
     st.stop()
 configs, options = form

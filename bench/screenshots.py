@@ -116,6 +116,14 @@ def nav(page, title: str) -> None:
     wait_idle(page)
 
 
+def start_large(page) -> None:
+    """A run over the page work budget (ui/work_budget.py) waits for "Start it anyway": press it."""
+    button = page.get_by_role("button", name="Start it anyway")
+    if button.count():
+        button.first.click()
+        wait_idle(page)
+
+
 def set_number(page, label: str, value: str) -> None:
     """Type into the sidebar number input whose label starts with `label`, then wait for the rerun."""
     box = page.locator('[data-testid="stSidebar"] [data-testid="stNumberInput"]', has_text=label).first
@@ -147,6 +155,7 @@ def loaded_pages(browser, base: str, out: Path) -> None:
     nav(page, "Simulate")
     set_number(page, "Load x K", LOAD)
     set_number(page, "max_model_len", MAX_LEN)
+    start_large(page)
     shoot(page, out, "loaded-simulate", "text=Overloaded")
     page.get_by_label("Snapshot name").fill(f"Azure conv at load x {LOAD}")
     page.get_by_role("button", name="Save snapshot and get a link").click()
@@ -154,8 +163,10 @@ def loaded_pages(browser, base: str, out: Path) -> None:
     link = page.locator('[data-testid="stCode"]').filter(has_text="?snapshot=").last.inner_text().strip()
 
     nav(page, "Compare")
+    start_large(page)
     shoot(page, out, "loaded-compare", "text=In words")
     nav(page, "Plan")
+    start_large(page)
     shoot(page, out, "loaded-plan", "text=Best:")
     if PAGES["gpu"].available():  # a run of the loaded scenario's first requests (the tiny model on a CPU)
         nav(page, "GPU run")

@@ -30,6 +30,7 @@ from sim.report.served import BINDING_WORDS
 from sim.report.snapshot import Snapshot
 from sim.scenario import CHOICES, Scenario, ScenarioError
 from sim.trace import Trace
+from ui import bounded
 from ui.defaults import DEFAULT_SCENARIO, PLAN_GPUS
 
 BIND = "query-params"
@@ -44,6 +45,12 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
     """The grid and the SLO from the widgets; None after a one-line error."""
     c1, c2, c3 = st.columns(3)
     catalog = list_catalog()
+    for key, options in (("plan_model", catalog), ("plan_gpus", list_gpus()), ("plan_tp", TP_CHOICES),
+                         ("plan_kv", CHOICES["kv_dtype"].names()), ("plan_alloc", CHOICES["allocator"].names())):
+        bounded.choice(key, options)
+    for key, hi in (("plan_target", 1e6), ("plan_ttft", 3600.0), ("plan_tpot", 60.0), ("plan_e2e", 36000.0),
+                    ("plan_goodput", 1.0)):
+        bounded.checked(key, 0.0, hi)
     model = c1.selectbox("Model", catalog, index=catalog.index(DEFAULT_MODEL) if DEFAULT_MODEL in catalog else 0,
                          key="plan_model", bind=BIND)
     gpus = c2.multiselect("GPUs", list_gpus(), default=[g for g in DEFAULT_GPUS if g in list_gpus()],

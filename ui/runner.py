@@ -20,10 +20,12 @@ from sim.plan.config_search import SearchOptions
 from sim.report.snapshot import Snapshot
 from sim.scenario import Scenario
 from sim.trace import Trace
-from ui.server.pool import RunKey, RunService, ServiceStats
+from ui.server.pool import RunKey, RunService, ServiceStats, run_key, search_key
 from ui.validate_job import Files, Shown
+from ui.work_budget import confirm_large_work, run_work
 
 POLL_S = 0.1
+PROBES_PER_CONFIG = 10  # a search's runs per configuration: ~4 bracketing + ~6 bisection to 2% (sim/plan/bracket.py)
 
 
 @st.cache_resource(show_spinner=False)
@@ -39,6 +41,9 @@ def server_stats() -> ServiceStats:
 def run_scenario(trace: Trace, scenario: Scenario, label: str = "Simulating") -> Snapshot:
     """The result view for this trace and scenario; raises what the run raised (one-line user errors)."""
     service = run_service()
+    key = run_key(trace, scenario)
+    if service.results.get(key) is None:  # a cached answer costs nothing
+        confirm_large_work(run_work(trace, [scenario]), "run", "".join(key))
     resubmit = lambda: service.submit(trace, scenario)  # noqa: E731
     return _wait(service, resubmit(), label, resubmit, _percent_of_trace)
 
@@ -48,6 +53,9 @@ def run_scenarios(trace: Trace, scenarios: dict[str, Scenario], catch: tuple[typ
     """Label -> result (or the error of a type in `catch`) for several scenarios: all are submitted
     at once, so they share the pool's workers instead of running one after another."""
     service = run_service()
+    new = [s for s in scenarios.values() if service.results.get(run_key(trace, s)) is None]
+    confirm_large_work(run_work(trace, new), f"comparison of {len(scenarios)} scenarios",
+                       "".join("".join(run_key(trace, s)) for s in new))
     keys = {label: service.submit(trace, scenario) for label, scenario in scenarios.items()}
     out: dict[str, Snapshot | Exception] = {}
     waiting = list(keys)
@@ -69,6 +77,9 @@ def run_scenarios(trace: Trace, scenarios: dict[str, Scenario], catch: tuple[typ
 def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) -> dict[str, Any]:
     """A Plan search's dict (rows, best, Pareto) from the pool; raises what the search raised."""
     service = run_service()
+    if service.results.get(search_key(trace, configs, options)) is None:
+        confirm_large_work(run_work(trace, configs, PROBES_PER_CONFIG), f"search of {len(configs)} configurations",
+                           "".join(search_key(trace, configs, options)))
     resubmit = lambda: service.submit_search(trace, configs, options)  # noqa: E731
     total = len(configs)
     return _wait(service, resubmit(), f"Searching {total} configurations", resubmit,

@@ -48,6 +48,7 @@ def _help(field: str) -> str:
 def _choice(where, label: str, field: str, *, key: str) -> str:
     """A selectbox over the registry of a Scenario field (its live names), the default preselected."""
     names = CHOICES[field].names()
+    bounded.choice(key, names)
     return where.selectbox(label, names, index=_index(names, getattr(DEFAULT, field)), key=key, bind=BIND,
                            help=_help(field))
 
@@ -77,9 +78,11 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         step=0.5, format="%g", key="load",
         help="Replays the trace K times faster: every arrival time is divided by K (2 = twice the request rate). "
              "Lengths are untouched. The way to put pressure on a configuration with a light trace.")
+    bounded.choice("model_src", ("catalog", "upload config.json"))
     model_src = sb.radio("Model", ("catalog", "upload config.json"), key="model_src", horizontal=True, bind=BIND)
     if model_src == "catalog":
         catalog = list_catalog()
+        bounded.choice("model", catalog)
         model = sb.selectbox("Catalog model", catalog, index=_index(catalog, DEFAULT.model), key="model", bind=BIND)
     else:
         model = _uploaded_model()
@@ -87,14 +90,17 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             sb.info("Upload a Hugging Face config.json (JSON only, 1 MB at most).")
             return None
     gpus = list_gpus()
+    bounded.choice("gpu", gpus)
     gpu = sb.selectbox("GPU", gpus, index=_index(gpus, DEFAULT.gpu), key="gpu", bind=BIND)
     c1, c2 = sb.columns(2)
+    bounded.choice("tp", TP_CHOICES)
     tp = c1.selectbox("Tensor parallel", TP_CHOICES, key="tp", bind=BIND)
     replicas = bounded.number(c2, "Replicas", 1, 64, DEFAULT.replicas, key="replicas")
     weight_dtype = _choice(c1, "Weights", "weight_dtype", key="wdtype")
     kv_dtype = _choice(c2, "KV dtype", "kv_dtype", key="kv_dtype")
 
     sb.subheader("Attention")
+    bounded.choice("attn", ATTENTION)
     attention = sb.radio("KV heads", ATTENTION, key="attn", horizontal=True, bind=BIND,
                          help="native = the model's own GQA; MHA = one kv head per query head; MQA = one kv head")
     kv_heads = None
@@ -112,6 +118,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             kv_heads = int(sb.number_input("kv heads", 1, heads, min(8, heads), key="kv_heads", bind=BIND))
 
     sb.subheader("KV budget")
+    bounded.choice("budget", ("derived from the GPU", "explicit GiB"))
     budget_mode = sb.radio("Budget", ("derived from the GPU", "explicit GiB"), key="budget", horizontal=True, bind=BIND)
     kv_budget_gib, mem_util = None, DEFAULT.gpu_mem_util
     if budget_mode == "explicit GiB":
@@ -122,10 +129,12 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
                                   key="mem_util", slider=True)
 
     sb.subheader("KV layout")
+    bounded.choice("paging", CHOICES["allocator"].names())
     paging = sb.radio("Allocator", CHOICES["allocator"].names(), key="paging", horizontal=True, bind=BIND,
                       help=_help("allocator"))
     block_size, reserve, placement = DEFAULT.block_size, DEFAULT.reserve, DEFAULT.placement
     if not CHOICES["allocator"].lookup(paging).reserves_up_front:
+        bounded.choice("block", (1, 8, 16, 32, 64, 128, 256))
         block_size = sb.selectbox("Block size (tokens)", (1, 8, 16, 32, 64, 128, 256), index=2, key="block", bind=BIND)
     else:
         reserve = _choice(sb, "Reserve policy", "reserve", key="reserve")

@@ -92,12 +92,14 @@ def pick_trace(where: str = "main") -> Trace | None:
     box = st.sidebar.expander("Trace", expanded=False) if where == "sidebar" else st.container()
     st.session_state.pop(PROBLEM_KEY, None)
     with box:
+        bounded.choice("trace_src", SOURCES)
         source = st.radio("Trace source", SOURCES, key="trace_src", horizontal=True, bind="query-params")
         trace: Trace | None = None
         try:
             if source == "sample":
                 names = sample_names()
                 default = names.index(DEFAULT_SAMPLE) if DEFAULT_SAMPLE in names else 0
+                bounded.choice("trace_sample", names)
                 name = st.selectbox("Bundled sample", names, index=default, key="trace_sample", bind="query-params")
                 trace = _load_sample(name)
             elif source == "upload":

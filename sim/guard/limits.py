@@ -33,3 +33,12 @@ MAX_UPLOAD_ROWS = 2_000_000  # rows kept from an uploaded trace; the rest are dr
 # GPU runs from the dashboard.
 MAX_PAGE_GPU_REQUESTS = 2_000
 MAX_GPU_STEPS = 10_000_000
+
+# Work a dashboard page starts without asking (ui/work_budget.py): request-steps, i.e. each request
+# counted once per step it lives through (sim.guard.work.work_estimate). Measured on the shared 2-core
+# EPYC VM (commit of issue 29, `sim run`, qwen2.5-7b on rtx-4090, sharegpt-like synthetic at 50 req/s):
+# 20,000 requests = 6.72M output tokens in 8.4 s CPU, 100,000 = 33.7M in 38.9 s CPU, so ~1.15 s per
+# million request-steps. 25M is about half a minute of one core; the bundled samples and the Azure
+# conversation trace (19,366 requests) stay under it, a 2M-request synthetic link (~670M) does not.
+PAGE_WORK_BUDGET = 25_000_000
+SECONDS_PER_MILLION_STEPS = 1.15
