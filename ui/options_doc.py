@@ -21,6 +21,7 @@ from sim.core.preemption import PREEMPTION_MODES
 from sim.core.routing.registry import ROUTERS
 from sim.core.tiers.kinds import TIERS
 from sim.core.tiers.policy import TIER_POLICIES
+from sim.fidelity.importers.registry import IMPORTERS
 from sim.timing.sources import COST_SOURCES
 from sim.trace.registry import FORMATS
 from ui.pages import PAGES
@@ -60,6 +61,8 @@ def render() -> str:
         _table("Weight dtypes (`--weight-dtype`)", "models/weight_dtypes.py", ("name", "bytes per parameter", "what it is"),
                ((f"`{d.name}`", d.bytes_per_param, d.description) for d in WEIGHT_DTYPES.values())),
         _simple("Trace formats (`--format`)", "sim/trace/registry.py", FORMATS),
+        _simple("Benchmark files (`sim validate FILE`, detected by content)", "sim/fidelity/importers/registry.py",
+                IMPORTERS),
         _table("GPUs (`--gpu`)", "models/gpus.py", ("name", "GPU", "memory (GiB)", "HBM (GB/s)"),
                ((f"`{g.name}`", g.label, f"{g.hbm_gib:.1f}", f"{g.hbm_bandwidth / 1e9:,.0f}") for g in GPUS.values())),
         _table("Links (`--kv-link`)", "models/links.py", ("name", "GB/s per direction", "latency (us)", "scope", "source"),

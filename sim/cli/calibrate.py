@@ -19,7 +19,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                               description="Fit a calibration profile from a measured vLLM run (by replay) or a "
                               "GPU-backend profile run.")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--run", metavar="RUN_DIR", help="measured vLLM run directory or .zip")
+    src.add_argument("--run", metavar="RUN_DIR", help="measured run: a run directory, .zip or benchmark file (as sim validate)")
     src.add_argument("--gpu-profile", metavar="FILE", help="profile JSON from `python -m gpu_backend profile`")
     p.add_argument("--out", metavar="FILE", help="where to write the profile (default: a temporary file)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -51,12 +51,15 @@ def load_measured(path: str, args: argparse.Namespace | None = None) -> Any:
 
 
 def load_run(path: str, overrides: dict[str, Any] | None = None) -> Any:
-    """A run directory or a .zip of one; `overrides`: engine fields the user gives (--gpu, ...)."""
+    """A run directory, a .zip of one, or a benchmark file; `overrides`: engine fields the user gives."""
     from sim.fidelity.run_record import RunError, load_run_dir, load_run_zip
+    from sim.guard.files import read_limited
 
     p = Path(path)
     if p.suffix.lower() == ".zip" and not p.is_dir():
-        from sim.guard.files import read_limited
-
         return load_run_zip(read_limited(p, 96 << 20, RunError, what="run archive"), p.name, overrides)
+    if p.is_file():  # a benchmark file another tool wrote (sim/fidelity/importers)
+        from sim.fidelity.importers import MAX_IMPORT_BYTES, load_imported
+
+        return load_imported(read_limited(p, MAX_IMPORT_BYTES, RunError, what="benchmark file"), str(p), overrides)
     return load_run_dir(p, overrides)

@@ -19,7 +19,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("validate", help="replay a measured vLLM run and compare with the simulation",
                               description="Replay a measured vLLM run (meta.json, requests.jsonl, timeseries.csv) "
                               "through kvsim with the run's engine config; print measured vs simulated.")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="run directory (or a .zip of its files)")
+    p.add_argument("run_dir", metavar="RUN", help="run directory (sim observe's or the run-record format), a .zip "
+                   "of one, or a benchmark file: vllm bench serve / guidellm / genai-perf / inference-perf JSON, "
+                   "or a CSV of arrival,input,output,ttft,e2e (docs/VALIDATE.md)")
     p.add_argument("--profile", metavar="PATH", help="calibration profile JSON (docs/CALIBRATION.md)")
     p.add_argument("--json", action="store_true", help="print the comparison and series as JSON")
     add_run_args(p)
@@ -30,6 +32,8 @@ def _pool_line(v: Any) -> str:
     from sim.fidelity.validate import predicted_pool
 
     p = predicted_pool(v.run)
+    if "num_gpu_blocks" in (v.run.meta.get("assumed") or {}):
+        return f"KV pool: {p['measured']:,} blocks, assumed ({v.run.meta['assumed']['num_gpu_blocks']})"
     if p["predicted"] is None:
         return f"KV pool: {p['measured']:,} blocks measured; vLLM's accounting not modelled here ({p.get('reason')})"
     return (f"KV pool: {p['measured']:,} blocks measured, {p['predicted']:,} by vLLM {p['vllm_version']}'s accounting "

@@ -91,6 +91,10 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
     windows = np.arange(len(order)) // WINDOW_REQUESTS
     keep = np.array([train_windows is None or bool(train_windows(int(w))) for w in windows])
     measured = {col: float(np.nanmean(order[col].to_numpy()[keep])) for col, _ in TARGETS}
+    for col, _ in TARGETS:  # a file that kept only aggregates: its own reported means
+        reported = (run.measured_stats(col) or {}).get("mean")
+        if reported is not None:
+            measured[col] = float(reported)
     calls = [0]
 
     def coefficients(x: np.ndarray) -> dict[str, float]:
@@ -116,7 +120,13 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
                       options={"maxfev": MAX_REPLAYS, "xatol": 0.005, "fatol": 1e-6, "initial_simplex":
                                np.array([[0.0, 0.0], [0.15, 0.0], [0.0, 0.15]])})
     coef = coefficients(result.x)
-    intervals = residual_intervals(order, replay, result.x, keep)
+    if run.meta.get("reported") or len(np.unique(windows[keep])) < 3:
+        # no per-request latencies (a file of aggregates) or fewer than 3 windows: no residual intervals,
+        # so runs with this profile take the source's validated error (sim/timing/intervals.method_for)
+        intervals: dict[str, Any] = {"skipped": f"needs per-request latencies over at least 3 windows of "
+                                     f"{WINDOW_REQUESTS} requests"}
+    else:
+        intervals = residual_intervals(order, replay, result.x, keep)
     e = run.engine
     return validate_profile({
         "schema": PROFILE_SCHEMA, "schema_version": 2, "model": e.model, "device": e.device_name, "tp": e.tp,

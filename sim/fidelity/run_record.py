@@ -78,7 +78,14 @@ class MeasuredRun:
 
     @property
     def duration_s(self) -> float:
-        return float(self.requests["finish_s"].max())
+        """Last finish minus first arrival (an aggregates-only import: the duration its file reports)."""
+        reported = self.meta.get("reported_duration_s")
+        return float(reported) if reported is not None else float(self.requests["finish_s"].max())
+
+    def measured_stats(self, col: str) -> dict[str, float] | None:
+        """The file's own statistics of a latency column (seconds) when it kept only aggregates."""
+        reported = self.meta.get("reported")
+        return reported.get(col) if isinstance(reported, dict) else None
 
     @property
     def throughput_tok_s(self) -> float:

@@ -123,6 +123,7 @@ def comparison_table(run: MeasuredRun, result: Any) -> pd.DataFrame:
     rows = []
     for col, label in LATENCY_METRICS:
         m, s = _stats(meas[col].to_numpy()), _stats(sim[col].to_numpy()[done])
+        m = {**m, **(run.measured_stats(col) or {})}
         rows += [(label, stat, m[stat], s[stat]) for stat in STATS]
     rows.append(("throughput (tok/s)", "mean", run.throughput_tok_s, float(result.summary["throughput_tok_s"])))
     rows.append(("duration (s)", "max", run.duration_s, float(result.summary["duration_s"])))
