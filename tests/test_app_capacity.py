@@ -92,3 +92,30 @@ def test_vllm_pool_beside_the_budget():
     assert f"would size {blocks:,} blocks" in text and "Maximum concurrency" in text
     terms = [d.value for d in at.dataframe if "term" in d.value.columns][0]
     assert terms["term"].iloc[-1] == "= KV pool" and len(terms) == 7
+
+
+def test_planner_tables_resolve_each_budget_once(monkeypatch):
+    """Each model x GPU x KV dtype is resolved once through sim.run.deployment.Sizing: one memory
+    budget each (the tables computed it three times before), the same figures as before."""
+    import sim.memory.capacity as cap
+    import sim.run.deployment as dep
+    from models.gpus import get_gpu
+    from models.spec import load_spec
+    from ui.capacity_view import planner_tables
+
+    calls = []
+    real = cap.memory_budget
+
+    def counting(*args, **kwargs):
+        calls.append(args[:2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cap, "memory_budget", counting)
+    monkeypatch.setattr(dep, "memory_budget", counting)
+    _, table, need, errors = planner_tables(["llama-3-8b", "qwen2.5-7b"], ["h100-sxm"], ["bf16", "fp8"], tp=1,
+                                            gpu_mem_util=0.9, weight_dtype="native", users=1000, context=8192)
+    assert not errors and len(calls) == 4 and len(table) == len(need) == 4
+    spec = load_spec("llama-3-8b")
+    budget = real(spec, get_gpu("h100-sxm"), kv_dtype="fp8")
+    row = table[(table["model"] == "llama-3-8b") & (table["kv dtype"] == "fp8")].iloc[0]
+    assert row["sequences at 8K"] == cap.max_concurrent(budget, 8192, spec)

@@ -1,4 +1,7 @@
-"""Tables for the capacity page, assembled from sim.memory.capacity calls (no formula of its own)."""
+"""Tables for the capacity page, assembled from sim.memory.capacity calls (no formula of its own).
+
+Each model x GPU x KV dtype is a partial Scenario resolved once through sim.run.deployment.Sizing
+(the model as it runs, the GPU, one GPU's memory budget); the tables read that one budget."""
 
 from __future__ import annotations
 
@@ -8,10 +11,12 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from models.gpus import GpuError, get_gpu
-from models.spec import SpecError, load_spec
+from models.spec import load_spec
 from sim.guard.text import public_error
-from sim.memory.capacity import GiB, capacity_table, gpus_required, kv_groups_per_sequence, memory_budget
+from sim.memory.capacity import GiB, capacity_table, gpus_required, kv_groups_per_sequence
+from sim.run.deployment import Sizing
+from sim.scenario import Scenario
+from ui.page_errors import INPUT_ERRORS
 
 SEED_CONTEXTS = (2048, 8192, 32768, 131072)
 CURVE_CONTEXTS = tuple(2**k for k in range(9, 18))  # 512 .. 131072
@@ -57,21 +62,20 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
             for d in kv_dtypes:
                 label = f"{m} / {g} / {d}" + (f" / tp{tp}" if tp > 1 else "")
                 try:
-                    spec, gpu = load_spec(m), get_gpu(g)
-                    args = dict(tp=tp, weight_dtype=weight_dtype, kv_dtype=d, gpu_mem_util=gpu_mem_util)
-                    rows = capacity_table(spec, gpu, sorted(set(CURVE_CONTEXTS) | set(SEED_CONTEXTS)), **args)["rows"]
-                    plan = gpus_required(spec, gpu, users, context, tp=tp, weight_dtype=weight_dtype, kv_dtype=d,
-                                         gpu_mem_util=gpu_mem_util)
-                except (SpecError, GpuError, ValueError) as exc:
+                    sizing = sizing_of(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=d, gpu_mem_util=gpu_mem_util)
+                    spec, gpu, budget, args = sizing.spec, sizing.gpu, sizing.budget, sizing.budget_args()
+                    rows = capacity_table(spec, gpu, sorted(set(CURVE_CONTEXTS) | set(SEED_CONTEXTS)), budget=budget,
+                                          **args)["rows"]
+                    plan = gpus_required(spec, gpu, users, context, budget=budget, **args)
+                except INPUT_ERRORS as exc:
                     errors.append(f"{label}: {public_error(exc)}")
                     continue
                 for r in rows:
                     if r["context"] in CURVE_CONTEXTS:
                         curves.append({"label": label, "context_tokens": r["context"], "max_concurrency": r["max_concurrent"]})
                 seed = {r["context"]: r["max_concurrent"] for r in rows if r["context"] in SEED_CONTEXTS}
-                per_tok = memory_budget(spec, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=d,
-                                        gpu_mem_util=gpu_mem_util).kv_bytes_per_token  # not per-seq / context:
-                # with sliding or state groups a sequence's KV is not proportional to its length
+                per_tok = budget.kv_bytes_per_token  # not per-seq / context: with sliding or state
+                # groups a sequence's KV is not proportional to its length
                 table.append({"model": m, "gpu": g, "kv dtype": d, PER_TOKEN: per_tok,
                               "KV cache per GPU (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
                               **{f"sequences at {c // 1024}K": seed[c] for c in SEED_CONTEXTS}})
@@ -81,10 +85,15 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
     return pd.DataFrame(curves), pd.DataFrame(table), pd.DataFrame(need), errors
 
 
+def sizing_of(model: str, gpu: str, *, tp: int, weight_dtype: str, kv_dtype: str, gpu_mem_util: float) -> Sizing:
+    """The page's knobs as a partial Scenario, resolved once (sim.run.deployment.Sizing)."""
+    return Sizing.of(Scenario(model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                              gpu_mem_util=gpu_mem_util))
+
+
 def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str) -> dict[str, float]:
     """One GPU's HBM split into the planner's budget terms (bytes), for the pie."""
-    b = memory_budget(load_spec(model), get_gpu(gpu), tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                      gpu_mem_util=gpu_mem_util)
+    b = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util).budget
     return {
         "weights": b.weights_bytes, "activation peak": b.activation_peak_bytes,
         "runtime overhead": b.runtime_overhead_bytes, "KV fixed (scales)": b.kv_fixed_bytes,
@@ -108,10 +117,9 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
     budget pie, from sim.memory.vllm_profile (its default version's accounting)."""
     from sim.memory.vllm_profile import add_vllm_pool
 
-    spec, g = load_spec(model), get_gpu(gpu)
-    table = capacity_table(spec, g, [context], tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                           gpu_mem_util=gpu_mem_util)
-    add_vllm_pool(table, spec, g)
+    sizing = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util)
+    table = capacity_table(sizing.spec, sizing.gpu, [context], budget=sizing.budget, **sizing.budget_args())
+    add_vllm_pool(table, sizing.spec, sizing.gpu)
     a, row = table["assumptions"], table["rows"][0]
     v = a["vllm_memory"]
     if a["num_gpu_blocks"] is None:

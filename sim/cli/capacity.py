@@ -62,10 +62,10 @@ def parse_contexts(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.gpus import get_gpu
-    from models.spec import load_spec
     from sim.memory.capacity import capacity_table, gpus_required
     from sim.memory.vllm_profile import accounting_for, add_vllm_pool
+    from sim.run.deployment import Sizing
+    from sim.scenario import Scenario
 
     for name in ("tp", "max_batched_tokens", "max_num_seqs"):
         if getattr(args, name) < 1:
@@ -79,15 +79,14 @@ def run(args: argparse.Namespace) -> int:
         accounting_for(args.vllm_version)
     except ValueError as exc:
         raise CliError(f"--vllm-version: {exc}") from None
-    spec = load_spec(args.model)
-    if args.kv_heads is not None:
-        spec = spec.with_kv_heads(args.kv_heads)
-    spec = spec.with_eviction(args.kv_eviction)
-    gpu = get_gpu(args.gpu)
-    budget_args = dict(tp=args.tp, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype, gpu_mem_util=args.gpu_mem_util,
-                       max_batched_tokens=args.max_batched_tokens, max_num_seqs=args.max_num_seqs,
-                       runtime_overhead_bytes=int(args.overhead_gib * GIB))
-    table = capacity_table(spec, gpu, contexts, **budget_args)
+    # A partial scenario (what is served, on what, the budget knobs), resolved through the one resolver.
+    scenario = Scenario(model=args.model, gpu=args.gpu, tp=args.tp, weight_dtype=args.weight_dtype,
+                        kv_dtype=args.kv_dtype, kv_heads=args.kv_heads, kv_eviction=args.kv_eviction,
+                        gpu_mem_util=args.gpu_mem_util, max_batched_tokens=args.max_batched_tokens,
+                        max_num_seqs=args.max_num_seqs, block_size=args.block_size)
+    sizing = Sizing.of(scenario, runtime_overhead_bytes=int(args.overhead_gib * GIB))
+    spec, gpu, budget_args = sizing.spec, sizing.gpu, sizing.budget_args()
+    table = capacity_table(spec, gpu, contexts, budget=sizing.budget, **budget_args)
     add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,
                   enforce_eager=args.enforce_eager, vllm_version=args.vllm_version)
     if args.kv_eviction:
@@ -99,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
         if args.users < 1:
             raise CliError(f"--users {args.users}: must be a positive integer")
         table["gpus_required"] = [
-            {"context": c, **gpus_required(spec, gpu, args.users, c, tp=args.tp, **{k: v for k, v in budget_args.items()
-                                                                                   if k != "tp"}).as_dict()}
+            {"context": c, **gpus_required(spec, gpu, args.users, c, budget=sizing.budget,
+                                           **budget_args).as_dict()}
             for c in contexts]
     if args.json:
         print_json(table)

@@ -191,12 +191,15 @@ class GpuPlan:
 
 
 def gpus_required(spec: ModelSpec, gpu: GPUSpec, users: int, context: int, *, tp: int | None = None,
-                  tp_choices: Iterable[int] = TP_CHOICES, **budget_args: Any) -> GpuPlan:
-    """Fewest GPUs for `users` concurrent sequences: replicas of a TP group (tp given or searched)."""
+                  tp_choices: Iterable[int] = TP_CHOICES, budget: MemoryBudget | None = None,
+                  **budget_args: Any) -> GpuPlan:
+    """Fewest GPUs for `users` concurrent sequences: replicas of a TP group (tp given or searched;
+    `budget`: the given tp's budget when the caller has it, so it is not computed again)."""
     best: GpuPlan | None = None
     for t in [tp] if tp else tp_choices:
         try:
-            budget = memory_budget(spec, gpu, tp=t, **budget_args)
+            if budget is None or budget.tp != t:
+                budget = memory_budget(spec, gpu, tp=t, **budget_args)
         except SpecError:
             if tp:
                 raise
@@ -211,9 +214,11 @@ def gpus_required(spec: ModelSpec, gpu: GPUSpec, users: int, context: int, *, tp
     return best or GpuPlan(tp=tp or max(tp_choices), replicas=0, gpus=0, per_replica=0)
 
 
-def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], **budget_args: Any) -> dict[str, Any]:
-    """{"assumptions": every budget term, "rows": one per context}: what the CLI and the UI show."""
-    budget = memory_budget(spec, gpu, **budget_args)
+def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], *, budget: MemoryBudget | None = None,
+                   **budget_args: Any) -> dict[str, Any]:
+    """{"assumptions": every budget term, "rows": one per context}: what the CLI and the UI show.
+    `budget`: memory_budget(spec, gpu, **budget_args) when the caller has it (computed once)."""
+    budget = budget or memory_budget(spec, gpu, **budget_args)
     tp = budget.tp
     weight_dtype, expert_dtype = spec.weight_dtypes(budget_args.get("weight_dtype", "bf16"), budget_args.get("expert_dtype"))
     kv_dtype = budget_args.get("kv_dtype", "bf16")

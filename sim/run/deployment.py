@@ -25,12 +25,42 @@ from sim.core.kv.registry import (
     needs_group_pools,
 )
 from sim.errors import ScenarioError
-from sim.memory.capacity import GiB, MemoryBudget, kv_bytes_per_token_per_gpu, memory_budget
+from sim.memory.capacity import (
+    DEFAULT_RUNTIME_OVERHEAD,
+    GiB,
+    MemoryBudget,
+    kv_bytes_per_token_per_gpu,
+    memory_budget,
+)
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 from sim.timing.layer_offload import offloaded_layers
 
 DEFAULT_MAX_MODEL_LEN_CAP = 32768
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A scenario resolved as far as memory goes: the model as it runs, the GPU and one GPU's budget
+    (computed once). What the planners that need no run read (the Capacity page, `sim capacity`);
+    a scenario that leaves no room for KV still has a Sizing (its budget says so)."""
+
+    scenario: Scenario
+    spec: ModelSpec
+    gpu: GPUSpec
+    budget: MemoryBudget  # one GPU of one TP group (sim.memory.capacity.memory_budget)
+
+    @classmethod
+    def of(cls, scenario: Scenario, *, runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD) -> Sizing:
+        spec, gpu = Deployment.model_of(scenario), get_gpu(scenario.gpu)
+        return cls(scenario, spec, gpu, scenario_memory_budget(scenario, spec, gpu, runtime_overhead_bytes))
+
+    def budget_args(self) -> dict[str, Any]:
+        """The knobs the budget was computed with, as sim.memory.capacity's functions take them."""
+        sc = self.scenario
+        return dict(tp=sc.tp, weight_dtype=sc.weight_dtype, kv_dtype=sc.kv_dtype, gpu_mem_util=sc.gpu_mem_util,
+                    max_batched_tokens=sc.max_batched_tokens, max_num_seqs=sc.max_num_seqs,
+                    runtime_overhead_bytes=self.budget.runtime_overhead_bytes)
 
 
 @dataclass(frozen=True)
@@ -104,12 +134,13 @@ def kv_layout(scenario: Scenario) -> KVLayout:
                     scenario.kv_dtype, scenario.tp)
 
 
-def scenario_memory_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> MemoryBudget:
+def scenario_memory_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec,
+                           runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD) -> MemoryBudget:
     """sim.memory.capacity.memory_budget with the scenario's knobs (one TP group = one replica);
     `spec` is the model as it runs (Deployment.model_of)."""
     return memory_budget(spec, gpu, tp=scenario.tp, weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
                          gpu_mem_util=scenario.gpu_mem_util, max_batched_tokens=scenario.max_batched_tokens,
-                         max_num_seqs=scenario.max_num_seqs)
+                         max_num_seqs=scenario.max_num_seqs, runtime_overhead_bytes=runtime_overhead_bytes)
 
 
 def derived_kv_budget_bytes(scenario: Scenario, budget: MemoryBudget) -> int:
