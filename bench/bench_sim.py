@@ -4,7 +4,9 @@
     default step-time source, measured kernels from aiconfigurator-core; the table is built once and
     cached on disk, so the first run on a fresh machine pays ~2 s more, outside the timed replay only
     if the cache exists: run it twice);
-(b) wall time and peak RSS for a 1,000,000-request synthetic trace, on one core.
+(b) wall time and peak RSS for a 1,000,000-request synthetic trace, on one core;
+(c) the fleet case (issue 25): 8 replicas behind the KV-aware router (kv-precise) on the Azure conv
+    trace at load x8, and the same fleet behind round-robin for comparison.
 Both also give `cpu_s` (process CPU time of the replay): on a shared machine it varies less than
 the wall time, so before/after comparisons use it.
 
@@ -23,11 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sim.fleet.replay import simulate as fleet_simulate  # noqa: E402
 from sim.run.engine import simulate  # noqa: E402
 from sim.scenario import Scenario  # noqa: E402
 from sim.trace import load_trace, synthetic  # noqa: E402
 
-AZURE_CONV = Path(__file__).resolve().parent.parent.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+_ROOT = Path(__file__).resolve().parent.parent
+AZURE_CONV = next((p for p in (_ROOT.parent / "shared", _ROOT.parent.parent / "shared")  # main tree, or a worktree
+                   if (p / "traces" / "AzureLLMInferenceTrace_conv.csv").exists()),
+                  _ROOT.parent / "shared") / "traces" / "AzureLLMInferenceTrace_conv.csv"
 MILLION_SPEC = dict(rate=50.0, input="lognormal:mean=256:sigma=0.8", output="lognormal:mean=64:sigma=0.8", seed=0)
 
 
@@ -45,6 +51,18 @@ def bench_azure(path: Path) -> dict:
     return {"bench": "azure_conv", "requests": s["requests"], "simulated_s": s["duration_s"], "wall_s": wall, "cpu_s": cpu,
             "speedup_x": s["duration_s"] / wall, "steps": s["num_steps"], "sim_events": s["sim_events"],
             "mean_batch_size": s["mean_batch_size"], "cost_model": s["cost_model"]["source"]}
+
+
+def bench_fleet(path: Path, router: str) -> dict:
+    trace = load_trace(path)
+    scenario = Scenario(model="llama-3-8b", gpu="h100-sxm", allocator="paged", replicas=8, router=router, speedup=8.0)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = fleet_simulate(trace, scenario)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    s = res.summary
+    return {"bench": f"fleet_azure_conv_x8_8_replicas_{router}", "requests": s["requests"], "simulated_s": s["duration_s"],
+            "wall_s": wall, "cpu_s": cpu, "speedup_x": s["duration_s"] / wall, "speedup_cpu_x": s["duration_s"] / cpu,
+            "steps": s["num_steps"], "sim_events": s["sim_events"], "routing_imbalance": s["routing_imbalance"]}
 
 
 def bench_million(n: int) -> dict:
@@ -67,11 +85,14 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--skip-azure", action="store_true")
     ap.add_argument("--skip-million", action="store_true")
+    ap.add_argument("--fleet", action="store_true", help="also the fleet case (c)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = [{"machine": platform.processor() or platform.machine(), "python": platform.python_version()}]
     if not args.skip_azure and AZURE_CONV.exists():
         out.append(bench_azure(AZURE_CONV))
+    if args.fleet and AZURE_CONV.exists():
+        out += [bench_fleet(AZURE_CONV, "kv-precise"), bench_fleet(AZURE_CONV, "round-robin")]
     if not args.skip_million:
         out.append(bench_million(args.n))
     for row in out:

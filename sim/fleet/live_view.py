@@ -37,6 +37,7 @@ class Slot:
     mode: str = ""  # "idle", "run" (may be cut), "" (a general step or nothing to wake)
     wake: object = None  # a simpy Event while the engine sleeps or runs (cut or woken by it)
     cut_at: float | None = None
+    growth_memo: tuple[object, int, int] | None = None  # (run, steps, blocks): views at one step repeat
     prefilling: list[int] = field(default_factory=list)  # routed here, no first token yet (pruned lazily)
     routed_prompt: int = 0  # prompt tokens routed here
     routed: int = 0
@@ -78,7 +79,12 @@ class LiveView:
         if run is None or ids is None:
             return 0
         steps = min(len(run.ends), 1 + bisect_right(run.ends, self.now))
-        return self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps)
+        memo = slot.growth_memo
+        if memo is not None and memo[0] is run and memo[1] == steps:
+            return memo[2]
+        blocks = self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps)
+        slot.growth_memo = (run, steps, blocks)
+        return blocks
 
     def used_blocks(self) -> int:
         return self.rep.alloc.num_used_blocks + self._growth_blocks()
