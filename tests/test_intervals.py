@@ -108,3 +108,14 @@ def test_report_and_chart_show_the_intervals():
     assert np.asarray(fig.data[3].x)[0] == pytest.approx(first * math.exp(lo))
     assert "90% intervals" in html_report(result)
     assert interval_line({"ttft_s": {}}) is None  # an older snapshot: no line
+
+
+def test_rate_under_slo_carries_an_interval():
+    from sim.report.plan_answer import rate_words
+    from sim.timing.intervals import rate_bounds
+
+    method = validated_method("roofline").describe()
+    lo, hi = method["log_bounds"]["e2e_s"]
+    assert rate_bounds(4.0, method) == pytest.approx([4.0 * math.exp(-hi), 4.0 * math.exp(-lo)])
+    assert rate_bounds(0.0, method) is None and rate_bounds(4.0, None) is None
+    assert rate_words(4.1, (3.8, 4.4)) == "4.1 requests/s (3.8-4.4)"

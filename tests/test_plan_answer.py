@@ -51,7 +51,8 @@ def test_the_report_from_a_plan_leads_with_the_answer(drilled):
     plan, row, snap = drilled
     page = html_report(Snapshot.from_json(snap.to_json()))  # what the download carries, via the snapshot file
     answer = page[page.index('id="plan-answer"'):page.index("</section>")]
-    assert re.search(r"\d requests/s per replica under", answer)
+    assert re.search(r"\d requests/s \([\d.]+-[\d.]+\) per replica under", answer)  # with its 90% interval
+    assert "90% interval" in answer
     assert "p99" in answer and "What binds" in answer
     assert f"{TARGET:g} requests/s:" in answer and "replicas =" in answer and "GPUs" in answer
     if row["missed_above"]:

@@ -24,7 +24,7 @@ from sim.plan.prices import default_price
 from sim.plan.rank import CRITERIA, best_row
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.workload import Workload
-from sim.report.plan_answer import answer_lines, plan_answer
+from sim.report.plan_answer import answer_lines, plan_answer, rate_words
 from sim.report.plan_charts import pareto_figure, row_label, varied_fields
 from sim.report.served import BINDING_WORDS
 from sim.report.snapshot import Snapshot
@@ -101,13 +101,16 @@ def plan_table(plan: dict[str, Any]) -> pd.DataFrame:
     rather than shown as a column of "None"; the KV peak is a percentage like everywhere else."""
     rows, varied = plan["rows"], varied_fields(plan["rows"])
     table = pd.DataFrame([{
-        "config": row_label(r, varied), "max req/s": r["max_rate_per_s"], "tok/s per GPU": r["tok_s_per_gpu"],
+        "config": row_label(r, varied), "max req/s": r["max_rate_per_s"],
+        "90% interval": (f"{r['max_rate_interval'][0]:.3g}-{r['max_rate_interval'][1]:.3g}"
+                         if r.get("max_rate_interval") else None),
+        "tok/s per GPU": r["tok_s_per_gpu"],
         "tok/s per user": r.get("tok_s_per_user"), "GPUs for target": r.get("gpus_for_target"),
         "$ per M tokens": r.get("cost_per_mtok"), "binds": r["binding"], "SLO met": r.get("slo_met_at_max"),
         "preemptions": r.get("num_preemptions"), "step times": r.get("step_time_source"),
         "peak KV usage %": None if r.get("kv_usage_peak") is None else 100 * float(r["kv_usage_peak"]),
     } for r in rows])
-    empty = [c for c in ("GPUs for target", "$ per M tokens") if table[c].isna().all()]
+    empty = [c for c in ("GPUs for target", "$ per M tokens", "90% interval") if table[c].isna().all()]
     return table.drop(columns=empty)
 
 
@@ -123,7 +126,7 @@ def best_line(plan: dict[str, Any]) -> str:
     target = f"; {r['gpus_for_target']} GPUs serve {plan['target_rate']:g} req/s" if r.get("gpus_for_target") else ""
     binds = BINDING_WORDS.get(str(r["binding"]), str(r["binding"]))
     by = f" ({best['criterion']})" if best.get("criterion") else ""
-    return (f"Best{by}: {row_label(r, varied_fields(rows))} serves {r['max_rate_per_s']:.3g} requests/s under {slo} "
+    return (f"Best{by}: {row_label(r, varied_fields(rows))} serves {rate_words(r['max_rate_per_s'], r.get('max_rate_interval'))} under {slo} "
             f"({r['tok_s_per_gpu']:,.0f} output tok/s per GPU{cost}){target}. What binds: {binds}.")
 
 

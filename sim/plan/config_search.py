@@ -29,6 +29,7 @@ from sim.plan.workload import Workload
 from sim.run.deployment import Deployment
 from sim.run.verdict import binding_detail
 from sim.scenario import Scenario
+from sim.timing.intervals import rate_bounds
 
 ALWAYS_SHOWN = ("model", "gpu", "tp", "replicas", "kv_dtype", "allocator", "max_num_seqs")
 
@@ -76,7 +77,7 @@ def probe(workload: Workload, dep: Deployment, level: float, slo: Slo, early_sto
     detail = binding_detail(result)
     s = result.summary
     keep = ("requests", "completed", "rejected", "output_tokens", "num_preemptions", "ttft_s", "tpot_s", "e2e_s",
-            "queue_s", "kv_cache_usage_perc", "mean_batch_size", "mean_num_waiting", "duration_s")
+            "queue_s", "kv_cache_usage_perc", "mean_batch_size", "mean_num_waiting", "duration_s", "interval_method")
     return Probe(level, workload.rate(level), tuple(slo.violations(s, result.requests)), detail.binding,
                  detail.shares, {k: s.get(k) for k in keep})
 
@@ -107,6 +108,8 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     row.update({
         "gpus": gpus,
         "max_rate_per_s": rate,
+        "max_rate_interval": rate_bounds(rate, s.get("interval_method")) if met else None,
+        "interval_method": (s.get("interval_method") or {}).get("method"),
         "level": found.lo,
         "workload": workload.describe(found.lo) if met and found.lo is not None else None,
         "tok_s_per_gpu": tok_s_per_gpu,
@@ -134,6 +137,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
 def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str, Any]:
     row: dict[str, Any] = {name: getattr(scenario, name) for name in options.shown}
     row.update({"gpus": scenario.tp * scenario.replicas, "max_rate_per_s": 0.0, "level": None, "workload": None,
+                "max_rate_interval": None, "interval_method": None,
                 "tok_s_per_gpu": 0.0, "tok_s_per_user": None, "gpus_for_target": None,
                 "usd_per_gpu_hour": price_for(scenario.gpu, options.prices), "cost_per_mtok": None,
                 "binding": "does_not_fit", "binding_shares": {}, "slo_met_at_max": False, "capped": False,

@@ -43,6 +43,8 @@ class PlanAnswer:
     load_factor: float | None
     step_times: str
     tolerance: float
+    rate_interval: tuple[float, float] | None = None  # per replica, 90% (sim/timing/intervals.py rate_bounds)
+    interval_method: str | None = None
 
 
 def slo_words(plan: Mapping[str, Any]) -> str:
@@ -77,12 +79,24 @@ def plan_answer(plan: Mapping[str, Any], row: int | None = None) -> PlanAnswer |
                       BINDING_WORDS.get(str(r.get("binding")), str(r.get("binding"))),
                       tuple(str(m) for m in r.get("missed_above") or ()), float(target) if target else None,
                       exact, needed, gpus, low, r.get("workload"), r.get("level"),
-                      str(plan.get("step_times") or r.get("step_time_source") or ""), tolerance)
+                      str(plan.get("step_times") or r.get("step_time_source") or ""), tolerance,
+                      _per_replica(r.get("max_rate_interval"), replicas), r.get("interval_method"))
+
+
+def _per_replica(bounds: Any, replicas: int) -> tuple[float, float] | None:
+    if not isinstance(bounds, list | tuple) or len(bounds) != 2:
+        return None
+    return float(bounds[0]) / replicas, float(bounds[1]) / replicas
+
+
+def rate_words(rate: float, bounds: tuple[float, float] | None) -> str:
+    """'4.1 requests/s (3.8-4.4)': the rate with its 90% interval when there is one."""
+    return f"{rate:.3g} requests/s" + (f" ({bounds[0]:.3g}-{bounds[1]:.3g})" if bounds else "")
 
 
 def answer_lines(a: PlanAnswer) -> list[str]:
     """The answer as sentences, most important first."""
-    lines = [f"{a.config}: {a.rate_per_replica:.3g} requests/s per replica under {a.slo}."]
+    lines = [f"{a.config}: {rate_words(a.rate_per_replica, a.rate_interval)} per replica under {a.slo}."]
     missed = f"; at the next rate up it misses {', '.join(a.missed_next)}" if a.missed_next else ""
     lines.append(f"What binds: {a.binding}{missed}.")
     if a.target_rate is not None and a.replicas_exact is not None:
@@ -95,6 +109,9 @@ def answer_lines(a: PlanAnswer) -> list[str]:
     if a.workload:
         load = f" (load factor x{a.load_factor:g} of the trace's own rate)" if a.load_factor else ""
         lines.append(f"Workload: {a.workload}{load}.")
+    if a.rate_interval is not None:
+        lines.append(f"The range is a 90% interval from the {a.interval_method or 'validated error'} of the step "
+                     "times (docs/CALIBRATION.md, Intervals): the rate scaled by the step-time error, not re-simulated.")
     if a.step_times:
         lines.append(a.step_times if a.step_times.startswith("Step times") else f"Step times: {a.step_times}.")
     return lines
