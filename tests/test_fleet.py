@@ -58,3 +58,22 @@ def test_least_outstanding_balances_better_than_session_affinity():
 def test_unknown_router_is_one_line():
     with pytest.raises(Exception, match="router='nope': must be one of round-robin"):
         BASE.replace(router="nope")
+
+
+def test_compare_presets_routing_and_pd_name_every_router_and_every_split():
+    from sim.cli.compare import parse_variants, presets
+
+    base = BASE.replace(replicas=4)
+    routing = parse_variants(presets(base)["routing"], base)
+    assert [sc.router for _, sc in routing] == list(ROUTERS) and all(sc.replicas == 4 for _, sc in routing)
+    pd = parse_variants(presets(base)["pd"], base)
+    assert [sc.pd for _, sc in pd] == [None, "1:3", "2:2", "3:1"]
+
+
+def test_sim_compare_routing_preset_runs_and_reports_imbalance(capsys):
+    from sim.__main__ import main
+
+    rc = main(["compare", "--synthetic", "n=60,rate=20", "--model", "llama-3-8b", "--kv-budget-gib", "1",
+               "--replicas", "2", "--preset", "routing", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "imbalance" in out and "router=kv-precise" in out

@@ -13,20 +13,27 @@ from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_fr
 from sim.scenario import CHOICES, Scenario
 
 
-def presets() -> dict[str, str]:
-    """Named variant sets; the option sweeps read the registries, so a registered option joins them."""
+def presets(base: Scenario | None = None) -> dict[str, str]:
+    """Named variant sets; the option sweeps read the registries, so a registered option joins them.
+    `routing` runs every router on the base's replicas (at least 2); `pd` puts the base's GPUs
+    (replicas x tp, at least 2) in one aggregated fleet and in every prefill:decode split of them."""
     def sweep(field: str, fixed: str = "") -> str:
         return ";".join(f"{fixed}{field}={name}" for name in CHOICES[field])
 
+    replicas = max(2, base.replicas if base is not None else 4)
     return {
         "reserve": sweep("reserve", "allocator=contiguous,") + ";allocator=paged",
         "placement": sweep("placement", "allocator=contiguous,reserve=pow2,") + ";allocator=paged",
         "preemption": sweep("preemption"),
         "batching": "static_batch=8;static_batch=32;allocator=paged",
+        "routing": sweep("router", f"replicas={replicas},"),
+        "pd": f"replicas={replicas},router=least-outstanding;"
+              + ";".join(f"pd={p}:{replicas - p}" for p in range(1, replicas)),
     }
 
 COLUMNS = (("variant", "{}"), ("steps", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
-           ("ttft_p50_s", "{:.3f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"), ("token_states", "{:.1%}"),
+           ("ttft_p50_s", "{:.3f}"), ("tpot_p99_s", "{:.4f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"),
+           ("prefix_hit", "{:.1%}"), ("imbalance", "{:.2f}"), ("token_states", "{:.1%}"),
            ("reserved", "{:.1%}"), ("internal", "{:.1%}"), ("external", "{:.1%}"), ("free", "{:.1%}"))
 
 
@@ -37,7 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_scenario_args(p)
     v = p.add_mutually_exclusive_group(required=True)
     v.add_argument("--variants", help='";"-separated variants of "field=value,..." (Scenario field names)')
-    v.add_argument("--preset", choices=sorted(presets()), help="a named set of variants")
+    v.add_argument("--preset", choices=sorted(presets()), help="a named set of variants (routing: every router on "
+                   "--replicas; pd: --replicas GPUs aggregated vs every P:D split)")
     p.add_argument("--json", action="store_true", help="print a JSON list of {variant, scenario, summary, "
                    "step_time_source, step_times (the comparison's one source, in words)}")
     p.add_argument("--no-progress", action="store_true")
@@ -84,8 +92,9 @@ def _convert(key: str, value: str, type_name: str) -> Any:
 def row(label: str, s: dict[str, Any]) -> dict[str, Any]:
     kv = s["kv_breakdown_mean"]
     return {"variant": label, "steps": s["cost_model"]["source"], "completed": s["completed"], "throughput_tok_s": s["throughput_tok_s"],
-            "mean_batch_size": s["mean_batch_size"], "ttft_p50_s": s["ttft_s"]["p50"], "e2e_p50_s": s["e2e_s"]["p50"],
-            "preempt": s["num_preemptions"], "token_states": kv["token_states"], "reserved": kv["reserved"],
+            "mean_batch_size": s["mean_batch_size"], "ttft_p50_s": s["ttft_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
+            "e2e_p50_s": s["e2e_s"]["p50"], "preempt": s["num_preemptions"], "prefix_hit": s.get("prefix_cache_hit_rate"),
+            "imbalance": s.get("routing_imbalance"), "token_states": kv["token_states"], "reserved": kv["reserved"],
             "internal": kv["internal_frag"], "external": kv["external_frag"], "free": kv["free"]}
 
 
@@ -100,7 +109,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     base = scenario_from_args(args)
-    variants = parse_variants(presets()[args.preset] if args.preset else args.variants, base)
+    variants = parse_variants(presets(base)[args.preset] if args.preset else args.variants, base)
     trace = trace_from_args(args)
     from sim.plan.one_source import one_source
 
