@@ -70,7 +70,11 @@ def _read_into(p: Path, max_bytes: int, results: queue.Queue[tuple[str, Any]]) -
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # O_NONBLOCK: a FIFO opens at once
     except OSError as exc:
-        results.put(("error", why(exc)))
+        try:  # a socket cannot be opened at all (ENXIO): say what it is rather than "no such device"
+            mode = os.stat(p).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        results.put(("special", kind_of(mode)) if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode) else ("error", why(exc)))
         return
     try:
         info = os.fstat(fd)

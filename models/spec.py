@@ -305,12 +305,12 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     """Build a ModelSpec from a parsed config.json dict; `source` names the file in errors."""
     if not isinstance(cfg, dict):
         raise SpecError(f"{source}: expected a JSON object")
-    if "num_hidden_layers" not in cfg and "n_layer" not in cfg and isinstance(cfg.get("text_config"), dict):
-        # multimodal wrapper: the text decoder, named as the checkpoint (its architectures, for aiconfigurator)
-        cfg = {"architectures": cfg.get("architectures"), **cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
     # every number in the file finite and within 1e18 before any arithmetic (the fields below have
     # tighter ranges; this covers the MoE, MLA and linear-attention ones read elsewhere)
     numbers_within(cfg, source, SpecError, limit=MAX_CONFIG_NUMBER)
+    if "num_hidden_layers" not in cfg and "n_layer" not in cfg and isinstance(cfg.get("text_config"), dict):
+        # multimodal wrapper: the text decoder, named as the checkpoint (its architectures, for aiconfigurator)
+        cfg = {"architectures": cfg.get("architectures"), **cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
     model_type = str(cfg.get("model_type", "")).lower()
     family = FAMILIES.get(model_type, model_type or "llama")
 
@@ -429,7 +429,7 @@ def load_spec(name_or_path: str | Path) -> ModelSpec:
         path = path / "config.json"
         if not path.is_file():
             raise SpecError(f"{text}: directory has no config.json")
-    if path.is_file() or (path.suffix.lower() == ".json" and path.exists()):  # a FIFO or device: read_config says what it is
+    if path.exists():  # a file, or a FIFO, device or socket: read_config says what it is
         cfg = read_config(path)
         return spec_from_config(cfg, name=str(cfg.get("_name_or_path") or path.parent.name or path.stem), source=str(path))
     shown = ", ".join(list_catalog())

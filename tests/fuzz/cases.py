@@ -329,6 +329,9 @@ def cli_cases(rng: random.Random, tmp: Path) -> Iterator[Case]:
 
 
 def all_cases(seed: int, tmp: Path, scale: int = 1) -> Iterator[Case]:
+    from tests.fuzz.hardening import hardening_cases
+
+    yield from hardening_cases(seed, tmp / "issue29", scale)  # issue 29's classes first: never cut by the budget
     rng = random.Random(seed)
     yield from trace_cases(rng, 60 * scale)
     yield from file_cases(tmp)

@@ -6,7 +6,9 @@ A case calls one entry point with one hostile input. Outcomes:
   path of this checkout (pages show these messages to visitors);
 - "wrong": accepted where it must be refused, or accepted with a wrong value (a silent wrong result);
 - "traceback": any other exception; "crash": MemoryError/RecursionError/SystemExit other than 2;
-- "hang": over the per-case time limit (SIGALRM).
+- "hang": over the per-case time limit (SIGALRM);
+- "unclear": refused in one line, but the message does not name what the case says it must
+  (`names`: the field, row or file at fault).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = str(Path(__file__).resolve().parents[2])
-BAD = ("traceback", "hang", "crash", "wrong")
+BAD = ("traceback", "hang", "crash", "wrong", "unclear")
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Case:
     expect: str = "either"  # "reject", "accept" or "either"
     check: Callable[[Any], bool] | None = None  # for accepted results: is the value right?
     errors: tuple[type[BaseException], ...] = (ValueError,)
+    names: str | None = None  # a refusal must say this (the field, row or file at fault)
 
 
 @dataclass
@@ -95,6 +98,8 @@ def _message(case: Case, text: str, seconds: float) -> Outcome:
         return Outcome(case, "traceback", f"not one line: {text[:200]!r}", seconds)
     if ROOT + "/" in text and not case.entry.startswith("cli"):  # the CLI may name the file the user gave
         return Outcome(case, "traceback", f"server path in message: {text[:200]}", seconds)
+    if case.names is not None and case.names not in text:
+        return Outcome(case, "unclear", f"does not name {case.names!r}: {text[:200]}", seconds)
     return Outcome(case, "error", text[:200], seconds)
 
 
