@@ -26,7 +26,7 @@ def test_validate_sample_then_zip_upload(app_server, browser, tmp_path):  # noqa
     page.wait_for_selector(".js-plotly-plot", timeout=WAIT_MS)
     curves = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map("
                            "p => (p.data || []).map(d => d.name))")
-    assert len(curves) == 5 and all(names == ["measured", "simulated"] for names in curves)
+    assert len(curves) == 6 and all(names == ["measured", "simulated"] for names in curves)
     assert page.get_by_text("Step times: roofline").count() >= 1
 
     archive = tmp_path / "run.zip"

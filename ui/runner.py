@@ -86,11 +86,13 @@ def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) ->
                  lambda f: f"{round(f * total)} of {total} configurations")
 
 
-def run_validate(files: Files | None, digest: str) -> Shown:
+def run_validate(files: Files | None, digest: str, overrides: tuple[tuple[str, Any], ...] = (),
+                 fit: bool = False) -> Shown:
     """A Validate page replay from the pool; raises what the replay raised (RunError: one line)."""
     service = run_service()
-    resubmit = lambda: service.submit_validate(files, digest)  # noqa: E731
-    return _wait(service, resubmit(), "Replaying the run", resubmit, lambda f: "replaying with its own engine config")
+    resubmit = lambda: service.submit_validate(files, digest, overrides, fit)  # noqa: E731
+    label = "Fitting a calibration profile (about 40 replays)" if fit else "Replaying the run"
+    return _wait(service, resubmit(), label, resubmit, lambda f: "replaying with its own engine config")
 
 
 def _percent_of_trace(fraction: float) -> str:

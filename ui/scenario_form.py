@@ -17,7 +17,7 @@ from sim.guard.text import plain, public_error
 from sim.guard.uploads import store_config
 from sim.memory.capacity import TP_CHOICES
 from sim.scenario import CHOICES, Scenario, ScenarioError
-from ui import bounded
+from ui import bounded, fitted_profile
 from ui.defaults import DEFAULT_SCENARIO
 
 DEFAULT = DEFAULT_SCENARIO  # the bundled default (ui/defaults.py): one where KV memory binds
@@ -150,6 +150,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     max_len = bounded.number(sb, "max_model_len, tokens (0 = the model's context, capped at 32,768)", 0, 1 << 21, 0,
                              step=1024, key="max_len")
     cost_source = _choice(sb, "Step times", "cost_source", key="cost_src")  # in the URL: a Plan row opens on its own source
+    profile = fitted_profile.sidebar(sb)  # a profile fitted on the Validate page, when the visitor has one
     try:
         return Scenario(
             model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
@@ -157,6 +158,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
             chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup), cost_source=cost_source,
+            profile=profile,
         )
     except ScenarioError as exc:
         sb.error(public_error(exc))

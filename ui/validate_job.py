@@ -1,6 +1,8 @@
 """One Validate-page replay as a job for the server's worker pool (no Streamlit here: it runs in a
-worker process). Reads a measured vLLM run (the bundled sample, a .zip or its files), replays it
-with its own engine config (sim.fidelity.validate) and returns what the page shows."""
+worker process). Reads a measured run (the bundled sample, a .zip or its files — `sim observe`'s
+record included — or one benchmark file another tool wrote, sim/fidelity/importers), replays it
+with its own engine config (sim.fidelity.validate), optionally fits a calibration profile on it
+(sim.fidelity.calibrate), and returns what the page shows."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import pandas as pd
 
 from sim.fidelity.run_record import RUN_FILES, RunError, load_run_bytes, load_run_dir, load_run_zip
 from ui.pages import ROOT
+
+Overrides = tuple[tuple[str, Any], ...]  # engine fields the page's form gives (sim.fidelity.run_record.OVERRIDABLE)
 
 SAMPLE_RUN = ROOT / "samples" / "vllm_run"
 Files = tuple[tuple[str, bytes], ...]
@@ -28,35 +32,54 @@ class Shown:
     series: pd.DataFrame
     measured: pd.DataFrame
     simulated: pd.DataFrame
+    assumed: dict[str, str] | None = None  # what the run's files did not say (imports, observed runs)
+    failed: int = 0  # requests the run recorded as failed
+    observed: dict[str, Any] | None = None  # meta.json's `observed` (a `sim observe` record)
+    profile: dict[str, Any] | None = None  # the calibration profile fitted on the run, when asked
 
-
-def files_digest(files: Files | None) -> str:
-    """What keys a replay: the files' names and bytes ("" hashed for the bundled sample)."""
-    h = hashlib.sha256()
+def files_digest(files: Files | None, overrides: Overrides = (), fit: bool = False) -> str:
+    """What keys a replay: the files' names and bytes ("" hashed for the bundled sample), the engine
+    overrides and whether a profile is fitted."""
+    h = hashlib.sha256(repr((sorted(overrides), fit)).encode() if overrides or fit else b"")
     for name, data in files or ():
         h.update(name.encode())
         h.update(hashlib.sha256(data).digest())
     return h.hexdigest()
 
 
-def replay(files: Files | None) -> Shown:
-    """Replay a run given as uploaded files (a .zip, or the three files and config.json); None = the sample."""
+def load(files: Files | None, overrides: Overrides = ()) -> Any:
+    """The measured run of uploaded files: a .zip, the run files, or one benchmark file; None = the sample."""
+    over = dict(overrides) or None
+    if files is None:
+        return load_run_dir(SAMPLE_RUN, over)
+    if len(files) == 1 and files[0][0].lower().endswith(".zip"):
+        return load_run_zip(files[0][1], files[0][0], over)
+    if len(files) == 1 and files[0][0].rsplit("/", 1)[-1] not in (*RUN_FILES, "config.json"):
+        from sim.fidelity.importers import load_imported
+
+        return load_imported(files[0][1], files[0][0].rsplit("/", 1)[-1], over)
+    named = {name.rsplit("/", 1)[-1]: data for name, data in files}
+    missing = [f for f in RUN_FILES if f not in named]
+    if missing:
+        raise RunError(f"upload: add {', '.join(missing)} (or one .zip holding the run's files)")
+    return load_run_bytes(named["meta.json"], named["requests.jsonl"], named["timeseries.csv"],
+                          named.get("config.json"), source="upload", overrides=over)
+
+
+def replay(files: Files | None, overrides: Overrides = (), fit: bool = False) -> Shown:
+    """Replay a run given as uploaded files (see `load`); with `fit`, also fit a calibration profile."""
     from sim.fidelity.validate import validate
 
-    if files is None:
-        run = load_run_dir(SAMPLE_RUN)
-    elif len(files) == 1 and files[0][0].lower().endswith(".zip"):
-        run = load_run_zip(files[0][1], files[0][0])
-    else:
-        named = {name.rsplit("/", 1)[-1]: data for name, data in files}
-        missing = [f for f in RUN_FILES if f not in named]
-        if missing:
-            raise RunError(f"upload: add {', '.join(missing)} (or one .zip holding the run's files)")
-        run = load_run_bytes(named["meta.json"], named["requests.jsonl"], named["timeseries.csv"],
-                             named.get("config.json"), source="upload")
+    run = load(files, overrides)
     v = validate(run)
     e = run.engine
-    engine = (f"{e.device_name}, {e.model}, TP {e.tp}, vLLM {e.vllm_version or '?'}: {e.num_gpu_blocks:,} KV blocks of "
+    engine = (f"{e.gpu or e.device_name}, {e.model}, TP {e.tp}, vLLM {e.vllm_version or '?'}: {e.num_gpu_blocks:,} KV blocks of "
               f"{e.block_size}, max_num_seqs {e.max_num_seqs}, max_num_batched_tokens {e.max_batched_tokens}")
+    profile = None
+    if fit:
+        from sim.fidelity.calibrate import from_run
+
+        profile = from_run(run)
+    observed = run.meta.get("observed") if isinstance(run.meta.get("observed"), dict) else None
     return Shown(run.source, engine, v.result.summary["cost_model"], v.table, v.series, run.requests,
-                 v.result.requests)
+                 v.result.requests, run.meta.get("assumed") or None, run.failed, observed, profile)

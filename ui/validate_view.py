@@ -11,8 +11,9 @@ import streamlit as st
 from sim.fidelity.validate import SERIES
 from sim.report import charts
 from ui.runner import run_validate
-from ui.validate_job import Files, Shown, files_digest
+from ui.validate_job import Files, Overrides, Shown, files_digest  # noqa: F401  (files_digest: the page keys the fit by it)
 
+FLAG_FIELDS = {"--gpu": "the GPU", "--model": "the model", "--num-gpu-blocks": "the KV blocks"}
 UNITS = {"TTFT": ("s", 1.0), "E2E": ("s", 1.0), "TPOT": ("ms", 1e3)}
 
 
@@ -21,10 +22,55 @@ def read_uploads(files: list[Any]) -> tuple[tuple[str, bytes], ...]:
     return tuple(sorted((f.name, f.getvalue()) for f in files))
 
 
-def validate_files(files: Files | None) -> Shown:
+def validate_files(files: Files | None, overrides: Overrides = (), fit: bool = False) -> Shown:
     """The replay of `files` (None: the bundled sample) from the server's worker pool: computed once
-    per distinct upload for every visitor, with a progress bar, its place in line and a cancel button."""
-    return run_validate(files, files_digest(files))
+    per distinct upload (and engine overrides, and fit) for every visitor, with a progress bar, its
+    place in line and a cancel button."""
+    from sim.fidelity.run_record import RunError
+
+    try:
+        return run_validate(files, files_digest(files, overrides, fit), overrides, fit)
+    except RunError as exc:  # the CLI's flags are this page's Engine fields
+        text = str(exc)
+        for flag, field in FLAG_FIELDS.items():
+            text = text.replace(f"give {flag}", f"set {field} under 'Engine'")
+        raise RunError(text) from None
+
+
+def engine_form() -> Overrides:
+    """What the run's files may not say: the GPU (never in a benchmark file, nor in `sim observe`'s
+    record unless given), the model, the KV pool. Empty fields keep what the run says or assumes."""
+    from models.gpus import list_gpus
+
+    with st.expander("Engine: what the run's files do not say (GPU, model, KV blocks)"):
+        c1, c2, c3 = st.columns(3)
+        gpu = c1.selectbox("GPU", ["(from the run)", *list_gpus()], key="val_gpu")
+        model = c2.text_input("Model (catalog name or HF id)", "", key="val_model", max_chars=200).strip()
+        blocks = c3.number_input("KV blocks (0 = from the run / vLLM's accounting)", 0, 1 << 24, 0, key="val_blocks")
+    out: list[tuple[str, Any]] = []
+    if gpu != "(from the run)":
+        out.append(("gpu", gpu))
+    if model:
+        out.append(("model", model))
+    if blocks:
+        out.append(("num_gpu_blocks", int(blocks)))
+    return tuple(out)
+
+
+def show_provenance(shown: Shown) -> None:
+    """How the run was measured and what had to be assumed, before the figures."""
+    if shown.observed:
+        o = shown.observed
+        fails = ", ".join(f"{n} {k}" for k, n in sorted((o.get("failures") or {}).items()))
+        st.caption(f"Observed by `sim observe` at {o.get('url')} ({o.get('started_utc')}): {o.get('completed')} of "
+                   f"{o.get('planned')} requests completed" + (f", failed: {fails}" if fails else "")
+                   + (", interrupted" if o.get("interrupted") else "") + f"; {o.get('scrapes')} /metrics samples; "
+                   "client-side times.")
+    elif shown.failed:
+        st.caption(f"{shown.failed} requests failed in the run and are left out.")
+    if shown.assumed:
+        st.caption("Assumed (not in the run's files; set them under Engine): "
+                   + "; ".join(f"{k} = {v}" for k, v in shown.assumed.items()))
 
 
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -58,6 +104,26 @@ def show(shown: Shown) -> None:
     st.plotly_chart(charts.overlay_timeline(named, "kv_cache_usage_perc", "KV cache usage", "% of blocks", 100.0),
                     key="val-kv")
     requests = {"measured": shown.measured, "simulated": shown.simulated}
-    left, right = st.columns(2)
-    left.plotly_chart(charts.overlay_cdf(requests, "ttft_s"), key="val-ttft")
-    right.plotly_chart(charts.overlay_cdf(requests, "tpot_s"), key="val-tpot")
+    c1, c2, c3 = st.columns(3)
+    c1.plotly_chart(charts.overlay_cdf(requests, "ttft_s"), key="val-ttft")
+    c2.plotly_chart(charts.overlay_cdf(requests, "tpot_s"), key="val-tpot")
+    c3.plotly_chart(charts.overlay_cdf(requests, "e2e_s"), key="val-e2e")
+
+
+def show_profile(shown: Shown) -> None:
+    """The profile fitted on the run: its fit, a download, and the switch that makes every page use it."""
+    from ui import fitted_profile
+
+    prof = shown.profile
+    if prof is None:
+        return
+    fit = prof.get("fit", {})
+    st.success(f"Profile fitted by {fit.get('replays')} replays: memory/decode x {fit.get('memory_scale', 0):.3g}, "
+               f"compute/prefill x {fit.get('compute_scale', 0):.3g} of the roofline (squared log error "
+               f"{fit.get('squared_log_error', 0):.3g}).")
+    c1, c2 = st.columns(2)
+    c1.download_button("Download the profile (JSON)", fitted_profile.profile_bytes(prof), "kvsim_profile.json",
+                       "application/json", key="val-profile-dl")
+    if c2.button("Use it in every page's step times", key="val-profile-use"):
+        fitted_profile.activate(prof, shown.source.rsplit("/", 1)[-1])
+        st.info("The scenario sidebar now times steps with this profile (untick it there to stop).")

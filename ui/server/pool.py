@@ -116,11 +116,12 @@ def _search(key: RunKey, workload: Workload, configs: list[Scenario], options: S
     return search(workload, configs, options, progress=progress).to_dict()
 
 
-def _validate(key: RunKey, files: Files | None, plugins: list[tuple[str, str, object]]) -> Shown:
-    """Runs in a worker process: a Validate page replay (ui.validate_job)."""
+def _validate(key: RunKey, files: Files | None, plugins: list[tuple[str, str, object]],
+              overrides: tuple[tuple[str, Any], ...] = (), fit: bool = False) -> Shown:
+    """Runs in a worker process: a Validate page replay (ui.validate_job), and a profile fit if asked."""
     apply_entries(plugins)
     _progress_queue.put((key, 0.0))
-    return replay(files)
+    return replay(files, overrides, fit)
 
 
 def run_key(trace: Trace, scenario: Scenario) -> RunKey:
@@ -218,10 +219,12 @@ class RunService:
         key = search_key(trace, configs, options)
         return self._submit(key, _search, (key, Workload(trace=trace), configs, options, added_entries()))
 
-    def submit_validate(self, files: Files | None, digest: str) -> RunKey:
-        """Start (or join, or find cached) the replay of a measured run; `digest`: files_digest(files)."""
+    def submit_validate(self, files: Files | None, digest: str, overrides: tuple[tuple[str, Any], ...] = (),
+                        fit: bool = False) -> RunKey:
+        """Start (or join, or find cached) the replay of a measured run; `digest`: files_digest(files,
+        overrides, fit)."""
         key = ("validate:" + digest, "")
-        return self._submit(key, _validate, (key, files, added_entries()))
+        return self._submit(key, _validate, (key, files, added_entries(), overrides, fit))
 
     def _submit(self, key: RunKey, work: Callable[..., Any], args: tuple[Any, ...]) -> RunKey:
         if self.results.get(key) is not None:
