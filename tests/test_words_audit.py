@@ -35,3 +35,39 @@ def test_best_states_its_criterion_and_offers_three():
     assert (gpus["row"], gpus["criterion"]) == (1, "fewest GPUs for 10 requests/s")
     assert (rate["row"], rate["criterion"]) == (1, "highest requests/s per GPU")
     assert best_row(rows)["criterion"] == "lowest $ per million output tokens"
+
+
+def test_a_loopback_snapshot_link_says_how_colleagues_reach_it():
+    from ui.result_view import loopback_note
+
+    for link in ("http://127.0.0.1:8501/?snapshot=abc", "http://localhost:8501/?snapshot=abc"):
+        note = loopback_note(link)
+        assert note is not None and "KVSIM_PUBLIC_URL" in note and "only here" in note
+    assert loopback_note("https://kvsim.example.com/tools/?snapshot=abc") is None
+    assert loopback_note("http://gpu-box-7:8501/?snapshot=abc") is None
+
+
+def test_one_save_per_intent(tmp_path, monkeypatch):
+    """Enter in the name field submits the form; pressing the button after it must not save a
+    second copy of the same result under the same name."""
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+
+    from sim.report.snapshot_store import SnapshotStore
+
+    db = tmp_path / "snaps.sqlite"
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(db))
+    at = AppTest.from_file(str(Path(__file__).resolve().parent.parent / "app_pages" / "simulate.py"),
+                           default_timeout=240)
+    at.query_params.update({"trace_first": "40"})
+    at.run()
+    at.text_input(key="sim-save-name").set_value("one intent")
+    save = lambda: next(b for b in at.button if "Save snapshot" in b.label).click().run()  # noqa: E731
+    save()
+    save()
+    assert [s.name for s in SnapshotStore(db).list()] == ["one intent"]
+    assert any("Anyone with this read-only link" in s.value for s in at.success)
+    at.text_input(key="sim-save-name").set_value("another name")
+    save()  # a new name is a new intent
+    assert sorted(s.name for s in SnapshotStore(db).list()) == ["another name", "one intent"]

@@ -125,6 +125,19 @@ def public_link(public: str, page_url: str | None, snap_id: str, base_url_path: 
     return snapshot_link(page_url, snap_id, base_url_path)
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def loopback_note(link: str) -> str | None:
+    """A word under a link colleagues cannot open: one on this machine's loopback address."""
+    host = (urlsplit(link).hostname or "").lower()
+    if host not in LOOPBACK_HOSTS and not host.startswith("127."):
+        return None
+    return (f"This link names {host}, this machine's own address: it opens only here. For colleagues, start the "
+            f"server with {PUBLIC_URL_ENV} set to the address they reach it at (e.g. "
+            f"{PUBLIC_URL_ENV}=http://my-host:8501), or replace {host} with this machine's name.")
+
+
 def share_link(snap_id: str) -> str:
     return public_link(os.environ.get(PUBLIC_URL_ENV, ""), st.context.url, snap_id,
                        str(st.get_option("server.baseUrlPath") or ""))
@@ -155,7 +168,9 @@ def show_sharing(snap: Snapshot, key: str = "res") -> None:
         label = st.text_input("Snapshot name", value=snap.name or "", key=f"{key}-save-name", max_chars=200)
         public = st.checkbox("List it for everyone on this server (otherwise only the link opens it)",
                              key=f"{key}-save-public")
-        if st.form_submit_button("Save snapshot and get a link"):
+        pressed = st.form_submit_button("Save snapshot and get a link")
+        again = st.session_state.get(f"{key}-saved", ("", "", None))[::2] == (_ident(snap), (label, public))
+        if pressed and not again:  # Enter, then the button: one intent, one snapshot (the link stays shown)
             try:
                 store, _ = open_store()
                 saved = store.save_shared(snap, label, public=public)
@@ -163,11 +178,15 @@ def show_sharing(snap: Snapshot, key: str = "res") -> None:
                 st.error(f"could not save the snapshot: {public_error(exc)}")
             else:
                 st.session_state.setdefault(MINE_KEY, {})[saved.id] = saved.manage_secret
-                st.session_state[f"{key}-saved"] = (_ident(snap), saved.id)
-    ident, saved_id = st.session_state.get(f"{key}-saved", ("", ""))
+                st.session_state[f"{key}-saved"] = (_ident(snap), saved.id, (label, public))
+    ident, saved_id, _ = st.session_state.get(f"{key}-saved", ("", "", None))
     if saved_id and ident == _ident(snap):  # only the link for the result on screen
         st.success("Saved. Anyone with this read-only link can open it:")
-        st.code(share_link(saved_id), language=None)
+        link = share_link(saved_id)
+        st.code(link, language=None)
+        note = loopback_note(link)
+        if note:
+            st.caption(note)
         st.caption("Manage secret (keep it: it is the only way to delete this snapshot, and is shown once):")
         st.code(st.session_state.get(MINE_KEY, {}).get(saved_id, ""), language=None)
 
