@@ -106,3 +106,34 @@ def test_blocks_are_conserved_across_pools_at_every_step():
     first = fleet.decode.s.table.first_token_s
     assert all(first[r] > done[r] for r in done)  # the decode side starts after the KV arrived
     assert res.summary["completed"] == 80
+
+
+@pytest.mark.parametrize("pd, link", [("1:2", "rdma-100g"), ("2:1", "ethernet-25g")])
+def test_pd_skip_ahead_equals_stepping(pd, link):
+    """Decode runs are cut where a transfer completes or a prefill replica's blocks come back: the
+    requests are the same as when every step is taken one by one (a load due is applied by a
+    general step, never skipped over)."""
+    trace = long_prompts(n=60, rate=5.0, seed=3)
+    sc = BASE.replace(pd=pd, kv_link=link, kv_budget_gib=4.0)
+    fast, slow = simulate(trace, sc), simulate(trace, sc, skip_ahead=False)
+    import pandas as pd_
+
+    pd_.testing.assert_frame_equal(fast.requests, slow.requests)
+    assert fast.summary["kv_transfer_s"] == slow.summary["kv_transfer_s"]
+    assert fast.summary["sim_events"] < slow.summary["sim_events"]
+
+
+def test_search_answers_aggregated_or_disaggregated_at_equal_gpus(capsys):
+    import json
+
+    from sim.__main__ import main
+
+    rc = main(["search", "--synthetic", "n=60,rate=2,input=lognormal:mean=4000:sigma=0.3,output=lognormal:mean=100:sigma=0.3,seed=1",
+               "--model", "llama-3.1-8b", "--replicas", "2", "--pd", "none,1:1", "--router", "least-outstanding",
+               "--slo", "ttft_p99=2.0,tpot_p99=0.05", "--workers", "1", "--no-progress", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    rows = out["rows"]
+    assert rc == 0 and [r["pd"] for r in rows] == [None, "1:1"]
+    assert [r["gpus"] for r in rows] == [2, 2]
+    assert all(r["max_rate_per_s"] > 0 and r["cost_per_mtok"] for r in rows)
+    assert out["best"]

@@ -112,7 +112,8 @@ class FleetSimulation(Simulation):
         while limit is None or self.total_steps < limit:
             self.admit_arrivals(rep, rep.t)
             work = sched.has_work
-            k = sched.decode_run_limit() if self.skip_ahead and work else 0
+            due = _next_event(sched)  # a load or release due now is applied only by a general step
+            k = sched.decode_run_limit() if self.skip_ahead and work and (due is None or due > rep.t) else 0
             if k:
                 yield from self._cuttable_run(rep, slot, k)
                 continue

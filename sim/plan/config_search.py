@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.spec import SpecError
+from sim.fleet.layout import fleet_gpus
 from sim.fleet.replay import simulate
 from sim.plan.bracket import largest_passing
 from sim.plan.early_stop import ProbeMissed, simulate_or_stop
@@ -96,7 +97,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     assert at is not None
     if at.stopped:  # no level passed: the row shows the lowest level's full run
         at = probe(workload, dep, at.level, options.slo)
-    gpus = scenario.tp * scenario.replicas
+    gpus = fleet_gpus(scenario)
     met = found.lo_probe is not None
     rate = at.rate if met else 0.0
     s = at.summary
@@ -136,7 +137,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
 
 def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str, Any]:
     row: dict[str, Any] = {name: getattr(scenario, name) for name in options.shown}
-    row.update({"gpus": scenario.tp * scenario.replicas, "max_rate_per_s": 0.0, "level": None, "workload": None,
+    row.update({"gpus": fleet_gpus(scenario), "max_rate_per_s": 0.0, "level": None, "workload": None,
                 "max_rate_interval": None, "interval_method": None,
                 "tok_s_per_gpu": 0.0, "tok_s_per_user": None, "gpus_for_target": None,
                 "usd_per_gpu_hour": price_for(scenario.gpu, options.prices), "cost_per_mtok": None,

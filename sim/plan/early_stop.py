@@ -25,6 +25,7 @@ import numpy as np
 
 from sim.core.request import REJECTED, RequestTable
 from sim.fleet.engine import FleetSimulation
+from sim.fleet.replay import simulate
 from sim.plan.slo import Slo
 from sim.run.deployment import Deployment
 from sim.run.engine import Simulation, build
@@ -108,6 +109,8 @@ class StoppingFleetSimulation(_StopMixin, FleetSimulation):
 def simulate_or_stop(trace: Trace, dep: Deployment, slo: Slo) -> SimResult:
     """sim.fleet.engine.simulate's replay (the same result when it runs out), raising ProbeMissed
     as soon as the SLO can no longer be met."""
+    if dep.scenario.pd:  # two pools: no early stop (the replay runs out)
+        return simulate(trace, dep)
     wall0 = time.perf_counter()
     setup = build(trace, dep)
     sim: Simulation

@@ -258,6 +258,14 @@ class Simulation:
                 t_next = ev
         return t_next
 
+    def _event_due(self, rep: Replica) -> bool:
+        """A load completed (or a release is due) by the replica's clock: only a general step
+        (`schedule`) applies it, so no decode run may be taken now."""
+        if self.s.tiers is None:
+            return False
+        ev = rep.sched.next_event_s()  # type: ignore[attr-defined]
+        return ev is not None and ev <= rep.t
+
     def record_idle(self, rep: Replica, t_wake: float) -> None:
         """`rep` sat idle until `t_wake`: its gauges held still over that time."""
         rep.last_batch = 0
@@ -328,7 +336,7 @@ class Simulation:
         while limit is None or self.total_steps < limit:
             self.admit_arrivals(rep, rep.t)
             work = sched.has_work
-            k = sched.decode_run_limit() if skip_ahead and work else 0
+            k = sched.decode_run_limit() if skip_ahead and work and not self._event_due(rep) else 0
             if k:
                 yield from self._decode_run(rep, k)
                 continue
