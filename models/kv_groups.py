@@ -147,17 +147,30 @@ class MLA(KVGroup):
     """Multi-head latent attention: one latent row of `latent_dim` values per token and layer."""
 
     latent_dim: int = 576  # kv_lora_rank + qk_rope_head_dim
+    rope_dim: int = 64  # qk_rope_head_dim (kept in 16 bits by fp8_ds_mla)
+    indexer_dim: int = 0  # DeepSeek-V3.2 sparse attention: the indexer's key width per token (0 = none)
     kind: ClassVar[str] = "mla"
 
     def bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
-        """Replicated on every rank: tp does not divide it."""
-        return self.num_layers * row_bytes(self.latent_dim, kv_dtype)
+        """Replicated on every rank: tp does not divide it. A sparse (V3.2-style) model in fp8 uses
+        vLLM's fp8_ds_mla row: the latent's non-rope part in fp8 with one fp32 scale per 128
+        values, the rope part in bf16 (512 + 16 + 128 = 656 B for V3.2), and adds its indexer
+        cache: indexer_dim fp8 keys + one fp32 scale (128 + 4 B) whatever the KV dtype
+        (vllm/v1/attention/backends/mla/flashmla_sparse.py, vllm/model_executor/models/deepseek_v2.py)."""
+        if self.indexer_dim and get_kv_dtype(kv_dtype).name == "fp8":
+            nope = self.latent_dim - self.rope_dim
+            row = nope + SCALE_BYTES * _ceil_div(nope, 128) + 2 * self.rope_dim
+        else:
+            row = row_bytes(self.latent_dim, kv_dtype)
+        indexer = self.indexer_dim + SCALE_BYTES if self.indexer_dim else 0
+        return self.num_layers * (row + indexer)
 
     def fixed_bytes(self, kv_dtype: str = "bf16") -> int:
         return self.num_layers * SCALE_BYTES if get_kv_dtype(kv_dtype).scale_layout == PER_TENSOR else 0
 
     def label(self) -> str:
-        return f"mla({self.latent_dim})" + (f" cap {self.cap}" if self.cap else "")
+        indexer = f"+indexer({self.indexer_dim})" if self.indexer_dim else ""
+        return f"mla({self.latent_dim}){indexer}" + (f" cap {self.cap}" if self.cap else "")
 
 
 @dataclass(frozen=True)
@@ -250,8 +263,10 @@ def linear_state_bytes_per_layer(cfg: dict) -> int:
 def groups_from_config(cfg: dict, num_layers: int, num_kv_heads: int, head_dim: int) -> tuple[KVGroup, ...]:
     """The KV groups of a decoder, in the order full, sliding, chunked, mla, state (empty ones left out)."""
     if cfg.get("kv_lora_rank"):
-        latent = _positive(cfg, "kv_lora_rank") + _positive(cfg, "qk_rope_head_dim")
-        return (MLA(num_layers, latent_dim=latent),)
+        rope = _positive(cfg, "qk_rope_head_dim")
+        latent = _positive(cfg, "kv_lora_rank") + rope
+        indexer = _positive(cfg, "index_head_dim") if cfg.get("index_topk") else 0  # DeepSeek-V3.2 sparse attention
+        return (MLA(num_layers, latent_dim=latent, rope_dim=rope, indexer_dim=indexer),)
     kinds = layer_kinds(cfg, num_layers)
     counts = {kind: kinds.count(kind) for kind in ("full", "sliding", "chunked", "linear")}
     groups: list[KVGroup] = []

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,8 +88,15 @@ def test_uniform_and_equal_groups():
     assert llama.group_size == 32 and llama.padding_layers == 0 and llama.bytes_per_block == 32 * 16 * 8 * 128 * 2 * 2
     oss = pool_layout(load_spec("gpt-oss-120b"))  # 18 full + 18 sliding(128): no padding
     assert oss.group_size == 18 and oss.padding_layers == 0 and len(oss.groups) == 2
-    with pytest.raises(PoolLayoutError, match="state"):
-        pool_layout(load_spec("qwen3-next-80b-a3b"))
+    with pytest.raises(PoolLayoutError, match="state layers without attention"):
+        pool_layout(_state_only())
+
+
+def _state_only():
+    from dataclasses import replace
+
+    spec = load_spec("qwen3-next-80b-a3b")
+    return replace(spec, kv_groups=tuple(g for g in spec.groups if g.kind == "state"))
 
 
 def test_logged_max_concurrency_counts_window_plus_batch():
@@ -123,3 +131,34 @@ def test_run_summary_has_num_gpu_blocks():
     assert summary["num_gpu_blocks"] == prof.num_gpu_blocks == summary["vllm_memory"]["num_gpu_blocks"]
     explicit = simulate(trace, Scenario(model="llama-3.1-8b", kv_budget_gib=4.0)).summary
     assert explicit["num_gpu_blocks"] is None and "explicit" in explicit["vllm_memory"]["skipped"]
+
+
+def test_qwen3_next_forced_block_and_padded_state_by_hand():
+    """TP4: one Gated DeltaNet layer's state per rank = 1,097,728 / 4 = 274,432 B; an attention token
+    per layer = 2 (K, V) x 1 replicated kv head x 256 x 2 B = 1,024 B; block = 16 x cdiv(274,432,
+    16 x 1,024) = 272 tokens; page 272 x 1,024 = 278,528 B (state padded 1.49%); 12 full + 36 state
+    layers -> 4 groups of 12. At 8,192 tokens: cdiv(8192, 272) = 31 blocks + 1 per state group
+    (2 in prefix-caching align mode)."""
+    spec = load_spec("qwen3-next-80b-a3b")
+    layout = pool_layout(spec, tp=4)
+    assert layout.block_size == 272 and layout.page_bytes == 278_528 and layout.group_size == 12
+    assert len(layout.groups) == 4 and layout.padding_layers == 0
+    assert any("1.49%" in n for n in layout.notes)
+    assert layout.bytes_per_sequence(8192) == (31 + 3) * 12 * 278_528
+    assert pool_layout(spec, tp=4, mamba_align=True).bytes_per_sequence(8192) == (31 + 6) * 12 * 278_528
+    assert pool_layout(spec, tp=1).block_size == 544  # 1,097,728 B of state: 16 x cdiv(1,097,728, 16 x 2,048)
+
+
+def test_deepseek_v32_indexer_and_fp8_ds_mla(tmp_path):
+    """A V3.2-style config (V3 + index_topk / index_head_dim): fp8 rows are fp8_ds_mla's 512 + 4 x 4 +
+    64 x 2 = 656 B and every layer adds the indexer's 128 + 4 B; bf16 rows stay 576 x 2; V3 is unchanged."""
+    cfg = json.loads(Path("models/catalog/deepseek-v3.json").read_text())
+    cfg.update(index_topk=2048, index_head_dim=128, index_n_heads=64)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    v32, v3 = load_spec(str(path)), load_spec("deepseek-v3")
+    assert v32.kv_bytes_per_token("fp8") == 61 * (656 + 132)
+    assert v32.kv_bytes_per_token("bf16") == 61 * (576 * 2 + 132)
+    assert v3.kv_bytes_per_token("fp8") == 61 * 576
+    layout = pool_layout(v32, "fp8", tp=8)
+    assert layout.block_size == 64 and layout.bytes_per_block == 61 * 64 * 788

@@ -5,7 +5,9 @@ the pool in blocks of `block_size` tokens that every KV cache group draws from:
 
 - one attention type in every layer (all full, all MLA): one group of all layers, so a block
   costs layers x page, page = block_size x bytes per token per layer (`get_num_blocks`:
-  available // page_size // num_layers);
+  available // page_size // num_layers); DeepSeek-V3.2's indexer cache sits in the same group
+  (one page of each per layer: UniformTypeKVCacheSpecs), and its fp8 rows are fp8_ds_mla's 656 B
+  (models/kv_groups.MLA), in blocks of a multiple of 64 tokens (FlashMLA sparse);
 - several types with one page size (full + sliding, full + chunked; `_get_kv_cache_groups_uniform_page_size`):
   the layers of each type are split into groups of `group_size` layers, group_size = the fewest
   layers of any type (the most, when the most is under 1.5 x the fewest), the last group of a type
@@ -20,8 +22,13 @@ the pool in blocks of `block_size` tokens that every KV cache group draws from:
 A sequence's spend (`blocks_per_sequence`) is what the pool gives it at its peak: every full group
 cdiv(context, block_size), every sliding group the blocks its window straddles
 (models/kv_groups.SlidingWindow.blocks_kept), every chunked group one chunk's blocks.
-Linear-attention state groups (Qwen3-Next) are not laid out here: `pool_layout` says so and the
-caller falls back to kvsim's own hybrid pool.
+Hybrid linear-attention models (Qwen3-Next; vllm/platforms/interface.py `_align_hybrid_block_size`):
+the attention block size is raised to the smallest multiple of the kernel block (16 tokens for
+FlashAttention) whose page holds one layer's state (conv + recurrent, per TP rank), and the state
+page is padded up to that attention page ("Padding mamba page size by X%"); the state layers then
+group with the attention layers like any other type. A sequence holds one state page per state
+group, two in prefix-caching "align" mode (MambaSpec.max_memory_usage_bytes: 2 + speculative
+blocks).
 """
 
 from __future__ import annotations
@@ -49,11 +56,17 @@ class PoolGroup:
     kind: KVGroup  # the model's group these layers come from (its window, chunk, heads)
     layers: int  # real layers in this group (the rest of group_size is padding)
 
+    state_pages: int = 1  # pages a sequence holds in a state group: 1, or 2 in prefix-caching align mode
+
     def blocks_per_sequence(self, context: int, block_size: int) -> int:
+        if isinstance(self.kind, State):
+            return self.state_pages
         return self.kind.blocks_kept(context, block_size)
 
     def blocks_for_max_concurrency(self, max_model_len: int, max_batched_tokens: int, block_size: int) -> int:
         """vLLM's worst-case blocks of one request at max_model_len (its "Maximum concurrency" line)."""
+        if isinstance(self.kind, State):
+            return self.state_pages
         if isinstance(self.kind, SlidingWindow):
             tokens = min(self.kind.window - 1 + max_batched_tokens, max_model_len)
             return _cdiv(tokens, block_size) + 1
@@ -104,20 +117,58 @@ def _page_bytes(group: KVGroup, kv_dtype: str, tp: int, block_size: int) -> int:
     return block_size * per_layer
 
 
-def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size: int = 16) -> PoolLayout:
-    """vLLM's pool grouping for this model on one TP rank; PoolLayoutError for layouts it does not cover."""
+KERNEL_BLOCK = 16  # FlashAttention's kernel block (MultipleOf(16)): hybrid block sizes are multiples of it
+SPARSE_MLA_BLOCK = 64  # FlashMLA sparse (DeepSeek-V3.2): MultipleOf(64) (v1/attention/backends/mla/flashmla_sparse.py)
+
+
+def hybrid_block_size(groups: list[KVGroup], kv_dtype: str, tp: int, block_size: int) -> tuple[int, int, int]:
+    """(block size, state page per layer before padding, padded page) for a model with state layers:
+    the smallest multiple of KERNEL_BLOCK tokens whose attention page holds one state page."""
+    attn = [g for g in groups if not isinstance(g, State)]
+    states = [g for g in groups if isinstance(g, State)]
+    per_token = attn[0].bytes_per_token(kv_dtype, tp) // attn[0].num_layers
+    state_page = max(_cdiv(g.bytes_per_layer, tp) for g in states)  # type: ignore[attr-defined]
+    align = max(KERNEL_BLOCK, block_size)
+    forced = align * _cdiv(state_page, align * per_token)
+    size = max(block_size, forced)
+    return size, state_page, size * per_token
+
+
+def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size: int = 16,
+                mamba_align: bool = False) -> PoolLayout:
+    """vLLM's pool grouping for this model on one TP rank (`mamba_align`: prefix caching's align mode
+    for state layers); PoolLayoutError for layouts it does not cover."""
     groups = [g for g in spec.groups if g.num_layers > 0]
-    if any(isinstance(g, State) for g in groups):
-        raise PoolLayoutError(f"{spec.name}: linear-attention state layers: vLLM's mamba page layout is not modelled")
-    if not all(isinstance(g, FullAttention | MLA) for g in groups):
+    if not all(isinstance(g, FullAttention | MLA | State) for g in groups):
         raise PoolLayoutError(f"{spec.name}: a KV group kind vLLM's grouping here does not cover")
+    notes: list[str] = []
+    if any(isinstance(g, MLA) and g.indexer_dim for g in groups) and block_size % SPARSE_MLA_BLOCK:
+        block_size = SPARSE_MLA_BLOCK * _cdiv(block_size, SPARSE_MLA_BLOCK)
+        notes.append(f"block size {block_size}: FlashMLA sparse reads pages of a multiple of {SPARSE_MLA_BLOCK} tokens")
+    if any(isinstance(g, State) for g in groups):
+        if not any(isinstance(g, FullAttention) for g in groups):
+            raise PoolLayoutError(f"{spec.name}: state layers without attention layers are not modelled")
+        forced, state_page, page = hybrid_block_size(groups, kv_dtype, tp, block_size)
+        if forced != block_size:
+            notes.append(f"attention block size forced to {forced} tokens so a page holds one layer's state "
+                         f"({state_page:,} B; vLLM: 'Setting attention block size to {forced} tokens')")
+        if page != state_page:
+            notes.append(f"state page padded {100 * (page - state_page) / state_page:.2f}% to {page:,} B "
+                         "(vLLM: 'Padding mamba page size')")
+        block_size = forced
+        return _grouped(groups, page, block_size, 2 if mamba_align else 1, notes)
     pages = {_page_bytes(g, kv_dtype, tp, block_size) for g in groups}
     if len(pages) != 1:
         raise PoolLayoutError(f"{spec.name}: layer types with different page sizes (vLLM unifies them; not modelled)")
     page = pages.pop()
     if len(groups) == 1:
         g = groups[0]
-        return PoolLayout(block_size, page, g.num_layers, (PoolGroup(g, g.num_layers),), 0)
+        return PoolLayout(block_size, page, g.num_layers, (PoolGroup(g, g.num_layers),), 0, notes=tuple(notes))
+    return _grouped(groups, page, block_size, 1, notes)
+
+
+def _grouped(groups: list[KVGroup], page: int, block_size: int, state_pages: int, notes: list[str]) -> PoolLayout:
+    """Equal-page layer types split into groups of group_size layers, the last of a type padded."""
     fewest = min(g.num_layers for g in groups)
     most = max(g.num_layers for g in groups)
     group_size = most if most < fewest * 1.5 else fewest
@@ -126,6 +177,7 @@ def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size
     for g in groups:
         n = _cdiv(g.num_layers, group_size)
         padding += n * group_size - g.num_layers
-        out.extend(PoolGroup(g, len(range(i, g.num_layers, n))) for i in range(n))
-    notes = (f"{padding} padding layers (vLLM: 'Add N padding layers')",) if padding else ()
-    return PoolLayout(block_size, page, group_size, tuple(out), padding, notes=notes)
+        out.extend(PoolGroup(g, len(range(i, g.num_layers, n)), state_pages) for i in range(n))
+    if padding:
+        notes.append(f"{padding} padding layers (vLLM: 'Add N padding layers')")
+    return PoolLayout(block_size, page, group_size, tuple(out), padding, notes=tuple(notes))
