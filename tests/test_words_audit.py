@@ -71,3 +71,17 @@ def test_one_save_per_intent(tmp_path, monkeypatch):
     at.text_input(key="sim-save-name").set_value("another name")
     save()  # a new name is a new intent
     assert sorted(s.name for s in SnapshotStore(db).list()) == ["another name", "one intent"]
+
+
+def test_bytes_per_token_is_per_gpu_all_groups_with_the_replica_total_beside_it():
+    """The Simulate page once showed the replica's figure (327,680 for llama-3.1-70b TP4) while the
+    Capacity page and the glossary said one GPU (81,920): one quantity now, the total beside it."""
+    from sim.report.glossary import KV_BYTES
+    from sim.report.html_report import kv_pool_line
+
+    summary = {"bytes_per_token": 327_680, "kv_capacity_bytes": 100 * 2**30, "num_blocks": 1000, "block_size": 16}
+    line = kv_pool_line(summary, "paged", "bf16", tp=4)
+    assert "81,920 bytes per token per GPU, all layer groups (327,680 per replica of 4 GPUs)" in line
+    assert "131,072 bytes per token per GPU, all layer groups;" in kv_pool_line(
+        dict(summary, bytes_per_token=131_072), "paged", "bf16", tp=1)
+    assert "one GPU" in dict(KV_BYTES)["KV bytes per token"] and "layer groups" in dict(KV_BYTES)["KV bytes per token"]

@@ -67,7 +67,7 @@ def show_metrics(snap: Snapshot) -> None:
     intervals = interval_line(snap.summary)
     if intervals:
         st.caption(intervals)
-    pool = kv_pool_line(snap.summary, snap.scenario.allocator, snap.scenario.kv_dtype)
+    pool = kv_pool_line(snap.summary, snap.scenario.allocator, snap.scenario.kv_dtype, snap.scenario.tp)
     if pool:
         st.caption(pool)
     st.caption(step_time_line(snap.summary))

@@ -24,8 +24,8 @@ TERMS = (
 
 # What a token costs in the pool: shown wherever bytes per token are (every page's glossary, the report).
 KV_BYTES = (
-    ("KV bytes per token", "Memory one token's keys and values take on one GPU (all layers; split across the "
-     "tensor-parallel GPUs)."),
+    ("KV bytes per token", "Memory one token's keys and values take on one GPU, summed over all layers and "
+     "layer groups (a replica of N tensor-parallel GPUs holds N times this, shown beside it)."),
     ("int8 vs fp8 KV", "Both store one byte per value. int8 adds a 4-byte scale for K and for V per token, kv head "
      "and layer, so its bytes per token are a little higher; fp8 (e4m3) keeps one scale per layer, a few fixed "
      "bytes outside the per-token figure."),

@@ -74,7 +74,8 @@ def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def kv_pool_line(summary: dict[str, Any], allocator: str = "paged", kv_dtype: str | None = None) -> str | None:
+def kv_pool_line(summary: dict[str, Any], allocator: str = "paged", kv_dtype: str | None = None,
+                 tp: int = 1) -> str | None:
     """The KV pool as the run sized it (bytes per token, capacity, blocks): the figures GQA and the KV dtype
     move. Read from the summary, never recomputed here, so the page shows what the engine used. A
     contiguous pool is counted in token slots: it has no blocks. A KV dtype with scales says how it
@@ -82,7 +83,13 @@ def kv_pool_line(summary: dict[str, Any], allocator: str = "paged", kv_dtype: st
     per_token, capacity = summary.get("bytes_per_token"), summary.get("kv_capacity_bytes")
     if not per_token or capacity is None:
         return None  # a snapshot from a backend that does not report them
-    line = f"KV pool: {int(per_token):,} bytes per token{_scales(kv_dtype)}, {float(capacity) / GIB:,.2f} GiB capacity"
+    # "bytes per token" is one quantity everywhere (glossary KV_BYTES): per GPU, all layer groups; the
+    # summary's figure is the replica's (all TP ranks), so it is divided here and shown beside it.
+    tp = max(int(tp or 1), 1)
+    line = f"KV pool: {int(per_token) // tp:,} bytes per token{_scales(kv_dtype)} per GPU, all layer groups"
+    if tp > 1:
+        line += f" ({int(per_token):,} per replica of {tp} GPUs)"
+    line += f"; {float(capacity) / GIB:,.2f} GiB capacity"
     blocks, block_size = summary.get("num_blocks"), summary.get("block_size")
     if blocks and block_size and allocator == "contiguous":
         line += f" ({int(blocks) * int(block_size):,} token slots per replica, reserved contiguously)"
@@ -205,7 +212,7 @@ figure {{ margin: 1rem 0; }}
 <div><h2>Headline</h2>{_notices(result.summary)}{_table(headline_metrics(result.summary))}
 <p>{html.escape(latency_basis(result.summary))}</p>
 <p>{html.escape(interval_line(result.summary) or "")}</p>
-<p>{html.escape(kv_pool_line(result.summary, result.scenario.allocator, result.scenario.kv_dtype) or "")}</p></div>
+<p>{html.escape(kv_pool_line(result.summary, result.scenario.allocator, result.scenario.kv_dtype, result.scenario.tp) or "")}</p></div>
 <div><h2>Scenario</h2>{_table(scenario_rows)}</div>
 </div>
 <h2>Charts</h2>
