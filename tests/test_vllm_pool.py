@@ -162,3 +162,16 @@ def test_deepseek_v32_indexer_and_fp8_ds_mla(tmp_path):
     assert v3.kv_bytes_per_token("fp8") == 61 * 576
     layout = pool_layout(v32, "fp8", tp=8)
     assert layout.block_size == 64 and layout.bytes_per_block == 61 * 64 * 788
+
+
+def test_all_full_fallback_without_the_hybrid_manager():
+    """--disable-hybrid-kv-cache-manager (or a connector without hybrid support, chunked local attention
+    with EAGLE): gpt-oss-120b's 18 sliding layers are allocated as full, one group of 36 layers, so a
+    sequence of 8,192 tokens takes 512 blocks of 36 x 16 x 2,048 B (twice the hybrid pool's 18 x (512 + 9))."""
+    spec = load_spec("gpt-oss-120b")
+    fallback, hybrid = pool_layout(spec, hybrid_manager=False), pool_layout(spec)
+    assert fallback.group_size == 36 and len(fallback.groups) == 1
+    assert fallback.bytes_per_sequence(8192) == 512 * 36 * 16 * 2048
+    assert hybrid.bytes_per_sequence(8192) == (512 + 9) * 18 * 16 * 2048
+    with pytest.raises(PoolLayoutError, match="hybrid KV cache manager"):
+        pool_layout(load_spec("qwen3-next-80b-a3b"), hybrid_manager=False)

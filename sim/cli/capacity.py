@@ -45,6 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--block-size", type=bounded_int(1, limits.MAX_BLOCK_SIZE), default=16, help="KV block size in tokens (default %(default)s)")
     p.add_argument("--prefix-caching", action="store_true",
                    help="prefix caching on: vLLM's 'align' mode keeps two state pages per linear-attention layer group")
+    p.add_argument("--disable-hybrid-kv-cache-manager", action="store_true",
+                   help="vLLM's all-full fallback: sliding and chunked layers allocated as full attention")
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: vLLM then reserves no graph memory")
     p.add_argument("--max-model-len", type=bounded_int(1, limits.MAX_MODEL_LEN),
                    help="max_model_len for vLLM's logged 'Maximum concurrency' (default min(model context, 32768))")
@@ -90,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
     spec, gpu, budget_args = sizing.spec, sizing.gpu, sizing.budget_args()
     table = capacity_table(spec, gpu, contexts, budget=sizing.budget, **budget_args)
     add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,
-                  enforce_eager=args.enforce_eager, vllm_version=args.vllm_version, mamba_align=args.prefix_caching)
+                  enforce_eager=args.enforce_eager, vllm_version=args.vllm_version, mamba_align=args.prefix_caching,
+                  hybrid_manager=not args.disable_hybrid_kv_cache_manager)
     if args.kv_eviction:
         from models.eviction import QUALITY_NOTE
 

@@ -134,11 +134,30 @@ def hybrid_block_size(groups: list[KVGroup], kv_dtype: str, tp: int, block_size:
     return size, state_page, size * per_token
 
 
+def all_full(groups: list[KVGroup]) -> list[KVGroup]:
+    """vLLM's fallback without the hybrid KV cache manager (`unify_hybrid_kv_cache_specs`): sliding
+    and chunked layers are allocated as full attention, one group of every layer. vLLM falls back
+    with --disable-hybrid-kv-cache-manager, a KV connector without hybrid support, chunked local
+    attention with EAGLE, and chunked local attention whenever
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 0 (its default before it became 1)."""
+    if any(isinstance(g, State) for g in groups):
+        raise PoolLayoutError("linear-attention state layers need vLLM's hybrid KV cache manager")
+    attn = [g for g in groups if isinstance(g, FullAttention)]
+    if len(attn) < 2:
+        return groups
+    first = attn[0]
+    merged = FullAttention(sum(g.num_layers for g in attn), num_kv_heads=first.num_kv_heads, head_dim=first.head_dim)
+    return [merged, *(g for g in groups if not isinstance(g, FullAttention))]
+
+
 def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size: int = 16,
-                mamba_align: bool = False) -> PoolLayout:
+                mamba_align: bool = False, hybrid_manager: bool = True) -> PoolLayout:
     """vLLM's pool grouping for this model on one TP rank (`mamba_align`: prefix caching's align mode
-    for state layers); PoolLayoutError for layouts it does not cover."""
+    for state layers; `hybrid_manager=False`: the all-full fallback); PoolLayoutError for layouts it
+    does not cover."""
     groups = [g for g in spec.groups if g.num_layers > 0]
+    if not hybrid_manager:
+        groups = all_full(groups)
     if not all(isinstance(g, FullAttention | MLA | State) for g in groups):
         raise PoolLayoutError(f"{spec.name}: a KV group kind vLLM's grouping here does not cover")
     notes: list[str] = []

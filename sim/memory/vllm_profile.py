@@ -150,12 +150,12 @@ def vllm_memory_profile(
     spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
     gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
     enforce_eager: bool = False, vllm_version: str = DEFAULT_VLLM_VERSION, expert_dtype: str | None = None,
-    mamba_align: bool = False,
+    mamba_align: bool = False, hybrid_manager: bool = True,
 ) -> VllmMemoryProfile:
     """num_gpu_blocks as vLLM sizes it; raises PoolLayoutError where the pool layout is not modelled
     and ValueError for a bad version."""
     acc = accounting_for(vllm_version)
-    layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size, mamba_align)
+    layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size, mamba_align, hybrid_manager)
     total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
     requested = math.ceil(total * gpu_mem_util)
     wdtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
@@ -204,7 +204,8 @@ def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec) -> dict[str
 
 def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block_size: int = 16,
                   max_model_len: int | None = None, enforce_eager: bool = False,
-                  vllm_version: str = DEFAULT_VLLM_VERSION, mamba_align: bool = False) -> dict[str, Any]:
+                  vllm_version: str = DEFAULT_VLLM_VERSION, mamba_align: bool = False,
+                  hybrid_manager: bool = True) -> dict[str, Any]:
     """Put vLLM's pool into a capacity_table() result: `num_gpu_blocks` and `vllm_memory` in the
     assumptions; per row, `kv_per_seq_bytes` becomes what vLLM's pool spends on one sequence
     (whole blocks in every group, padding layers included; kvsim's own figure stays as
@@ -216,8 +217,8 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
             spec, gpu, tp=a["tp"], weight_dtype=a["weight_dtype"], kv_dtype=a["kv_dtype"], gpu_mem_util=a["gpu_mem_util"],
             max_batched_tokens=a["max_batched_tokens"], max_num_seqs=a["max_num_seqs"], block_size=block_size,
             enforce_eager=enforce_eager, vllm_version=vllm_version, expert_dtype=a.get("expert_dtype"),
-            mamba_align=mamba_align)
-        layout = pool_layout(spec, a["kv_dtype"], a["tp"], block_size, mamba_align)
+            mamba_align=mamba_align, hybrid_manager=hybrid_manager)
+        layout = pool_layout(spec, a["kv_dtype"], a["tp"], block_size, mamba_align, hybrid_manager)
     except PoolLayoutError as exc:
         a["num_gpu_blocks"] = None
         a["vllm_memory"] = {"skipped": str(exc)}
