@@ -27,7 +27,7 @@ if trace is None or base is None:
     st.stop()
 with stop_on_error():
     variants = preset_variants(preset, base)
-chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants),
+chosen = st.multiselect("Scenarios (2 to 6)", list(variants), default=list(variants)[:6],
                         key=f"variants-{PRESETS.index(preset)}", max_selections=6)  # one per preset: options differ
 if len(chosen) < 2:
     st.info("Pick at least two scenarios.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from models.spec import load_spec
 from sim.core.kv.reserve import RESERVE_POLICIES
+from sim.core.routing.registry import ROUTERS
 from sim.scenario import Scenario
 
 PRESETS = (
@@ -11,6 +12,8 @@ PRESETS = (
     "attention: MHA vs GQA vs MQA",
     "KV dtype: fp16 vs fp8 vs int8 vs int4",
     "block size: 8 / 16 / 32 / 128",
+    "routing: every router on the replicas",
+    "P/D: aggregated vs every prefill:decode split",
 )
 
 
@@ -28,4 +31,11 @@ def preset_variants(name: str, base: Scenario) -> dict[str, Scenario]:
         return {d: base.replace(kv_dtype=d) for d in ("fp16", "fp8", "int8", "int4")}
     if name == PRESETS[3]:
         return {f"block {b}": base.replace(allocator="paged", block_size=b) for b in (8, 16, 32, 128)}
+    if name == PRESETS[4]:
+        n = max(2, base.replicas)
+        return {r: base.replace(replicas=n, router=r, pd=None) for r in ROUTERS}
+    if name == PRESETS[5]:
+        n = max(2, base.replicas)
+        return {f"aggregated x{n}": base.replace(replicas=n, pd=None)} | {
+            f"P/D {p}:{n - p}": base.replace(pd=f"{p}:{n - p}") for p in range(1, n)}
     raise ValueError(f"unknown preset {name!r}")

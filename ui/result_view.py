@@ -21,6 +21,7 @@ from sim.report.interval_words import interval_line, log_bounds
 from sim.report.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
 from sim.report.snapshot import Snapshot, SnapshotError, snapshot_link
 from sim.report.snapshot_store import open_store
+from ui.fleet_view import show_fleet
 from ui.glossary import show_glossary
 
 
@@ -104,6 +105,7 @@ def show_charts(snap: Snapshot, key: str = "res") -> None:
         st.plotly_chart(charts.preemptions(snap.steps), key=f"{key}-preempt")
     else:  # a flat line says less than a sentence
         st.caption("No preemptions: the KV pool never ran out during this run.")
+    show_fleet(snap.summary, key)
 
 
 MINE_KEY = "my_snapshots"  # session_state: {snapshot id: manage secret} of what this browser session saved

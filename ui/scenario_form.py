@@ -53,6 +53,31 @@ def _choice(where, label: str, field: str, *, key: str) -> str:
                            help=_help(field))
 
 
+SERVING = ("aggregated", "disaggregated P/D")
+
+
+def _fleet_fields(sb: Any) -> dict[str, Any]:
+    """The fleet knobs (docs/FLEET.md): the router, and a prefill/decode split when disaggregated."""
+    sb.subheader("Fleet")
+    out: dict[str, Any] = {"router": _choice(sb, "Router", "router", key="router")}
+    if out["router"].startswith("kv-"):
+        out["router_kv_weight"] = float(bounded.number(sb, "KV-aware weight w", 0.0, 1000.0, DEFAULT.router_kv_weight,
+                                                       step=0.5, key="kv_w"))
+    bounded.choice("serving", SERVING)
+    if sb.radio("Serving", SERVING, key="serving", horizontal=True, bind=BIND) == SERVING[1]:
+        c1, c2 = sb.columns(2)
+        n_p = bounded.number(c1, "Prefill replicas", 1, 64, 1, key="pd_p")
+        n_d = bounded.number(c2, "Decode replicas", 1, 64, 1, key="pd_d")
+        bounded.choice("tp_p", TP_CHOICES)
+        bounded.choice("tp_d", TP_CHOICES)
+        out["prefill_tp"] = c1.selectbox("Prefill TP", TP_CHOICES, key="tp_p", bind=BIND)
+        out["decode_tp"] = c2.selectbox("Decode TP", TP_CHOICES, key="tp_d", bind=BIND)
+        out["pd"] = f"{int(n_p)}:{int(n_d)}"
+        out["kv_link"] = _choice(sb, "KV link", "kv_link", key="kv_link")
+        out["kv_layer_pipelined"] = sb.checkbox("Layer-pipelined KV send", False, key="kv_pipe", bind=BIND)
+    return out
+
+
 def _uploaded_model() -> str | None:
     """A user's config.json: checked by sim.guard.uploads before it is kept (outside the checkout)."""
     up = st.sidebar.file_uploader("config.json", type=["json"], key="model_file", max_upload_size=1)
@@ -150,6 +175,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     max_len = bounded.number(sb, "max_model_len, tokens (0 = the model's context, capped at 32,768)", 0, 1 << 21, 0,
                              step=1024, key="max_len")
     cost_source = _choice(sb, "Step times", "cost_source", key="cost_src")  # in the URL: a Plan row opens on its own source
+    fleet = _fleet_fields(sb)
     profile = fitted_profile.sidebar(sb)  # a profile fitted on the Validate page, when the visitor has one
     try:
         return Scenario(
@@ -158,7 +184,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
             chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup), cost_source=cost_source,
-            profile=profile,
+            profile=profile, **fleet,
         )
     except ScenarioError as exc:
         sb.error(public_error(exc))

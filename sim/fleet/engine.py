@@ -159,7 +159,7 @@ class FleetSimulation(Simulation):
 
     # --- per-replica books (fleet_metrics) -------------------------------------------------------
     def gauges(self) -> Any:
-        self.samples.add(self.s.replicas)
+        self.samples.add(self.env.now, self.s.replicas)
         return super().gauges()
 
     def record_idle(self, rep: Replica, t_wake: float) -> None:

@@ -21,14 +21,30 @@ class ReplicaSamples:
     """Per-replica gauges taken at the run's metrics samples (the heatmap rows of the fleet view)."""
 
     def __init__(self, n: int) -> None:
+        self.t_s: list[float] = []
         self.kv_usage: list[list[float]] = [[] for _ in range(n)]
         self.queue: list[list[int]] = [[] for _ in range(n)]
         self.idle_s = [0.0] * n
 
-    def add(self, replicas: list[Replica]) -> None:
+    def add(self, t: float, replicas: list[Replica]) -> None:
+        self.t_s.append(t)
         for rep in replicas:
             self.kv_usage[rep.index].append(rep.alloc.num_used_blocks / rep.alloc.num_blocks)
             self.queue[rep.index].append(rep.sched.num_waiting)
+
+
+TIMELINE_POINTS = 240  # samples kept per replica for the fleet view's heatmaps
+
+
+def timeline(samples: ReplicaSamples) -> dict[str, Any]:
+    """Per-replica KV usage and queue at up to TIMELINE_POINTS of the run's gauge samples (every
+    k-th sample: a heatmap, not a record of every sample)."""
+    n = len(samples.t_s)
+    stride = max(1, -(-n // TIMELINE_POINTS))
+    pick = slice(0, n, stride)
+    return {"t_s": [round(t, 6) for t in samples.t_s[pick]],
+            "kv_usage": [[round(v, 4) for v in row[pick]] for row in samples.kv_usage],
+            "queue": [row[pick] for row in samples.queue]}
 
 
 def _mean(xs: list[Any]) -> float:
@@ -59,4 +75,4 @@ def fleet_summary(sim: Any, res: SimResult) -> dict[str, Any]:
     imbalance = routing_imbalance(routed)
     return {"routing_imbalance": imbalance,
             "fleet": {"router": sim.router_name, "pools": [{"role": "aggregated", "replicas": len(reps)}],
-                      "replicas": per}}
+                      "replicas": per, "timeline": timeline(samples)}}

@@ -56,6 +56,7 @@ from sim.scenario import Scenario
 from sim.trace.model import Trace
 
 DECODE_ROUTER = "least-outstanding"
+TRANSFERS_SHOWN = 500  # the first transfers, for the fleet view's timeline
 
 
 def transfer_bytes(dep: Deployment, tokens: int) -> int:
@@ -198,6 +199,7 @@ class PDFleet:
         p_res = self.prefill.result(trace_digest, wall_s)
         res = self.decode.result(trace_digest, wall_s, routing=self.prefill.router_name)
         s = res.summary
+        decode_timeline = s["fleet"]["timeline"]
         for key in ("prefix_cache_hit_rate", "prefix_cache_hits"):
             if key in p_res.summary:
                 s[key] = p_res.summary[key]
@@ -212,6 +214,9 @@ class PDFleet:
                       "pools": [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)],
                       "replicas": p_res.summary["fleet"]["replicas"] + res.summary["fleet"]["replicas"]}
         s["replicas"] = len(self.prefill.s.replicas) + len(self.decode.s.replicas)
+        s["fleet"]["transfers"] = [{"req": r, "bytes": b, "start_s": round(t0, 6), "done_s": round(t1, 6), "prefill": p,
+                                    "decode": d} for r, b, t0, t1, p, d in self.log.rows[:TRANSFERS_SHOWN]]
+        s["fleet"]["timeline"] = {"prefill": p_res.summary["fleet"]["timeline"], "decode": decode_timeline}
         return metrics.SimResult(res.requests, res.steps, s, self.scenario, trace_digest)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from models.kv_dtypes import get_kv_dtype
-from sim.report import charts
+from sim.report import charts, fleet_charts
 from sim.report.glossary import KV_BYTES, KV_PARTS
 from sim.report.interval_words import interval_line, log_bounds
 from sim.report.plan_answer import answer_html, drilled_row
@@ -175,6 +175,26 @@ def load_factor_words(speedup: float, level: float | None = None) -> str:
                                           f": the trace's arrivals {speedup:g} times as fast as recorded.")
 
 
+def fleet_section(summary: dict[str, Any]) -> str:
+    """The fleet's part of the report (docs/FLEET.md): router, imbalance, per-replica figures and
+    requests routed; the P/D transfer totals. Empty for a single replica."""
+    fleet = summary.get("fleet")
+    if not fleet:
+        return ""
+    head = [("router", fleet.get("router")), ("routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.3f}")]
+    if "kv_transfer_bytes" in summary:
+        t = summary.get("kv_transfer_s") or {}
+        head += [("KV link", fleet.get("kv_link")), ("KV moved (GB)", f"{summary['kv_transfer_bytes'] / 1e9:,.2f}"),
+                 ("transfer p50 / p99 (ms)", "-" if t.get("p50") is None else f"{t['p50'] * 1e3:.1f} / {t['p99'] * 1e3:.1f}"),
+                 ("waited for decode blocks", summary.get("pd_waited_for_blocks")), ("GPUs", summary.get("gpus"))]
+    cols = ("replica", "routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(human(r.get(c)))}</td>" for c in cols) + "</tr>"
+                   for r in fleet.get("replicas") or [])
+    table = f"<table><tr>{''.join(f'<th>{c}</th>' for c in cols)}</tr>{rows}</table>"
+    bars = figure_svg(fleet_charts.routed_bars(fleet.get("replicas") or []))
+    return f"<h2>Fleet</h2>{_table(head)}{table}<figure>{bars}</figure>"
+
+
 def html_report(result: Any, title: str = "kvsim report", trace: str | None = None) -> str:
     """The whole report as one HTML string; charts are inline SVG (sim/report/svg.py), so no script at all.
     `trace` names the trace when the result does not carry it (a SimResult from the CLI)."""
@@ -217,6 +237,7 @@ figure {{ margin: 1rem 0; }}
 </div>
 <h2>Charts</h2>
 {svgs}
+{fleet_section(result.summary)}
 <h2>What the words mean</h2>
 <ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in KV_PARTS + KV_BYTES)}</ul>
 <p class="small">Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest

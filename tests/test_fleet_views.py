@@ -1,0 +1,60 @@
+"""The fleet in the report, the dashboard's Simulate page and the Compare presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from sim.fleet.replay import simulate
+from sim.report.html_report import html_report
+from sim.scenario import Scenario
+from sim.trace import synthetic
+from ui.fleet_view import replica_table
+from ui.presets import PRESETS, preset_variants
+
+ROOT = Path(__file__).resolve().parent.parent
+SIMULATE = str(ROOT / "app_pages" / "simulate.py")
+BASE = Scenario(model="llama-3-8b", gpu="h100-sxm", kv_budget_gib=1.0, max_model_len=4096, replicas=3)
+
+
+@pytest.fixture(autouse=True)
+def snapshot_db(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(tmp_path / "snaps.sqlite"))
+
+
+def test_report_and_table_show_each_replica():
+    res = simulate(synthetic(n=90, rate=20.0, seed=4), BASE.replace(router="least-outstanding"))
+    reps = res.summary["fleet"]["replicas"]
+    assert sum(r["routed"] for r in reps) == 90
+    tl = res.summary["fleet"]["timeline"]
+    assert len(tl["kv_usage"]) == 3 and len(tl["kv_usage"][0]) == len(tl["t_s"]) > 0
+    table = replica_table(reps)
+    assert list(table["routed"]) == [r["routed"] for r in reps]
+    page = html_report(res)
+    assert "<h2>Fleet</h2>" in page and "least-outstanding" in page and page.count("<tr><td>") >= 3
+
+
+def test_pd_report_names_the_link_and_the_bytes():
+    res = simulate(synthetic(n=20, rate=2.0, seed=4, input="lognormal:mean=2000:sigma=0.3"),
+                   BASE.replace(pd="1:1", kv_budget_gib=4.0, kv_link="rdma-200g"))
+    page = html_report(res)
+    assert "rdma-200g" in page and "KV moved (GB)" in page
+    assert len(res.summary["fleet"]["transfers"]) == 20
+
+
+def test_compare_presets_for_routing_and_pd():
+    routing = preset_variants(PRESETS[4], BASE)
+    assert {sc.router for sc in routing.values()} >= {"round-robin", "kv-precise", "least-outstanding"}
+    pd = preset_variants(PRESETS[5], BASE)
+    assert [sc.pd for sc in pd.values()] == [None, "1:2", "2:1"]
+
+
+def test_simulate_page_shows_the_fleet_view():
+    at = AppTest.from_file(SIMULATE, default_timeout=180)
+    at.query_params.update({"trace_first": "100", "replicas": "2", "router": "least-outstanding"})
+    at.run()
+    assert not at.exception and not at.error
+    assert any(s.value == "Fleet" for s in at.subheader)
+    assert any(m.label.startswith("Routing imbalance") for m in at.metric)
