@@ -18,6 +18,7 @@ from ui.capacity_view import (
     seed_columns,
     vllm_pool_view,
 )
+from ui.defaults import DEFAULT_SCENARIO
 from ui.glossary import show_glossary
 from ui.page_errors import stop_on_error
 
@@ -31,10 +32,12 @@ with st.sidebar:
     for key, options in (("cap_models", list_catalog()), ("cap_gpus", list_gpus()), ("cap_kv", KV_DTYPES.names()),
                          ("cap_w", WEIGHT_DTYPES.names()), ("cap_tp", TP_CHOICES)):
         bounded.choice(key, options)
-    models = st.multiselect("Models", list_catalog(), default=["qwen2.5-7b"], key="cap_models", bind=BIND)
-    gpus = st.multiselect("GPUs", list_gpus(), default=["h100-sxm"], key="cap_gpus", bind=BIND)
-    kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=["bf16"], key="cap_kv", bind=BIND)
-    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index("native"), key="cap_w", bind=BIND)
+    # The dashboard's one default scenario (ui/defaults.py), as on Plan and Simulate.
+    models = st.multiselect("Models", list_catalog(), default=[DEFAULT_SCENARIO.model], key="cap_models", bind=BIND)
+    gpus = st.multiselect("GPUs", list_gpus(), default=[DEFAULT_SCENARIO.gpu], key="cap_gpus", bind=BIND)
+    kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=[DEFAULT_SCENARIO.kv_dtype], key="cap_kv", bind=BIND)
+    weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index(DEFAULT_SCENARIO.weight_dtype),
+                                key="cap_w", bind=BIND)
     tp = st.selectbox("Tensor parallel", TP_CHOICES, key="cap_tp", bind=BIND)
     util = bounded.number(st, "GPU memory utilisation", 0.5, 1.0, 0.9, step=0.01, key="cap_util", slider=True)
     st.subheader("GPUs required")

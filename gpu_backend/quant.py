@@ -44,10 +44,6 @@ def storage_dtype(kv_dtype: str) -> torch.dtype:
     return STORAGE_DTYPES[name]
 
 
-def is_quantised(kv_dtype: str) -> bool:
-    return get_kv_dtype(kv_dtype).name in ("fp8", "int8")
-
-
 # --- int8, scale per row (token x kv head) ----------------------------------------------------
 
 def quantise_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

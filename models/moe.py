@@ -57,10 +57,6 @@ class MoEShape:
         """All parameters of one MoE layer's MLP (every expert)."""
         return self.router_params(hidden) + self.num_experts * self.expert_params(hidden) + self.shared_params(hidden)
 
-    def active_layer_params(self, hidden: int) -> int:
-        """Parameters one token runs through in one MoE layer."""
-        return self.router_params(hidden) + self.experts_per_tok * self.expert_params(hidden) + self.shared_params(hidden)
-
 
 def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> MoEShape | None:
     """The MoE shape, or None for a dense model."""

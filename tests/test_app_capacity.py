@@ -17,9 +17,23 @@ def page(**params) -> AppTest:
     return at.run()
 
 
+QWEN_H100 = dict(cap_models="qwen2.5-7b", cap_gpus="h100-sxm")  # the seed facts' deployment
+
+
+def test_default_is_the_dashboards_one_default_scenario():
+    """Capacity opens on the scenario Plan and Simulate open on (ui/defaults.py): llama-3-8b on an RTX 4090."""
+    from ui.defaults import DEFAULT_SCENARIO
+
+    at = page()
+    assert not at.exception and not at.error
+    assert at.multiselect(key="cap_models").value == [DEFAULT_SCENARIO.model]
+    assert at.multiselect(key="cap_gpus").value == [DEFAULT_SCENARIO.gpu]
+    assert at.markdown[0].value.startswith(f"### {DEFAULT_SCENARIO.model} on one {DEFAULT_SCENARIO.gpu} ")
+
+
 def test_seed_table_qwen25_7b_on_h100():
     """seed_facts.md: 504 / 126 / 31 / 7 concurrent requests at 2K / 8K / 32K / 128K, 56 KiB per token."""
-    at = page()
+    at = page(**QWEN_H100)
     assert not at.exception and not at.error
     row = at.dataframe[1].value.iloc[0]
     assert row[PER_TOKEN] == 57_344
@@ -48,7 +62,7 @@ def test_models_gpus_dtypes_from_widgets():
 
 
 def test_tp_that_does_not_divide_heads_is_a_message():
-    at = page(cap_tp="8")  # qwen2.5-7b has 28 attention heads
+    at = page(cap_tp="8", **QWEN_H100)  # qwen2.5-7b has 28 attention heads
     assert not at.exception
     assert at.error and "tp=8" in at.error[0].value and "\n" not in at.error[0].value
 
@@ -85,7 +99,7 @@ def test_vllm_pool_beside_the_budget():
     from models.spec import load_spec
     from sim.memory.vllm_profile import vllm_memory_profile
 
-    at = page()
+    at = page(**QWEN_H100)
     assert not at.exception and not at.error
     blocks = vllm_memory_profile(load_spec("qwen2.5-7b"), get_gpu("h100-sxm")).num_gpu_blocks
     text = " ".join(m.value for m in at.markdown)

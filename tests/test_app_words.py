@@ -43,7 +43,9 @@ def test_the_token_share_says_what_it_is():
 
 def test_capacity_answers_in_one_sentence_first():
     """Issue 17: the answer ("126 sequences") was only in a table cell, under a "KV B/token/GPU" column."""
-    at = AppTest.from_file(str(PAGES / "capacity.py"), default_timeout=60).run()
+    at = AppTest.from_file(str(PAGES / "capacity.py"), default_timeout=60)
+    at.query_params.update(cap_models="qwen2.5-7b", cap_gpus="h100-sxm")
+    at.run()
     assert at.markdown[0].value == ("### qwen2.5-7b on one h100-sxm at 8,192-token context (bf16 KV): "
                                     "126 concurrent sequences; 1 GPU for 100 users.")
     assert all("KV B/token/GPU" not in table.value.columns for table in at.dataframe)

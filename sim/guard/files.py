@@ -12,7 +12,7 @@ from pathlib import Path
 
 from models.safe_read import READ_STALL_S, read_regular, why
 
-__all__ = ["READ_STALL_S", "make_dir", "read_limited", "read_regular", "why", "write_text"]
+__all__ = ["READ_STALL_S", "read_limited", "read_regular", "why", "write_text"]
 
 
 def read_limited(path: str | Path, max_bytes: int, error: type[Exception], what: str = "file") -> bytes:
@@ -34,18 +34,3 @@ def write_text(path: str | Path, text: str, error: type[Exception], *, what: str
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise error(f"{p}: cannot write the {what} ({why(exc)})") from None
-
-
-def make_dir(path: str | Path, error: type[Exception], what: str = "output folder") -> Path:
-    """Create a folder (parents too) and check we can write into it."""
-    p = Path(path)
-    try:
-        p.mkdir(parents=True, exist_ok=True)
-        probe = p / ".kvsim-write-probe"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except FileExistsError:
-        raise error(f"{p}: exists and is not a folder, cannot use it as the {what}") from None
-    except OSError as exc:
-        raise error(f"{p}: cannot use it as the {what} ({why(exc)})") from None
-    return p
