@@ -58,3 +58,15 @@ def test_simulate_page_shows_the_fleet_view():
     assert not at.exception and not at.error
     assert any(s.value == "Fleet" for s in at.subheader)
     assert any(m.label.startswith("Routing imbalance") for m in at.metric)
+
+
+@pytest.mark.slow
+def test_plan_page_answers_aggregated_or_disaggregated():
+    at = AppTest.from_file(str(ROOT / "app_pages" / "plan.py"), default_timeout=400)
+    at.query_params.update({"plan_gpus": "h100-sxm", "plan_kv": "bf16", "plan_replicas": "2", "plan_pd": "true",
+                            "plan_router": "least-outstanding", "trace_first": "60"})
+    at.run()
+    assert not at.exception and not at.error
+    df = at.dataframe[0].value
+    assert len(df) == 2 and any("pd=1:1" in c for c in df["config"]) and (df["max req/s"] > 0).all()
+    assert at.success[0].value.startswith("Best (lowest $ per million output tokens): ")

@@ -65,7 +65,8 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
     tpot = c2.number_input("TPOT p99 (s, 0 = none)", 0.0, 60.0, DEFAULT_SLO[1], step=0.01, key="plan_tpot", bind=BIND)
     e2e = c3.number_input("E2E p99 (s, 0 = none)", 0.0, 36000.0, 0.0, key="plan_e2e", bind=BIND)
     goodput = c4.number_input("Goodput (0 = none)", 0.0, 1.0, 0.0, step=0.01, key="plan_goodput", bind=BIND)
-    if not (gpus and tps and kv_dtypes and allocators):
+    fleet = fleet_grid(st.columns(3))
+    if not (gpus and tps and kv_dtypes and allocators and fleet["router"]):
         st.info("Pick at least one GPU, tensor-parallel size, KV dtype and allocator.")
         return None
     prices = price_editor(gpus)
@@ -73,12 +74,29 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
                                                      ("goodput", goodput)) if value > 0]
     try:
         slo = parse_slo(",".join(parts))
-        configs = expand(DEFAULT_SCENARIO.replace(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes, "allocator": allocators})
+        configs = expand(DEFAULT_SCENARIO.replace(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes,
+                                                                 "allocator": allocators, **fleet})
     except (SloError, ScenarioError) as exc:
         st.error(public_error(exc))
         return None
-    swept = tuple(k for k, v in (("allocator", allocators),) if len(v) > 1 and k not in ALWAYS_SHOWN)
+    swept = tuple(k for k, v in (("allocator", allocators), ("router", fleet["router"]), ("pd", fleet["pd"]))
+                  if len(v) > 1 and k not in ALWAYS_SHOWN)
     return configs, SearchOptions(slo, target_rate=target or None, prices=prices, shown=ALWAYS_SHOWN + swept)
+
+
+def fleet_grid(cols: Any) -> dict[str, list[Any]]:
+    """The fleet part of the grid (docs/FLEET.md): replicas per configuration, the routers to try,
+    and, when asked, every prefill:decode split of the same replicas ("aggregated or disaggregated,
+    in which ratio, with which router")."""
+    bounded.checked("plan_replicas", 1, 64)
+    bounded.choice("plan_router", CHOICES["router"].names())
+    n = int(cols[0].number_input("Replicas per configuration", 1, 64, 1, key="plan_replicas", bind=BIND))
+    routers = cols[1].multiselect("Router", CHOICES["router"].names(), default=["round-robin"], key="plan_router",
+                                  bind=BIND)
+    pd_splits = cols[2].checkbox("Also disaggregated P/D splits", False, key="plan_pd", bind=BIND,
+                                 help="every P:D with P + D = replicas, next to the aggregated fleet")
+    splits: list[Any] = [None] + ([f"{p}:{n - p}" for p in range(1, n)] if pd_splits and n >= 2 else [])
+    return {"replicas": [n], "router": routers, "pd": splits}
 
 
 def price_editor(gpus: list[str]) -> dict[str, float]:
