@@ -11,7 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from gpu_backend import devices, telemetry
-from ui import gpu_gate, gpu_run_view, gpu_view
+from ui import gpu_gate, gpu_run_view, gpu_view, observe_view
 from ui.page_errors import stop_on_error
 from ui.server.gpu_job import GpuRuns, measure
 
@@ -76,6 +76,9 @@ if st.button(f"Run on {device} ({measured_by})", type="primary", disabled=job.ru
 gpu_run_view.live(job)
 for label, result in job.keep_finished(gpu_view.source_label).items():
     gpu_run_view.measured_vs_simulated(label, result, run_trace)
+
+st.divider()
+observe_view.measure_on_my_server(run_trace, scenario)  # beside the local executor: the user's own server
 
 st.divider()
 gpu_run_view.experiments(run_scenario, device, dtype)

@@ -7,7 +7,7 @@ from ui import validate_view
 from ui.page_errors import stop_on_error
 
 st.title("Validate")
-st.caption("Before trusting a prediction, check the simulator against a run you measured: upload a run record "
+st.caption("Before trusting a prediction, check the simulator against a run you measured: give its run record "
            "(meta.json, requests.jsonl, timeseries.csv and optionally config.json, or one .zip of them: what "
            "`python -m sim observe URL` writes against your own vLLM server) or one benchmark file (vllm bench "
            "serve, guidellm, genai-perf, inference-perf JSON, or a CSV of arrival,input,output,ttft,e2e; "

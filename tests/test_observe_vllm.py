@@ -173,6 +173,29 @@ def _wait_for_lines(out: Path, n: int, limit_s: float = 120) -> None:
     pytest.fail(f"fewer than {n} requests recorded in {limit_s} s")
 
 
+def test_gpu_page_measures_my_server(server, monkeypatch):
+    """The GPU run page's "measure on my server (URL)" beside the local executor: the sidebar's first 12
+    requests of the bundled trace sent to the live server, then shown as the Validate page shows a run."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("KVSIM_OBSERVE_URLS", "on")  # AppTest has no server address: taken as exposed
+    at = AppTest.from_file(str(REPO / "app_pages" / "gpu_run.py"), default_timeout=120).run()
+    assert not at.exception
+    at.text_input(key="obs_url").set_value(server["url"]).run()
+    next(b for b in at.button if b.key == "obs_go").click().run()
+    deadline = time.monotonic() + 300
+    while not at.session_state["obs_run"].done and time.monotonic() < deadline:
+        time.sleep(0.5)
+    at.run()
+    job = at.session_state["obs_run"]
+    assert job.error is None and job.result is not None, job.error
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert job.completed == job.planned == len(job.result.measured) > 0
+    captions = " ".join(c.value for c in at.caption)
+    assert f"Observed by `sim observe` at {server['url']}" in captions
+    assert any("TTFT (s)" in set(d.value["metric"]) for d in at.dataframe if "metric" in d.value)
+
+
 def test_server_killed_mid_run_leaves_a_partial_record(server, tmp_path):
     """Last in the module: it kills the shared server."""
     out = tmp_path / "run"

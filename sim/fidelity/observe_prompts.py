@@ -2,8 +2,10 @@
 
 A prompt is sent as token ids (the OpenAI completions API takes a list of ints; vLLM and SGLang
 accept it with or without a tokenizer), so the server sees exactly the trace's input length, with
-no tokenizer round trip. Ids are drawn in [FIRST_ID, vocab) — vocab from the model's config when
-kvsim knows the model, else below 1,000, valid for any real vocabulary. A trace with prefix hash
+no tokenizer round trip. Ids are drawn in [FIRST_ID, 1000), or below the vocabulary when kvsim
+knows the model and it is smaller: valid for any real vocabulary, even when the model kvsim is
+told (--model-config, the dashboard's sidebar) is not quite the one served. The ids' values do not
+change the work a request costs; only their count and their sharing do. A trace with prefix hash
 ids (Mooncake) gets the same ids for the same hash block in every request that carries it, so the
 server's prefix cache finds the sharing the trace describes (as gpu_backend/vllm_engine does for
 the in-process engine); other rows get ids of their own.
@@ -41,7 +43,7 @@ def _ids(key: tuple[int, ...], n: int, vocab: int) -> list[int]:
 def plan_requests(trace, *, vocab: int | None, max_model_len: int | None, seed: int = 0) -> list[PlannedRequest]:
     """Every row of `trace` as a PlannedRequest, in arrival order."""
     df = trace.df
-    vocab = vocab or FALLBACK_VOCAB
+    vocab = min(vocab or FALLBACK_VOCAB, FALLBACK_VOCAB)
     hashes = df["prefix_hashes"].tolist() if "prefix_hashes" in df.columns else [None] * len(df)
     block = max(1, int(trace.prefix_block_size or 1))
     out = []
