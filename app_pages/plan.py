@@ -10,8 +10,10 @@ from ui.plan_view import (
     open_on_simulate,
     pick_row,
     search_form,
+    search_may_start,
     show_plan,
     simulate_query,
+    workload_line,
 )
 from ui.result_view import show_result
 from ui.runner import run_search
@@ -21,15 +23,20 @@ st.title("Plan: how many users fit, at what cost, and why not more")
 st.caption("For each configuration, the largest arrival rate at which a simulated replay of the workload meets "
            "every SLO (bisection to 2%), its throughput per GPU and per user, its cost, and the limit that "
            "binds there (docs/PLAN.md).")
-with st.expander("Workload", expanded=False):
-    trace = pick_trace("main")
+st.subheader("1. Workload: a trace of your traffic")  # the first hour's path: trace, model and GPUs, SLOs, answer
+trace = pick_trace("main")
+if trace is not None:
+    st.caption(workload_line(trace))
 form = search_form()
 show_link_problems()
 if trace is None or form is None:
     st.stop()
 configs, options = form
+st.subheader("4. The answer")
 if len(configs) > MAX_AUTO_CONFIGS and not st.button(f"Search {len(configs)} configurations", key="plan_go"):
     st.info(f"{len(configs)} configurations: press the button to search them.")
+    st.stop()
+if not search_may_start(trace, configs, options):
     st.stop()
 with stop_on_error():
     plan = run_search(trace, configs, options)

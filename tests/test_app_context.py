@@ -29,3 +29,20 @@ def test_an_unknown_upload_id_says_so():
     at.run()
     assert not at.exception
     assert any("no longer on the server" in i.value for i in at.info)
+
+
+def test_a_changed_search_waits_for_run_and_a_cached_one_shows_at_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(tmp_path / "snaps.sqlite"))
+    at = AppTest.from_file(str(ROOT / "app_pages" / "plan.py"), default_timeout=240)
+    at.query_params.update({"plan_gpus": "l40s", "plan_kv": "bf16", "trace_first": "60"})
+    at.run()  # the page's first search runs at once
+    assert not at.exception and len(at.dataframe) >= 1
+    assert any(s.value.startswith("1. Workload") for s in at.subheader)
+    assert any(c.value.startswith("Workload: azure_conv_slice.csv: 60 requests") for c in at.caption)
+    at.multiselect(key="plan_kv").set_value(["fp8"]).run()  # inputs changed: nothing starts
+    assert not at.exception and len(at.dataframe) == 0
+    assert any("press Run" in i.value for i in at.info)
+    at.button(key="plan_run").click().run()
+    assert not at.exception and at.dataframe[0].value["config"].tolist() == ["l40s"]
+    at.multiselect(key="plan_kv").set_value(["bf16"]).run()  # back to an answer the server holds: at once
+    assert not at.exception and len(at.dataframe) >= 1 and not any("press Run" in i.value for i in at.info)

@@ -42,7 +42,8 @@ MAX_AUTO_CONFIGS = 16  # larger sweeps wait for the button
 
 
 def search_form() -> tuple[list[Scenario], SearchOptions] | None:
-    """The grid and the SLO from the widgets; None after a one-line error."""
+    """The grid and the SLO from the widgets (steps 2 and 3 of the page's path); None after a one-line error."""
+    st.subheader("2. Model and GPUs")
     c1, c2, c3 = st.columns(3)
     catalog = list_catalog()
     for key, options in (("plan_model", catalog), ("plan_gpus", list_gpus()), ("plan_tp", TP_CHOICES),
@@ -60,6 +61,7 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
     kv_dtypes = c1.multiselect("KV dtype", CHOICES["kv_dtype"].names(), default=list(DEFAULT_KV_DTYPES), key="plan_kv", bind=BIND)
     allocators = c2.multiselect("Allocator", CHOICES["allocator"].names(), default=["paged"], key="plan_alloc", bind=BIND)
     target = c3.number_input("Target rate (requests/s, 0 = none)", 0.0, 1e6, 0.0, key="plan_target", bind=BIND)
+    st.subheader("3. Service-level objectives")
     c1, c2, c3, c4 = st.columns(4)
     ttft = c1.number_input("TTFT p99 (s)", 0.0, 3600.0, DEFAULT_SLO[0], step=0.1, key="plan_ttft", bind=BIND)
     tpot = c2.number_input("TPOT p99 (s, 0 = none)", 0.0, 60.0, DEFAULT_SLO[1], step=0.01, key="plan_tpot", bind=BIND)
@@ -234,3 +236,34 @@ def open_on_simulate(query: dict[str, str]) -> None:
         st.page_link("app_pages/simulate.py", label=label, query_params=query, icon=":material/play_circle:")
     except StreamlitAPIException:
         st.markdown(f'<a href="simulate?{urlencode(query)}" target="_self">{label}</a>', unsafe_allow_html=True)
+
+
+def workload_line(trace: Trace) -> str:
+    """The workload in one line, shown under the picker: what the search replays and at what rate."""
+    n = len(trace)
+    arrivals = trace.df["arrival_s"]
+    span = float(arrivals.iloc[-1] - arrivals.iloc[0]) if n > 1 else 0.0
+    rate = f", {n / span:.2f} requests/s on average over {span:,.0f} s" if span > 0 else ", all at once"
+    return (f"Workload: {trace.source}: {n:,} requests{rate}; mean prompt {trace.df['input_tokens'].mean():,.0f} "
+            f"and output {trace.df['output_tokens'].mean():,.0f} tokens. The search replays it faster or slower "
+            "(the load factor) to find each configuration's largest rate.")
+
+
+LAST_SEARCH = "plan_last_search"  # session_state: the inputs of the search this session last ran
+
+
+def search_may_start(trace: Trace, configs: list[Scenario], options: SearchOptions) -> bool:
+    """Whether the search may run now: the page's first search runs at once, and so does any answer the
+    server already holds; after inputs change, an uncached search (up to a minute of CPU) waits for Run,
+    so each widget touched on the way to the intended inputs does not start one."""
+    from ui.runner import search_known
+    from ui.server.pool import search_key
+
+    key = search_key(trace, configs, options)
+    last = st.session_state.get(LAST_SEARCH)
+    if last is None or last == key or search_known(trace, configs, options) or \
+            st.button(f"Run the search ({len(configs)} configurations)", key="plan_run", type="primary"):
+        st.session_state[LAST_SEARCH] = key
+        return True
+    st.info("Inputs changed: press Run to search with them (answers already computed show at once).")
+    return False

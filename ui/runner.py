@@ -74,6 +74,13 @@ def run_scenarios(trace: Trace, scenarios: dict[str, Scenario], catch: tuple[typ
     return out
 
 
+def search_known(trace: Trace, configs: list[Scenario], options: SearchOptions) -> bool:
+    """Whether the server holds this search's answer, or is computing it already (nothing starts here)."""
+    from ui.server.pool import search_key
+
+    return run_service().state(search_key(trace, configs, options)).phase in ("done", "running", "queued")
+
+
 def run_search(trace: Trace, configs: list[Scenario], options: SearchOptions) -> dict[str, Any]:
     """A Plan search's dict (rows, best, Pareto) from the pool; raises what the search raised."""
     service = run_service()
