@@ -7,6 +7,7 @@ import streamlit as st
 from sim.guard.text import plain, public_error
 from sim.report.snapshot import MAX_SNAPSHOT_BYTES, Snapshot, SnapshotError
 from sim.report.snapshot_store import open_store
+from ui.page_errors import error_shown
 from ui.plan_view import show_plan
 from ui.result_view import MINE_KEY, reproduce_line, run_caption, share_link, show_result
 
@@ -42,21 +43,15 @@ def show_snapshot(snap: Snapshot, key: str) -> None:
 
 snap_id = st.query_params.get("snapshot")
 if snap_id and store is not None:
-    try:
+    with error_shown(errors=(SnapshotError,)):
         show_snapshot(store.get(snap_id), "link")
-    except SnapshotError as exc:
-        st.error(public_error(exc))
 
 st.subheader("Open a snapshot file")
 up = st.file_uploader("Snapshot (.kvsim.json)", type=["json"], key="snap_file",
                       max_upload_size=max(1, MAX_SNAPSHOT_BYTES >> 20))
 if up is not None:
-    try:
-        uploaded = Snapshot.from_json(up.getvalue(), up.name)
-    except SnapshotError as exc:
-        st.error(public_error(exc))
-    else:
-        show_snapshot(uploaded, "upload")
+    with error_shown(errors=(SnapshotError,)):
+        show_snapshot(Snapshot.from_json(up.getvalue(), up.name), "upload")
 
 
 
@@ -79,11 +74,8 @@ def saved_list() -> None:
     secret = mine.get(labels[victim]) or st.text_input("Manage secret (given when it was saved)", type="password",
                                                         key="snap_delete_secret")
     if st.button("Delete", key="snap_delete"):
-        try:
+        with error_shown(errors=(SnapshotError,)):
             store.delete(labels[victim], secret)
-        except SnapshotError as exc:
-            st.error(public_error(exc))
-        else:
             mine.pop(labels[victim], None)
             st.rerun()
 

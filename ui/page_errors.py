@@ -25,3 +25,13 @@ def stop_on_error(what: str = "", errors: tuple[type[BaseException], ...] = INPU
     except errors as exc:
         st.error(f"{what}: {public_error(exc)}" if what else public_error(exc))
         st.stop()
+
+
+@contextmanager
+def error_shown(what: str = "", errors: tuple[type[BaseException], ...] = INPUT_ERRORS) -> Iterator[None]:
+    """Run the block; on one of `errors`, show the one line and carry on with the rest of the page
+    (a part of the page failed, not the page: a snapshot link, an upload, a delete)."""
+    try:
+        yield
+    except errors as exc:
+        st.error(f"{what}: {public_error(exc)}" if what else public_error(exc))
