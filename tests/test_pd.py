@@ -137,3 +137,44 @@ def test_search_answers_aggregated_or_disaggregated_at_equal_gpus(capsys):
     assert [r["gpus"] for r in rows] == [2, 2]
     assert all(r["max_rate_per_s"] > 0 and r["cost_per_mtok"] for r in rows)
     assert out["best"]
+
+
+def test_fleet_file_sets_pools_link_and_router(tmp_path, capsys):
+    import json
+
+    from sim.__main__ import main
+    from sim.errors import ScenarioError
+    from sim.fleet.fleet_file import apply_fleet_file
+
+    f = tmp_path / "fleet.json"
+    f.write_text(json.dumps({"router": "least-kv", "kv_link": "rdma-200g", "pools": [
+        {"role": "prefill", "replicas": 1, "tp": 2}, {"role": "decode", "replicas": 3, "tp": 1}]}))
+    sc = apply_fleet_file(BASE, str(f))
+    assert (sc.pd, sc.prefill_tp, sc.decode_tp, sc.kv_link, sc.router) == ("1:3", 2, 1, "rdma-200g", "least-kv")
+    agg = tmp_path / "agg.json"
+    agg.write_text(json.dumps({"router": "kv-precise", "router_kv_weight": 4, "pools": [{"replicas": 4}]}))
+    assert apply_fleet_file(BASE, str(agg)).replicas == 4
+    for bad, why in (({"nope": 1}, "unknown key"), ({"pools": [{"role": "prefill"}]}, "one aggregated pool"),
+                     ({"router": "x"}, "router='x'"), ({"pools": [{"role": "decode", "replicas": 1, "gpus": 2}]}, "pools\\[0\\]")):
+        f.write_text(json.dumps(bad))
+        with pytest.raises(ScenarioError, match=why):
+            apply_fleet_file(BASE, str(f))
+    f.write_text(json.dumps({"pools": [{"role": "prefill", "replicas": 1}, {"role": "decode", "replicas": 1}]}))
+    rc = main(["run", "--synthetic", "n=10,rate=2", "--model", "llama-3.1-8b", "--fleet", str(f), "--json", "--no-progress"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["kv_transfers"] == 10 and out["gpus"] == 2
+    f.write_text("{broken")
+    rc = main(["run", "--synthetic", "n=10", "--model", "llama-3.1-8b", "--fleet", str(f), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc != 0 and str(f) in err and "Traceback" not in err
+
+
+def test_pools_and_nodes_of_a_scenario():
+    from sim.fleet.layout import fleet_gpus, pools_of
+
+    agg = pools_of(BASE.replace(replicas=4, tp=2))
+    assert [(p.role, p.replicas, p.tp) for p in agg] == [("aggregated", 4, 2)] and fleet_gpus(BASE.replace(replicas=4, tp=2)) == 8
+    assert agg[0].replicas_per_node == 4 and [agg[0].node_of(i) for i in range(4)] == [0, 0, 0, 0]
+    pd = pools_of(BASE.replace(pd="3:5", prefill_tp=4, decode_tp=1))
+    assert [(p.role, p.replicas, p.tp) for p in pd] == [("prefill", 3, 4), ("decode", 5, 1)]
+    assert [pd[0].node_of(i) for i in range(3)] == [0, 0, 1] and fleet_gpus(BASE.replace(pd="3:5", prefill_tp=4, decode_tp=1)) == 17

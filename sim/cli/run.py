@@ -25,6 +25,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_scenario_args(p)
     p.add_argument("--out", metavar="DIR", help="write requests/steps frames, scenario.json and summary.json here")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
+    p.add_argument("--fleet", metavar="FILE", help="a fleet in JSON (router, replicas or prefill/decode pools, KV link; "
+                   "docs/FLEET.md), applied over the scenario flags")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -126,6 +128,10 @@ def group_line(groups: dict[str, dict[str, float]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
+    if getattr(args, "fleet", None):
+        from sim.fleet.fleet_file import apply_fleet_file
+
+        scenario = apply_fleet_file(scenario, args.fleet)
     trace = trace_from_args(args)
     result = simulate_with_progress(trace, scenario, not args.no_progress and not args.json)
     if args.out:

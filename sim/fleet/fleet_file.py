@@ -1,0 +1,71 @@
+"""`--fleet FILE`: a fleet described in JSON, applied on top of the command line's scenario.
+
+    {"router": "kv-precise", "router_kv_weight": 4, "replicas": 4}
+    {"router": "least-outstanding", "kv_link": "rdma-200g", "kv_layer_pipelined": true,
+     "pools": [{"role": "prefill", "replicas": 1, "tp": 2}, {"role": "decode", "replicas": 3, "tp": 1}]}
+
+Top-level keys are the Scenario's fleet fields; `pools` is either one aggregated pool or one prefill
+and one decode pool (xPyD). Unknown keys, wrong roles and bad values are one line naming the file and
+the field; the Scenario then checks every value as for any other entry point.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from models.safe_json import loads
+from sim.errors import ScenarioError
+from sim.scenario import Scenario
+
+TOP = ("router", "router_kv_weight", "replicas", "tp", "kv_link", "kv_layer_pipelined", "pools")
+POOL = ("role", "replicas", "tp")
+MAX_BYTES = 64 * 1024
+
+
+def fleet_changes(data: Any, source: str) -> dict[str, Any]:
+    """Scenario field changes from a parsed fleet description (ScenarioError naming `source`)."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: expected a JSON object")
+    unknown = sorted(set(data) - set(TOP))
+    if unknown:
+        raise ScenarioError(f"{source}: unknown key(s) {', '.join(unknown)} (known: {', '.join(TOP)})")
+    changes = {k: v for k, v in data.items() if k != "pools"}
+    pools = data.get("pools")
+    if pools is None:
+        return changes
+    if not isinstance(pools, list) or not pools or not all(isinstance(p, dict) for p in pools):
+        raise ScenarioError(f"{source}: pools must be a list of objects")
+    for i, pool in enumerate(pools):
+        bad = sorted(set(pool) - set(POOL))
+        if bad:
+            raise ScenarioError(f"{source}: pools[{i}]: unknown key(s) {', '.join(bad)} (known: {', '.join(POOL)})")
+    roles = [p.get("role", "aggregated") for p in pools]
+    if roles == ["aggregated"]:
+        changes.update({k: pools[0][k] for k in ("replicas", "tp") if k in pools[0]})
+        changes["pd"] = None
+        return changes
+    if sorted(roles) != ["decode", "prefill"]:
+        raise ScenarioError(f"{source}: pools: one aggregated pool, or one prefill and one decode pool (got roles {roles})")
+    by_role = {p["role"]: p for p in pools}
+    n_p, n_d = by_role["prefill"].get("replicas", 1), by_role["decode"].get("replicas", 1)
+    if not (isinstance(n_p, int) and isinstance(n_d, int)) or isinstance(n_p, bool) or isinstance(n_d, bool):
+        raise ScenarioError(f"{source}: pools: replicas must be whole numbers")
+    changes.update(pd=f"{n_p}:{n_d}", prefill_tp=by_role["prefill"].get("tp"), decode_tp=by_role["decode"].get("tp"))
+    return changes
+
+
+def apply_fleet_file(scenario: Scenario, path: str) -> Scenario:
+    """The scenario with the fleet in `path` applied (one-line ScenarioError for any problem)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes() if p.stat().st_size <= MAX_BYTES else None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if raw is None:
+        raise ScenarioError(f"{path}: larger than {MAX_BYTES // 1024} KiB, not a fleet description")
+    changes = fleet_changes(loads(raw, error=ScenarioError, source=path), path)
+    try:
+        return scenario.replace(**changes)
+    except (ScenarioError, TypeError) as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
