@@ -55,6 +55,9 @@ class GPUSpec:
     gemm_efficiency: float = 0.0  # large bf16 GEMMs (M >= 1024) / bf16_flops
     memory_efficiency: float = 0.0  # weight streaming (GEMV, M <= 8) / hbm_bandwidth
     efficiency_source: str = ""
+    # Measured compute-bound small-M GEMM efficiency (M = 256, a large decode batch) / bf16_flops
+    # (0 = the cost model's general default); efficiency_source names where.
+    decode_efficiency: float = 0.0
     # What it costs: on-demand USD per GPU-hour (None = no price: the planner shows no cost).
     usd_per_gpu_hour: float | None = None
     price_source: str = ""
@@ -80,16 +83,17 @@ class GPUSpec:
 
 def _gpu(name: str, label: str, mib: int, bw_gbs: float, bf16_tf: float, fp8_tf: float, host: str, host_bw: float,
          nvlink_gbs: float, source: str, *, efficiency: tuple[float, float, str] | None = None,
-         price: tuple[float, str] | None = None, measured_db: str = "") -> GPUSpec:
+         price: tuple[float, str] | None = None, measured_db: str = "", decode_efficiency: float = 0.0) -> GPUSpec:
     """One catalog entry in datasheet units; efficiency = (GEMM, streaming, source), price = (USD per
-    GPU-hour, source), measured_db = the aiconfigurator-core system with vLLM kernel tables."""
+    GPU-hour, source), measured_db = the aiconfigurator-core system with vLLM kernel tables,
+    decode_efficiency = compute-bound GEMMs at M = 256 (the efficiency source says where)."""
     gemm, memory, where = efficiency or (0.0, 0.0, "")
     usd, price_source = price or (None, "")
     return GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
                    fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
                    source=source, host_link=host, label=label, gemm_efficiency=gemm, memory_efficiency=memory,
                    efficiency_source=where, usd_per_gpu_hour=usd, price_source=price_source,
-                   measured_db_system=measured_db)
+                   measured_db_system=measured_db, decode_efficiency=decode_efficiency)
 
 
 # Measured GEMM / streaming efficiencies (efficiency=): medians over bf16 GEMMs with N, K >= 4096 in
@@ -105,7 +109,7 @@ GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
     _gpu("h100-sxm", "NVIDIA H100 SXM5 80GB", 81_559, 3350, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H100 datasheet (SXM5: 3.35 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s bidir); "
          "memory 81,559 MiB as nvidia-smi reports",
-         efficiency=(0.81, 0.84, AICONFIGURATOR), measured_db="h100_sxm",
+         efficiency=(0.81, 0.84, AICONFIGURATOR), measured_db="h100_sxm", decode_efficiency=0.65,
          price=(3.00, f"{MERCATUS} H100 SXM5 $2.50-3.50, midpoint")),
     _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81_559, 2000, 756.0, 1513.0, "PCIe Gen5 x16", PCIE5_X16, 300,
          "NVIDIA H100 datasheet (PCIe: 2.0 TB/s, 756 TF bf16 / 1513 TF fp8 dense, NVLink bridge 600 GB/s bidir); "
@@ -138,7 +142,8 @@ GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
          "NVIDIA Ada Lovelace whitepaper (RTX 4090: 1,008 GB/s GDDR6X, 165.2 TF bf16 / 330.3 TF fp8 dense with "
          "fp32 accumulate, no NVLink); memory 24,564 MiB as nvidia-smi reports",
          efficiency=(1.0, 0.93, "LLMServingSim RTX 4090 kernel profile (vLLM 0.19.0); the card runs above its "
-                                "2,520 MHz datasheet boost clock"),
+                                "2,520 MHz datasheet boost clock; at M = 256 the four projections run 154 TF/s"),
+         decode_efficiency=0.93,
          price=(0.34, "deploybase.ai/articles/nvidia-l40s-price, Mar 2026: RunPod RTX 4090 hourly")),
     _gpu("t4", "NVIDIA T4 16GB", 15_360, 320, 65.0, 0.0, "PCIe Gen3 x16", PCIE3_X16, 0,
          "NVIDIA T4 datasheet (16 GB GDDR6, 320 GB/s, 65 TF fp16 mixed precision; Turing has no bf16 or fp8 "

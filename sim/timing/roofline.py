@@ -91,5 +91,6 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs) -> dict
         allreduce_s_per_token=per_token, allreduce_fixed_s=fixed, allreduce_link=link,
         layer_overhead_s=spec.num_layers * PER_LAYER_S,
         prefill_efficiency=gpu.gemm_efficiency or PREFILL_EFFICIENCY,
+        decode_efficiency=gpu.decode_efficiency or DECODE_EFFICIENCY,
         memory_efficiency=gpu.memory_efficiency or MEMORY_EFFICIENCY,
     )
