@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from sim.core.request import FINISHED, REJECTED, RequestTable
 from sim.plan import early_stop
+from sim.plan.bracket import largest_passing
 from sim.plan.config_search import SearchOptions
+from sim.plan.executors import chains
 from sim.plan.early_stop import certain_misses
 from sim.plan.grid import expand, parse_grid
 from sim.plan.search import search
@@ -78,3 +80,41 @@ def test_search_rows_are_the_same_with_and_without_early_stop(monkeypatch):
         assert a["max_rate_per_s"] > 0 and a["probes"] == b["probes"]
         assert {k: v for k, v in a.items() if k != "missed_above"} == {k: v for k, v in b.items() if k != "missed_above"}
     assert stops and all("stopped early" in s for s in stops)  # the failing probes did stop early
+
+
+def test_a_near_start_brackets_in_small_steps_and_finds_the_same_edge():
+    edge = 3.7  # passes up to here
+
+    def levels(start, near):
+        found = largest_passing(lambda x: x, lambda x: x <= edge, start, 0.02, near=near)
+        return found.lo, [level for level, _ in found.probes]
+
+    far_lo, far = levels(1.0, near=False)
+    assert far[:3] == [1.0, 2.0, 4.0]  # the default doubles, as before
+    near_lo, near = levels(3.65, near=True)
+    assert near == [3.65, 3.723]  # within tol of the edge: two probes
+    lo, probes = levels(0.5, near=True)  # a poor estimate still converges
+    for found in (far_lo, near_lo, lo):
+        assert found <= edge < found * 1.02
+    assert len(probes) <= len(far) + 2  # 7.4x off: one probe more than doubling from there
+
+
+def test_chains_are_runs_of_neighbours_differing_in_one_field():
+    grid = parse_grid({"model": "llama-3.1-70b", "tp": "4,8", "gpu": "h100-sxm,h200", "kv_dtype": "bf16,fp8"})
+    configs = expand(Scenario(), grid)
+    got = [[i for i, _ in c] for c in chains(configs)]
+    assert got == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert all(a.kv_dtype != b.kv_dtype for (_, a), (_, b) in (c for c in chains(configs)))
+    assert [len(c) for c in chains(expand(Scenario(), parse_grid({"max_num_seqs": "8,16,32"})))] == [3]
+
+
+@pytest.mark.slow
+def test_reused_starts_give_the_same_rates_within_tolerance():
+    workload = Workload.from_ref("synthetic:preset=sharegpt-like,n=400,rate=8,seed=2")
+    configs = expand(Scenario(model="llama-3-8b", gpu="h100-sxm"), parse_grid({"max_num_seqs": "64,256", "kv_dtype": "bf16,fp8"}))
+    slo = parse_slo("ttft_p99=1,tpot_p99=0.05")
+    full = search(workload, configs, SearchOptions(slo, reuse=False)).rows
+    fast = search(workload, configs, SearchOptions(slo, reuse=True)).rows
+    for a, b in zip(full, fast, strict=True):
+        assert abs(b["max_rate_per_s"] / a["max_rate_per_s"] - 1) <= 0.02
+    assert sum(r["probes"] for r in fast) < sum(r["probes"] for r in full)

@@ -38,8 +38,11 @@ class Bracket(Generic[P]):
 
 
 def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], start: float,
-                    tol: float = 0.02, floor: float = 0.0) -> Bracket[P]:
-    """`floor`: the lowest level the workload can take; halving stops above it (lo stays None)."""
+                    tol: float = 0.02, floor: float = 0.0, near: bool = False) -> Bracket[P]:
+    """`floor`: the lowest level the workload can take; halving stops above it (lo stays None).
+    `near`: the start is an estimate that may be close to the answer (a similar configuration's):
+    the first bracketing step is 1 + tol, then doubling (or halving) as usual, so an estimate within
+    tol costs two probes and a poor one one probe more than starting there without the hint."""
     out: Bracket[P] = Bracket()
 
     def run(level: float) -> bool:
@@ -53,16 +56,17 @@ def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], st
         return ok
 
     level = round_level(start)
+    factor = 1 + tol if near else 2.0
     if run(level):
-        for _ in range(MAX_DOUBLINGS):
-            level = round_level(level * 2)
+        for _ in range(MAX_DOUBLINGS + near):
+            level, factor = _step(level, factor, up=True), 2.0
             if not run(level):
                 break
         else:
             return out
     else:
-        for _ in range(MAX_HALVINGS):
-            level = round_level(level / 2)
+        for _ in range(MAX_HALVINGS + near):
+            level, factor = _step(level, factor, up=False), 2.0
             if level < floor:
                 return out
             if run(level):
@@ -76,3 +80,13 @@ def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], st
             break
         run(mid)
     return out
+
+
+def _step(level: float, factor: float, up: bool) -> float:
+    """The next bracketing level (rounded; at least one unit of the 4th digit away, so a small
+    factor never rounds back onto the level just probed)."""
+    nxt = round_level(level * factor if up else level / factor)
+    if nxt == level:
+        unit = 10 ** (math.floor(math.log10(level)) - 3)
+        nxt = round_level(level + unit if up else level - unit)
+    return nxt

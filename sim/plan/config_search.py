@@ -45,6 +45,7 @@ class SearchOptions:
     prices: dict[str, float] = field(default_factory=dict)  # GPU -> USD/hour overrides
     shown: tuple[str, ...] = ALWAYS_SHOWN  # scenario fields copied into each row
     early_stop: bool = True  # a probe stops once it must miss (sim.plan.early_stop); False: every probe runs out
+    reuse: bool = True  # a configuration's search starts near the previous one's answer (sim.plan.executors chains)
 
 
 @dataclass(frozen=True)
@@ -83,16 +84,19 @@ def probe(workload: Workload, dep: Deployment, level: float, slo: Slo, early_sto
                  detail.shares, {k: s.get(k) for k in keep})
 
 
-def search_config(workload: Workload, scenario: Scenario, options: SearchOptions) -> dict[str, Any]:
+def search_config(workload: Workload, scenario: Scenario, options: SearchOptions,
+                  near: float | None = None) -> dict[str, Any]:
     """One configuration's row (module doc); a deployment that cannot hold the model and any KV
-    (weights too large for tp x GPU memory) is a row with binding "does_not_fit", not an error."""
+    (weights too large for tp x GPU memory) is a row with binding "does_not_fit", not an error.
+    `near`: a level close to the answer (a similar configuration's): the bracket starts there with
+    small steps (sim.plan.bracket); else at the workload's start level, doubling."""
     try:
         dep = Deployment.resolve(scenario)  # once: every probe runs this deployment
     except SpecError as exc:
         return unfit_row(scenario, options, str(exc))
     found = largest_passing(lambda level: probe(workload, dep, level, options.slo, options.early_stop),
-                            lambda p: p.met, workload.start_level, options.tolerance,
-                            floor=workload.min_level)
+                            lambda p: p.met, near or workload.start_level, options.tolerance,
+                            floor=workload.min_level, near=near is not None)
     at = found.lo_probe if found.lo_probe is not None else found.hi_probe
     assert at is not None
     if at.stopped:  # no level passed: the row shows the lowest level's full run
@@ -152,3 +156,20 @@ def gpus_for_target(target_rate: float | None, max_rate: float, gpus_per_copy: i
     if target_rate is None or not max_rate > 0:
         return None
     return math.ceil(target_rate / max_rate - 1e-9) * gpus_per_copy
+
+
+def search_chain(workload: Workload, scenarios: list[Scenario], options: SearchOptions) -> list[dict[str, Any]]:
+    """Rows of configurations searched one after another, each starting near the last answer
+    found (grid order puts configurations that differ in one field side by side)."""
+    rows: list[dict[str, Any]] = []
+    for scenario in scenarios:
+        rows.append(search_config(workload, scenario, options, next_start(rows, options)))
+    return rows
+
+
+def next_start(rows: list[dict[str, Any]], options: SearchOptions) -> float | None:
+    """Where the next configuration of a chain starts: the last level that met the SLO (uncapped)
+    among the rows before it, or None (the workload's start) without reuse or such a row."""
+    if not options.reuse:
+        return None
+    return next((r["level"] for r in reversed(rows) if r["slo_met_at_max"] and not r["capped"]), None)

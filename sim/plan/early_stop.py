@@ -107,7 +107,7 @@ class StoppingFleetSimulation(_StopMixin, FleetSimulation):
 
 
 def simulate_or_stop(trace: Trace, dep: Deployment, slo: Slo) -> SimResult:
-    """sim.fleet.engine.simulate's replay (the same result when it runs out), raising ProbeMissed
+    """sim.fleet.replay.simulate's replay (the same result when it runs out), raising ProbeMissed
     as soon as the SLO can no longer be met."""
     if dep.scenario.pd:  # two pools: no early stop (the replay runs out)
         return simulate(trace, dep)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+from dataclasses import fields
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from sim.plan.config_search import SearchOptions, search_config
+from sim.plan.config_search import SearchOptions, next_start, search_chain, search_config
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
 
@@ -70,8 +71,11 @@ class InlineExecutor(_Base):
         self.workload, self.options = workload, options
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
-        for i, scenario in enumerate(configs):
-            yield i, search_config(self.workload, scenario, self.options)
+        for chain in chains(configs):
+            rows: list[dict[str, Any]] = []
+            for i, scenario in chain:
+                rows.append(search_config(self.workload, scenario, self.options, next_start(rows, self.options)))
+                yield i, rows[-1]
 
 
 # ----- local process pool ---------------------------------------------------------------------
@@ -88,14 +92,48 @@ def _pool_task(job: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
     return index, search_config(_WORKER["workload"], scenario, _WORKER["options"])
 
 
+def _pool_chain(job: list[tuple[int, Scenario]]) -> list[tuple[int, dict[str, Any]]]:
+    rows = search_chain(_WORKER["workload"], [scenario for _, scenario in job], _WORKER["options"])
+    return [(index, row) for (index, _), row in zip(job, rows, strict=True)]
+
+
+def chains(configs: list[Scenario]) -> list[list[tuple[int, Scenario]]]:
+    """The grid cut into runs of neighbours that differ in one field only, the same field all along
+    (grid order varies the last field fastest: one run per value of the other fields). Fixed by the
+    grid alone, so which answer seeds which search never depends on the executor or on timing."""
+    out: list[list[tuple[int, Scenario]]] = []
+    varying: set[str] = set()
+    for index, scenario in enumerate(configs):
+        if out:
+            diff = _differing(out[-1][-1][1], scenario)
+            if len(diff) == 1 and (not varying or diff == varying):
+                out[-1].append((index, scenario))
+                varying = diff
+                continue
+        out.append([(index, scenario)])
+        varying = set()
+    return out
+
+
+def _differing(a: Scenario, b: Scenario) -> set[str]:
+    return {f.name for f in fields(a) if getattr(a, f.name) != getattr(b, f.name)}
+
+
 class PoolExecutor(_Base):
     """A multiprocessing pool; the workload reaches each process once, through the initializer."""
 
     def __init__(self, workload: Workload, options: SearchOptions, workers: int) -> None:
         self.pool = multiprocessing.get_context().Pool(workers, _pool_init, (workload, options))
+        self.reuse = options.reuse
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
-        yield from self.pool.imap_unordered(_pool_task, list(enumerate(configs)))
+        """One task per configuration; with `reuse`, one task per chain of neighbours (each row
+        then comes back when its chain ends)."""
+        if not self.reuse:
+            yield from self.pool.imap_unordered(_pool_task, list(enumerate(configs)))
+            return
+        for rows in self.pool.imap_unordered(_pool_chain, chains(configs)):
+            yield from rows
 
     def cancel(self) -> None:
         self.pool.terminate()
