@@ -13,8 +13,8 @@ from sim.core.request import FINISHED, REJECTED, RequestTable
 from sim.plan import early_stop
 from sim.plan.bracket import largest_passing
 from sim.plan.config_search import SearchOptions
-from sim.plan.executors import chains
 from sim.plan.early_stop import certain_misses
+from sim.plan.executors import chains
 from sim.plan.grid import expand, parse_grid
 from sim.plan.search import search
 from sim.plan.slo import parse_slo

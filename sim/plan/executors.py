@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from dataclasses import fields
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
