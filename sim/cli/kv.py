@@ -41,13 +41,13 @@ def kv_report(model: str, kv_dtype: str = "bf16", kv_heads: int | None = None, t
     """The figures `kv` prints, as a dict (the dashboard can call this too). Per-sequence figures are
     the peak one sequence holds on each of `tp` ranks while it grows to each shown context."""
     from models.eviction import QUALITY_NOTE
-    from models.spec import load_spec
     from sim.memory.capacity import kv_bytes_per_token_per_gpu, kv_groups_per_sequence, kv_per_sequence_bytes
+    from sim.run.deployment import Deployment
+    from sim.scenario import Scenario
 
-    spec = load_spec(model)
-    if kv_heads is not None:
-        spec = spec.with_kv_heads(kv_heads)
-    spec = spec.with_eviction(kv_eviction)
+    # the model as a (partial) scenario runs it: the one resolver applies the what-ifs
+    spec = Deployment.model_of(Scenario(model=model, kv_dtype=kv_dtype, kv_heads=kv_heads, tp=tp,
+                                        kv_eviction=kv_eviction))
     per_token = kv_bytes_per_token_per_gpu(spec, kv_dtype, tp)
     mha = spec.mha_bytes_per_token(kv_dtype)
     state = sum(g.state_bytes(tp) for g in spec.groups)
