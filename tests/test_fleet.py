@@ -77,3 +77,27 @@ def test_sim_compare_routing_preset_runs_and_reports_imbalance(capsys):
                "--replicas", "2", "--preset", "routing", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "imbalance" in out and "router=kv-precise" in out
+
+
+def test_a_router_registered_from_outside_runs_in_the_fleet():
+    from sim.core.routing.registry import RouterKind
+
+    class Last:
+        """Everything to the last replica (a test router)."""
+
+        state_free = False
+
+        def __init__(self, p):
+            pass
+
+        def choose(self, req, views):
+            assert all(v.waiting() >= 0 and v.used_blocks() >= 0 for v in views)
+            return views[-1].index
+
+    ROUTERS.register("test-last", RouterKind("test-last", Last, False, "test"))
+    try:
+        res = fleet_simulate(small_trace(n=40), BASE.replace(router="test-last"))
+        assert [r["routed"] for r in res.summary["fleet"]["replicas"]] == [0, 0, 40]
+        assert res.summary["routing_imbalance"] == pytest.approx(3.0)
+    finally:
+        ROUTERS.unregister("test-last")
