@@ -21,6 +21,7 @@ from ui.capacity_view import (
 from ui.defaults import DEFAULT_SCENARIO
 from ui.glossary import show_glossary
 from ui.page_errors import stop_on_error
+from ui.scenario_form import uploaded_model
 
 BIND = "query-params"
 
@@ -34,6 +35,9 @@ with st.sidebar:
         bounded.choice(key, options)
     # The dashboard's one default scenario (ui/defaults.py), as on Plan and Simulate.
     models = st.multiselect("Models", list_catalog(), default=[DEFAULT_SCENARIO.model], key="cap_models", bind=BIND)
+    with st.expander("Add your own config.json"):
+        uploaded = uploaded_model(st, key="cap_model_file")  # the session's upload, shared with Plan and Simulate
+    models = models + [uploaded] if uploaded else models
     gpus = st.multiselect("GPUs", list_gpus(), default=[DEFAULT_SCENARIO.gpu], key="cap_gpus", bind=BIND)
     kv_dtypes = st.multiselect("KV dtypes", KV_DTYPES.names(), default=[DEFAULT_SCENARIO.kv_dtype], key="cap_kv", bind=BIND)
     weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index(DEFAULT_SCENARIO.weight_dtype),

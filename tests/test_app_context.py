@@ -46,3 +46,34 @@ def test_a_changed_search_waits_for_run_and_a_cached_one_shows_at_once(tmp_path,
     assert not at.exception and at.dataframe[0].value["config"].tolist() == ["l40s"]
     at.multiselect(key="plan_kv").set_value(["bf16"]).run()  # back to an answer the server holds: at once
     assert not at.exception and len(at.dataframe) >= 1 and not any("press Run" in i.value for i in at.info)
+
+
+def _uploaded_config(monkeypatch, tmp_path) -> str:
+    """What the config.json uploader keeps: a validated copy, by content hash (sim.guard.uploads)."""
+    from sim.guard.uploads import store_config
+
+    monkeypatch.setenv("KVSIM_UPLOAD_DIR", str(tmp_path / "uploads"))
+    config = (ROOT / "models" / "catalog" / "llama-3-8b.json").read_bytes()
+    return str(store_config(config, "my-config.json")[0])
+
+
+def test_plan_searches_an_uploaded_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSIM_SNAPSHOT_DB", str(tmp_path / "snaps.sqlite"))
+    path = _uploaded_config(monkeypatch, tmp_path)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "plan.py"), default_timeout=240)
+    at.session_state["model_path"] = path  # the session's upload (made on any page)
+    at.query_params.update({"plan_model_src": "upload config.json", "plan_gpus": "l40s", "plan_kv": "bf16",
+                            "trace_first": "60"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.dataframe[0].value["max req/s"].iloc[0] > 0
+
+
+def test_capacity_takes_an_uploaded_config(tmp_path, monkeypatch):
+    path = _uploaded_config(monkeypatch, tmp_path)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "capacity.py"), default_timeout=240)
+    at.session_state["model_path"] = path
+    at.run()
+    assert not at.exception and not at.error
+    shown = " ".join(str(v) for df in at.dataframe for v in df.value.get("model", []))
+    assert path in shown

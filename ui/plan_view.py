@@ -52,8 +52,9 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
     for key, hi in (("plan_target", 1e6), ("plan_ttft", 3600.0), ("plan_tpot", 60.0), ("plan_e2e", 36000.0),
                     ("plan_goodput", 1.0)):
         bounded.checked(key, 0.0, hi)
-    model = c1.selectbox("Model", catalog, index=catalog.index(DEFAULT_MODEL) if DEFAULT_MODEL in catalog else 0,
-                         key="plan_model", bind=BIND)
+    model = plan_model(c1, catalog)
+    if model is None:
+        return None
     gpus = c2.multiselect("GPUs", list_gpus(), default=[g for g in DEFAULT_GPUS if g in list_gpus()],
                           key="plan_gpus", bind=BIND)
     tps = c3.multiselect("Tensor parallel", TP_CHOICES, default=[1], key="plan_tp", bind=BIND)
@@ -99,6 +100,23 @@ def fleet_grid(cols: Any) -> dict[str, list[Any]]:
                                  help="every P:D with P + D = replicas, next to the aggregated fleet")
     splits: list[Any] = [None] + ([f"{p}:{n - p}" for p in range(1, n)] if pd_splits and n >= 2 else [])
     return {"replicas": [n], "router": routers, "pd": splits}
+
+
+MODEL_SOURCES = ("catalog", "upload config.json")
+
+
+def plan_model(where: Any, catalog: list[str]) -> str | None:
+    """The model: a catalog name, or an uploaded config.json (the session's, shared with Simulate)."""
+    from ui.scenario_form import uploaded_model
+
+    bounded.choice("plan_model_src", MODEL_SOURCES)
+    if where.radio("Model from", MODEL_SOURCES, key="plan_model_src", horizontal=True, bind=BIND) == MODEL_SOURCES[0]:
+        return str(where.selectbox("Model", catalog, index=catalog.index(DEFAULT_MODEL) if DEFAULT_MODEL in catalog else 0,
+                                   key="plan_model", bind=BIND))
+    model = uploaded_model(where, key="plan_model_file")
+    if model is None:
+        where.info("Upload a Hugging Face config.json (JSON only, 1 MB at most).")
+    return model
 
 
 def price_editor(gpus: list[str]) -> dict[str, float]:

@@ -54,6 +54,7 @@ def _choice(where, label: str, field: str, *, key: str) -> str:
 
 
 SERVING = ("aggregated", "disaggregated P/D")
+MODEL_PATH = "model_path"  # session_state: the uploaded config.json's kept path
 
 
 def _fleet_fields(sb: Any) -> dict[str, Any]:
@@ -78,18 +79,20 @@ def _fleet_fields(sb: Any) -> dict[str, Any]:
     return out
 
 
-def _uploaded_model() -> str | None:
-    """A user's config.json: checked by sim.guard.uploads before it is kept (outside the checkout)."""
-    up = st.sidebar.file_uploader("config.json", type=["json"], key="model_file", max_upload_size=1)
+def uploaded_model(where: Any = None, key: str = "model_file") -> str | None:
+    """A user's config.json: checked by sim.guard.uploads before it is kept (outside the checkout). The
+    kept path is the session's (MODEL_PATH), so Simulate, Compare, Plan and Capacity share one upload."""
+    where = where if where is not None else st.sidebar
+    up = where.file_uploader("config.json", type=["json"], key=key, max_upload_size=1)
     if up is None:
-        return st.session_state.get("model_path")
+        return st.session_state.get(MODEL_PATH)
     try:
         path, spec = store_config(up.getvalue(), up.name)
     except SpecError as exc:
-        st.sidebar.error(public_error(exc))
+        where.error(public_error(exc))
         return None
-    st.session_state["model_path"] = str(path)
-    st.sidebar.caption(f"{plain(up.name)}: {plain(spec.family)}, {spec.num_layers} layers, {spec.num_kv_heads} kv heads")
+    st.session_state[MODEL_PATH] = str(path)
+    where.caption(f"{plain(up.name)}: {plain(spec.family)}, {spec.num_layers} layers, {spec.num_kv_heads} kv heads")
     return str(path)
 
 
@@ -110,7 +113,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         bounded.choice("model", catalog)
         model = sb.selectbox("Catalog model", catalog, index=_index(catalog, DEFAULT.model), key="model", bind=BIND)
     else:
-        model = _uploaded_model()
+        model = uploaded_model()
         if model is None:
             sb.info("Upload a Hugging Face config.json (JSON only, 1 MB at most).")
             return None
