@@ -22,6 +22,7 @@ import pytest
 from sim.__main__ import main
 from sim.fidelity.run_record import load_run_dir
 from sim.trace import resolve_trace
+from tests.browser_util import app_server, browser  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -194,6 +195,24 @@ def test_gpu_page_measures_my_server(server, monkeypatch):
     captions = " ".join(c.value for c in at.caption)
     assert f"Observed by `sim observe` at {server['url']}" in captions
     assert any("TTFT (s)" in set(d.value["metric"]) for d in at.dataframe if "metric" in d.value)
+
+
+@pytest.mark.browser
+def test_gpu_page_measures_my_server_in_a_browser(server, app_server, browser):  # noqa: F811
+    """The same in Chromium: type the URL, press the button, the overlay appears by itself."""
+    page = browser.new_page()
+    page.goto(f"{app_server}/gpu", timeout=60_000)
+    url_box = page.get_by_label("Server URL")
+    url_box.wait_for(timeout=60_000)
+    url_box.fill(server["url"])
+    url_box.press("Enter")
+    button = page.get_by_role("button", name=f"Measure 12 requests on {server['url']}")
+    button.wait_for(timeout=60_000)
+    button.click()
+    page.get_by_text(f"Observed by sim observe at {server['url']}", exact=False).wait_for(timeout=300_000)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_text("TTFT mean, simulated").count() >= 1
+    page.close()
 
 
 def test_server_killed_mid_run_leaves_a_partial_record(server, tmp_path):
