@@ -7,8 +7,8 @@ import pytest
 from models.gpus import get_gpu
 from sim.run.deployment import Deployment
 from sim.scenario import Scenario
-from sim.timing.cost_model import CostModel
 from sim.timing.layer_offload import offloaded_layers
+from tests.resolved import cost_of
 
 BASE = Scenario(model="llama-3-8b", gpu="h100-sxm", kv_budget_gib=10.0, cost_source="roofline")
 
@@ -20,8 +20,8 @@ def test_hand_computed_decode_step_where_the_host_link_binds():
     h100-sxm entry's host link): that, not the GPU step, is the step time."""
     sc = BASE.replace(offload_layers=0.5)
     gpu = get_gpu("h100-sxm")
-    plain = CostModel.from_scenario(None, None, BASE).step_time(8, 32_768)
-    off = CostModel.from_scenario(None, None, sc)
+    plain = cost_of(BASE).step_time(8, 32_768)
+    off = cost_of(sc)
     host = 32_768 * 65_536 / gpu.host_link_bandwidth
     assert offloaded_layers(32, 0.5) == 16 and off.offload_kv_bytes_per_token == 65_536
     assert host > plain  # the host term binds: ~34 ms at 63 GB/s against a GPU step of a few ms
@@ -29,7 +29,7 @@ def test_hand_computed_decode_step_where_the_host_link_binds():
     assert off.decode_time(8, 32_768) == off.step_time(8, 32_768)
     assert off.decode_step_times(3, 8, 32_768)[2] == off.step_time(8, 32_768 + 16)  # skip-ahead: same floats
     # a small batch leaves the GPU term binding: the offload costs nothing there
-    assert off.step_time(1, 16) == CostModel.from_scenario(None, None, BASE).step_time(1, 16)
+    assert off.step_time(1, 16) == cost_of(BASE).step_time(1, 16)
 
 
 def test_capacity_grows_by_the_gpu_share_of_the_layers():
@@ -40,7 +40,7 @@ def test_capacity_grows_by_the_gpu_share_of_the_layers():
 
 def test_host_link_override_and_bad_values_are_one_line():
     sc = BASE.replace(offload_layers=0.25, host_link_gb_s=1.0)
-    assert CostModel.from_scenario(None, None, sc).host_bandwidth == 1e9
+    assert cost_of(sc).host_bandwidth == 1e9
     from sim.errors import ScenarioError
 
     with pytest.raises(ScenarioError, match="offload_layers"):

@@ -9,6 +9,7 @@ import pytest
 
 from models.gpus import get_gpu
 from models.spec import load_spec
+from sim.run.deployment import Deployment
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 
@@ -19,7 +20,7 @@ ATTN_PEAK = 989.4e12 * 0.6
 
 def roofline(model: str, spec=None, **scenario) -> CostModel:
     sc = Scenario(model=model, gpu="h100-sxm", cost_source="roofline", **scenario)
-    return CostModel.from_scenario(spec, H100, sc)
+    return CostModel.from_scenario(spec or Deployment.model_of(sc), H100, sc)
 
 
 def all_full(name: str):
