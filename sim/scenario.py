@@ -156,6 +156,8 @@ class Scenario:
                 parse_pd(self.pd)
             except ValueError as exc:
                 raise bad("pd", str(exc)) from None
+            if self.static_batch is not None:
+                raise bad("pd", "disaggregated prefill/decode needs continuous batching (no static_batch)")
         for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")

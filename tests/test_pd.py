@@ -178,3 +178,10 @@ def test_pools_and_nodes_of_a_scenario():
     pd = pools_of(BASE.replace(pd="3:5", prefill_tp=4, decode_tp=1))
     assert [(p.role, p.replicas, p.tp) for p in pd] == [("prefill", 3, 4), ("decode", 5, 1)]
     assert [pd[0].node_of(i) for i in range(3)] == [0, 0, 1] and fleet_gpus(BASE.replace(pd="3:5", prefill_tp=4, decode_tp=1)) == 17
+
+
+def test_pd_with_static_batching_is_one_line():
+    from sim.errors import ScenarioError
+
+    with pytest.raises(ScenarioError, match="needs continuous batching"):
+        BASE.replace(pd="1:1", static_batch=8)
