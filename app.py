@@ -25,7 +25,8 @@ warn_if_exposed()
 def forward_from_root() -> None:
     """The root URL's page: go to the landing page (Snapshots for a snapshot link), same query."""
     target = PAGES["snapshots" if "snapshot" in st.query_params else "plan"].script
-    st.switch_page(target, query_params=st.query_params.to_dict())
+    # every value of a repeated key (a multiselect's ?plan_gpus=h100-sxm&plan_gpus=h200): to_dict() keeps the last
+    st.switch_page(target, query_params={key: st.query_params.get_all(key) for key in st.query_params})
 
 
 pages = [st.Page(forward_from_root, title="kvsim", url_path="home", default=True, visibility="hidden")]

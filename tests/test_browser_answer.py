@@ -27,14 +27,15 @@ MEASURED = {"measured-db", "derived"}  # one family: measured kernels, or derive
 def test_the_question_answered_reported_and_opened_on_simulate(app_server, browser):  # noqa: F811
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = ctx.new_page()
-    # /plan itself: the root URL's redirect keeps only the last of repeated keys (plan_gpus twice)
-    page.goto(f"{app_server}/plan?{urlencode(QUESTION)}", wait_until="domcontentloaded")
+    # the root URL forwards to Plan with every value of a repeated key (plan_gpus twice; it once kept the last)
+    page.goto(f"{app_server}/?{urlencode(QUESTION)}", wait_until="domcontentloaded")
     page.wait_for_selector("text=Best (", timeout=4 * WAIT_MS)
     wait_idle(page)
     assert page.locator('[data-testid="stException"]').count() == 0
     best = page.locator('[data-testid="stAlert"]', has_text="Best (").first.inner_text()
     assert re.search(r"requests/s( \([\d.]+-[\d.]+\))? under TTFT p99 (<=|≤) 1 s, TPOT p99 (<=|≤) 80 ms", best)
     assert "What binds:" in best
+    assert "plan_gpus=h100-sxm&plan_gpus=h200" in page.url
     main = page.locator('[data-testid="stMain"]').inner_text()
     assert re.search(r"For 30 requests/s: 30 / [\d.]+ = [\d.]+ replicas (->|→) \d+ replicas = \d+ GPUs", main), main
 
