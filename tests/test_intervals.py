@@ -119,3 +119,14 @@ def test_rate_under_slo_carries_an_interval():
     assert rate_bounds(4.0, method) == pytest.approx([4.0 * math.exp(-hi), 4.0 * math.exp(-lo)])
     assert rate_bounds(0.0, method) is None and rate_bounds(4.0, None) is None
     assert rate_words(4.1, (3.8, 4.4)) == "4.1 requests/s (3.8-4.4)"
+
+
+def test_pareto_chart_draws_the_rate_interval():
+    from sim.report.plan_charts import pareto_figure
+
+    rows = [{"max_rate_per_s": 4.0, "tok_s_per_gpu": 400.0, "tok_s_per_user": 30.0, "binding": "compute",
+             "max_rate_interval": [3.0, 5.0], "model": "m", "gpu": "g"}]
+    bars = pareto_figure(rows, []).data[0].error_y
+    assert list(bars.array) == [pytest.approx(100.0)] and list(bars.arrayminus) == [pytest.approx(100.0)]
+    rows[0]["max_rate_interval"] = None
+    assert pareto_figure(rows, []).data[0].error_y.array is None

@@ -23,8 +23,21 @@ def varied_fields(rows: Sequence[dict[str, Any]]) -> list[str]:
     return [k for k in names if len({str(r.get(k)) for r in rows}) > 1]
 
 
+def _rate_band(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Error bars on tokens/s per GPU from each row's 90% rate interval (the same ratio), or None."""
+    if not any(r.get("max_rate_interval") for r in rows):
+        return None
+    up, down = [], []
+    for r in rows:
+        band, rate, y = r.get("max_rate_interval"), r["max_rate_per_s"], r["tok_s_per_gpu"]
+        up.append(y * (band[1] / rate - 1) if band else 0.0)
+        down.append(y * (1 - band[0] / rate) if band else 0.0)
+    return dict(type="data", symmetric=False, array=up, arrayminus=down, thickness=1.2, width=4)
+
+
 def pareto_figure(rows: Sequence[dict[str, Any]], pareto: Sequence[dict[str, Any]]) -> go.Figure:
-    """x: tokens/s per user (1 / mean TPOT), y: output tokens/s per GPU at the max rate; colour = binding."""
+    """x: tokens/s per user (1 / mean TPOT), y: output tokens/s per GPU at the max rate (bars: its 90%
+    interval, sim/timing/intervals.py rate_bounds); colour = binding."""
     varied = varied_fields(rows)
     fig = go.Figure()
     fit = [(i, r) for i, r in enumerate(rows) if r["max_rate_per_s"] > 0 and r["tok_s_per_user"] is not None]
@@ -34,7 +47,8 @@ def pareto_figure(rows: Sequence[dict[str, Any]], pareto: Sequence[dict[str, Any
             x=[r["tok_s_per_user"] for _, r in pts], y=[r["tok_s_per_gpu"] for _, r in pts], mode="markers",
             name=f"{binding} binds", marker=dict(size=11, color=BINDING_COLOURS.get(binding, "#6b7280")),
             text=[f"row {i}: {row_label(r, varied)}<br>{r['max_rate_per_s']:.3g} req/s" for i, r in pts],
-            hovertemplate="%{text}<br>%{x:.1f} tok/s/user, %{y:.0f} tok/s/GPU<extra></extra>"))
+            hovertemplate="%{text}<br>%{x:.1f} tok/s/user, %{y:.0f} tok/s/GPU<extra></extra>",
+            error_y=_rate_band([r for _, r in pts])))
     if pareto:
         fig.add_trace(go.Scatter(x=[p["tok_s_per_user"] for p in pareto], y=[p["tok_s_per_gpu"] for p in pareto],
                                  mode="lines", name="Pareto front", line=dict(color="#111827", dash="dot")))
