@@ -25,7 +25,14 @@ sweep (on a grid nobody searched) goes on, fresh visitors open /plan, /simulate 
 Last, the queue check: with every worker busy, one more visitor's run must show its place in line
 and a cancel button that drops it.
 
+The fleet check (issue 29, `--fleet`): 8 visitors each start a fleet-sized run (8 replicas, the
+trace at load x8, each visitor at a load of their own so all 8 are computed) at the same moment,
+while a ninth person keeps opening /plan, /simulate and /capacity; every page load is timed (the
+bar: under 2 s), every run must finish without an error, and the server's memory (RSS of the server
+process and its simulation workers, sampled every 0.25 s) is recorded before, at its peak and after.
+
 Usage: python bench/bench_server.py [--users 1,4,8,16] [--trace PATH] [--json OUT]
+       python bench/bench_server.py --fleet [--fleet-users 8] [--replicas 8] [--router NAME] [--json OUT]
 """
 
 from __future__ import annotations
@@ -78,6 +85,32 @@ def tree_cpu_s(root_pid: int) -> tuple[float, float]:
                 tree.add(child)
                 frontier.append(child)
     return ticks.get(root_pid, 0) / TICK, sum(ticks.get(pid, 0) for pid in tree - {root_pid}) / TICK
+
+
+def tree_rss_mib(root_pid: int) -> float:
+    """Resident memory (MiB) of a process and all its live descendants (Linux /proc)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    tree, frontier = {root_pid}, [root_pid]
+    while frontier:
+        pid = frontier.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    kib = 0
+    for pid in tree:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        kib += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return kib / 1024
 
 
 class Server:
@@ -295,6 +328,131 @@ async def queue_and_cancel(server: Server, trace: Path) -> dict[str, Any]:
             "status_after_cancel": _status_line(after)}
 
 
+async def _open_page(server: Server, path: str) -> float:
+    """Seconds for a fresh visitor to open /path (a new session: the page load)."""
+    start = time.perf_counter()
+    session = await Session.open(server.url)
+    try:
+        _check(await session.run(path, ""), f"open /{path}")
+    finally:
+        await session.close()
+    return time.perf_counter() - start
+
+
+class RssSampler:
+    """The server tree's RSS every 0.25 s while a check runs (memory bounded: before, peak, after)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.samples = pid, [tree_rss_mib(pid)]
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(tree_rss_mib(self.pid))
+            await asyncio.sleep(0.25)
+
+    async def stop(self) -> dict[str, int]:
+        self._stop.set()
+        await self._task
+        await asyncio.sleep(2.0)  # let finished runs' memory go back
+        return {"before": round(self.samples[0]), "peak": round(max(self.samples)), "after": round(tree_rss_mib(self.pid))}
+
+
+async def _fleet_run(i: int, v: Visitor, replicas: int, router: str, errors: list[str], round_no: int) -> None:
+    """One visitor's fleet-sized run: the uploaded trace on `replicas` replicas at its own load."""
+    assert v.session is not None
+    v.session.widgets.clear()
+    load = round(replicas + 0.01 * (i + 1) + 0.1 * round_no, 4)  # its own load: every run computed, none cached
+    query = {"trace_src": "upload", "replicas": str(replicas), "load": f"{load:g}"} | ({"router": router} if router else {})
+    try:
+        result = await v._timed("fleet", v.session.run("simulate", urlencode(query)))
+        if not result.has_text(f"replayed at {load:g}x"):
+            errors.append(f"visitor {i}: the page does not show the load {load:g}")
+    except (TimeoutError, RuntimeError) as exc:
+        errors.append(f"visitor {i}: {exc}"[:200])
+
+
+async def _pages_until(job: asyncio.Future, server: Server, errors: list[str]) -> list[tuple[str, float]]:
+    """Fresh visitors open /plan, /simulate and /capacity in turn until `job` is done."""
+    loads: list[tuple[str, float]] = []
+    while not job.done():
+        for path in ("plan", "simulate", "capacity"):
+            try:
+                loads.append((path, await _open_page(server, path)))
+            except (TimeoutError, RuntimeError) as exc:
+                errors.append(f"page /{path}: {exc}"[:200])
+    return loads
+
+
+async def fleet_load(server: Server, trace: Path, users: int, replicas: int, router: str,
+                     round_no: int = 0) -> dict[str, Any]:
+    """`users` visitors start a fleet-sized run each at the same moment; meanwhile fresh visitors open
+    pages. Returns the run and page-load times (and idle page loads just before, on the same machine
+    load), the errors, the server's memory and CPU."""
+    idle = sorted([await _open_page(server, path) for path in ("plan", "simulate", "capacity") for _ in range(2)])
+    visitors = [Visitor(server, trace) for _ in range(users)]
+    errors: list[str] = []
+    await _all(visitors, lambda i, v: v.open())
+    await _all(visitors, lambda i, v: v.upload())
+    rss, cpu0 = RssSampler(server.proc.pid), server.cpu_s()
+    job = asyncio.gather(*(_fleet_run(i, v, replicas, router, errors, round_no) for i, v in enumerate(visitors)))
+    await asyncio.sleep(0.5)
+    loads = await _pages_until(job, server, errors)
+    await job
+    cpu1 = server.cpu_s()
+    memory = await rss.stop()
+    await asyncio.gather(*(v.close() for v in visitors))
+    times = sorted(t for _, t in loads) or [0.0]
+    runs = sorted(v.times.get("fleet", float("nan")) for v in visitors)
+    return {"users": users, "replicas": replicas, "router": router or "(form default)", "errors": errors,
+            "runs_s": {"min": round(runs[0], 2), "p50": round(statistics.median(runs), 2), "max": round(runs[-1], 2)},
+            "idle_page_p50_s": round(statistics.median(idle), 3), "idle_page_max_s": round(idle[-1], 3),
+            "load_average": round(os.getloadavg()[0], 1),
+            "page_loads": len(loads), "page_p50_s": round(statistics.median(times), 3),
+            "page_max_s": round(times[-1], 3), "pages_over_2s": sum(t > 2.0 for _, t in loads),
+            "worst_page": max(loads, key=lambda pt: pt[1])[0] if loads else "", "rss_mib": memory,
+            "server_cpu_s": round(cpu1[0] - cpu0[0], 1), "workers_cpu_s": round(cpu1[1] - cpu0[1], 1)}
+
+
+async def fleet_bench(args: argparse.Namespace) -> dict[str, Any]:
+    trace = Path(args.trace) if args.trace else (SHARED_TRACE if SHARED_TRACE.is_file() else SAMPLE_TRACE)
+    with tempfile.TemporaryDirectory(prefix="kvsim-bench-fleet-") as tmp:
+        env = {"KVSIM_RUN_WORKERS": str(args.workers)} if args.workers else {}
+        server = Server(args.port, Path(tmp), env)
+        try:
+            warm = Visitor(server, trace)  # imports, the trace's parse and each page's default result:
+            await warm.open()  # not part of the figures (a page load is then what a visitor waits for)
+            await warm.upload()
+            await warm.close()
+            for path in ("plan", "simulate", "capacity"):
+                await _open_page(server, path)
+            idle = tree_rss_mib(server.proc.pid)
+            rounds = [await fleet_load(server, trace, args.fleet_users, args.replicas, args.router, k)
+                      for k in range(args.rounds)]
+        finally:
+            server.stop()
+    return {"trace": trace.name, "machine": _machine(), "workers": server.workers, "idle_rss_mib": round(idle),
+            "rounds": rounds}
+
+
+def fleet_report(result: dict[str, Any]) -> str:
+    lines = [f"trace {result['trace']}; {result['machine']}; {result['workers']} simulation workers; "
+             f"server RSS after warm-up {result['idle_rss_mib']} MiB", "",
+             "| round | users x replicas (router) | run s min / p50 / max | page loads | page p50 / max s | "
+             "pages > 2 s | idle pages p50 / max s | load avg | errors | RSS MiB before / peak / after | "
+             "CPU s: page threads + workers |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k, r in enumerate(result["rounds"], start=1):
+        lines.append(f"| {k} | {r['users']} x {r['replicas']} ({r['router']}) | {r['runs_s']['min']:.1f} / "
+                     f"{r['runs_s']['p50']:.1f} / {r['runs_s']['max']:.1f} | {r['page_loads']} | "
+                     f"{r['page_p50_s']:.2f} / {r['page_max_s']:.2f} (/{r['worst_page']}) | {r['pages_over_2s']} | "
+                     f"{r['idle_page_p50_s']:.2f} / {r['idle_page_max_s']:.2f} | {r['load_average']} | {len(r['errors'])} | {r['rss_mib']['before']} / {r['rss_mib']['peak']} / {r['rss_mib']['after']} | "
+                     f"{r['server_cpu_s']:.1f} + {r['workers_cpu_s']:.1f} |")
+        lines += [f"  error: {e}" for e in r["errors"]]
+    return "\n".join(lines)
+
+
 async def _plan_sweep(visitor: Visitor) -> None:
     """A Plan search over a grid no one has searched (int8 KV on the default GPUs): a fresh sweep."""
     assert visitor.session is not None
@@ -365,10 +523,19 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="KVSIM_RUN_WORKERS for the server (default: its own)")
     parser.add_argument("--port", type=int, default=8799)
     parser.add_argument("--json", default="", help="also write the figures to this file")
+    parser.add_argument("--fleet", action="store_true", help="only the fleet check (issue 29): fleet-sized runs from many users")
+    parser.add_argument("--fleet-users", type=int, default=8)
+    parser.add_argument("--replicas", type=int, default=8)
+    parser.add_argument("--router", default="", help="router for the fleet runs (a URL value; default: the form's)")
+    parser.add_argument("--rounds", type=int, default=2, help="fleet rounds (each computes new runs)")
     args = parser.parse_args()
     args.users = [int(u) for u in args.users.split(",")]
-    result = asyncio.run(bench(args))
-    print(report(result))
+    if args.fleet:
+        result = asyncio.run(fleet_bench(args))
+        print(fleet_report(result))
+    else:
+        result = asyncio.run(bench(args))
+        print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
 
