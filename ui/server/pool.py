@@ -14,6 +14,7 @@ threads only wait and draw progress, so pages stay responsive.
   job knows its place and a job nobody watches any more leaves the line before it starts. A started one finishes, goes into the cache and leaves the
   table of jobs even if nobody polls it again (so nothing outside the bound piles up).
 - Workers report progress through one queue; the first message says the job started.
+- Workers run niced (WORKER_NICE), so pages are drawn first when runs fill every core.
 - All workers start when the service is made (and import the simulator then), never later from a
   visitor's thread: see _stub_main for why that matters inside Streamlit.
 Settings (environment, read once per server): KVSIM_RUN_WORKERS, KVSIM_RESULT_CACHE_MIB.
@@ -49,6 +50,9 @@ from ui.validate_job import Files, Shown, replay
 WORKERS_ENV = "KVSIM_RUN_WORKERS"
 CACHE_ENV = "KVSIM_RESULT_CACHE_MIB"
 DEFAULT_CACHE_MIB = 256
+# Workers run at this niceness: they still take every idle cycle, but when the server's page threads
+# want a core (a visitor opening a page while fleet-sized runs compute) the kernel serves those first.
+WORKER_NICE = 10
 MAX_WORKERS = 64
 RunKey = tuple[str, str]  # (trace digest, scenario JSON), ("search:" + trace digest, grid and options JSON),
 # or ("validate:" + the run files' digest, "")
@@ -59,6 +63,7 @@ _progress_queue: Any = None  # set in each worker by _init_worker
 def _init_worker(progress_queue: Any) -> None:
     global _progress_queue
     _progress_queue = progress_queue
+    os.nice(WORKER_NICE)  # page threads first: a page load must not queue behind the server's own runs
 
 
 def _warm_up(hold_s: float) -> None:
