@@ -152,6 +152,25 @@ def test_validate_and_calibrate_read_the_record(record, tmp_path, capsys):
     assert json.loads(prof.read_text())["schema_version"] == 2
 
 
+def test_shared_prefixes_reach_the_servers_prefix_cache(server, tmp_path):
+    """Mooncake rows sharing hash ids get the same prompt ids for the same hash blocks, so vLLM's prefix
+    cache hits them: its own counter says so, and the series' last row holds the same counters."""
+    trace = tmp_path / "mc.jsonl"
+    trace.write_text("".join((REPO / "samples" / "mooncake_small.jsonl").read_text().splitlines(True)[:12]))
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "sim", "observe", server["url"], "--trace", str(trace), "--out", str(out),
+           "--model-config", str(MODEL), "--speedup", "4", "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads((out / "meta.json").read_text())["observed"]
+    counters = seen["server_counters"]
+    assert seen["completed"] == 12 and seen["clamped_to_max_model_len"] > 0  # Mooncake prompts exceed 2,048
+    assert 0 < counters["prefix_cache_hits"] < counters["prefix_cache_queries"]
+    last = (out / "timeseries.csv").read_text().splitlines()
+    row = dict(zip(last[0].split(","), last[-1].split(","), strict=True))
+    assert float(row["prefix_cache_hits"]) == counters["prefix_cache_hits"]
+
+
 def test_ctrl_c_keeps_what_was_measured(server, tmp_path):
     out = tmp_path / "run"
     proc = _observe(server["url"], out, "--speedup", "0.5")  # ~8 s of arrivals

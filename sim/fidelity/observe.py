@@ -183,11 +183,12 @@ class Observer:
         return self.stop.is_set()
 
     async def one(self, req: PlannedRequest, due: float, slots: asyncio.Semaphore | None) -> None:
-        payload = {"model": self.served, "prompt": req.prompt, "max_tokens": req.max_tokens, "ignore_eos": True,
+        prompt = req.prompt
+        payload = {"model": self.served, "prompt": prompt, "max_tokens": req.max_tokens, "ignore_eos": True,
                    "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True},
                    "return_token_ids": True}
         row: dict[str, Any] = {"request_id": f"observe-{req.rid}", "arrival_s": round(due, 6),
-                               "input_toks": len(req.prompt), "max_tokens": req.max_tokens}
+                               "input_toks": len(prompt), "max_tokens": req.max_tokens}
         token_ts: list[float] = []
         usage: dict[str, Any] = {}
         error, status, finish = None, None, None

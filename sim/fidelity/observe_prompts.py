@@ -27,13 +27,32 @@ FALLBACK_VOCAB = 1000
 
 @dataclass(frozen=True)
 class PlannedRequest:
-    """One request to send: when (trace seconds, before speed-up), the prompt ids, tokens asked."""
+    """One request to send: when (trace seconds, before speed-up), its prompt's recipe, tokens asked.
+
+    The prompt ids are made when the request is sent (`prompt`), not when the trace is planned: a
+    100,000-request trace would otherwise hold every prompt in memory for the whole run."""
 
     rid: int
     arrival_s: float
-    prompt: list[int]
+    input_tokens: int
     max_tokens: int
     clamped: bool
+    hashes: tuple[int, ...] = ()  # the trace's prefix hash ids, one per `block` tokens
+    block: int = 1
+    vocab: int = FALLBACK_VOCAB
+    seed: int = 0
+
+    @property
+    def prompt(self) -> list[int]:
+        ids: list[int] = []
+        for h in self.hashes:
+            if len(ids) >= self.input_tokens:
+                break
+            ids += _ids((self.seed, 1, h), self.block, self.vocab)
+        ids = ids[:self.input_tokens]
+        if len(ids) < self.input_tokens:
+            ids += _ids((self.seed, 2, self.rid), self.input_tokens - len(ids), self.vocab)
+        return ids
 
 
 def _ids(key: tuple[int, ...], n: int, vocab: int) -> list[int]:
@@ -55,14 +74,6 @@ def plan_requests(trace, *, vocab: int | None, max_model_len: int | None, seed: 
             n_out = min(n_out, max_model_len - 1)
             n_in = max(1, min(n_in, max_model_len - n_out))
             clamped = True
-        prompt: list[int] = []
-        if hs is not None and len(hs):
-            for h in hs:
-                if len(prompt) >= n_in:
-                    break
-                prompt += _ids((seed, 1, int(h)), block, vocab)
-        prompt = prompt[:n_in]
-        if len(prompt) < n_in:
-            prompt += _ids((seed, 2, rid), n_in - len(prompt), vocab)
-        out.append(PlannedRequest(rid, float(arr), prompt, n_out, clamped))
+        keys = tuple(int(h) for h in hs) if hs is not None and len(hs) else ()
+        out.append(PlannedRequest(rid, float(arr), n_in, n_out, clamped, keys, block, vocab, seed))
     return out
