@@ -412,4 +412,4 @@ class PagedAllocator(KVAllocator):
     def attach_tiers(self, tiers: TierHooks) -> None:
         """Tell `tiers` about every block this pool computes and every cached block it evicts."""
         self.tiers = tiers
-        self.cache.on_evict = tiers.on_gpu_evicted
+        self.cache.on_evict = tiers.on_gpu_evicted if tiers.wants_evictions else None

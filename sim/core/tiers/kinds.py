@@ -45,8 +45,8 @@ TIERS: Registry[TierKind] = Registry("KV tier", ((k.name, k) for k in (
     TierKind("gpu", "GPU HBM (the paged KV pool)", "replica", None, None, 0.0, False,
              "the replica's KV budget (sim/memory); its prefix cache is sim/core/kv/prefix_cache.py"),
     TierKind("cpu", "CPU DRAM (pinned host memory)", "replica", None, None, 5e-6, True,
-             "bandwidth: the GPU entry's host link per direction (models/gpus.py: PCIe Gen5 x16 63 GB/s on "
-             "H100 SXM, Gen4 x16 31.5 GB/s on A100); 5 us per transfer (a cudaMemcpyAsync launch and "
+             "bandwidth: the GPU entry's host link per direction (models/gpus.py: PCIe Gen5 x16 64 GB/s nominal "
+             "on H100 SXM, Gen4 x16 32 GB/s on A100; --host-link-gb-s overrides); 5 us per transfer (a cudaMemcpyAsync launch and "
              "completion); capacity: 0.5-2 TB per 8-GPU node (DGX H100: 2 TB)"),
     TierKind("nvme", "local NVMe SSD", "node", 13.0 * GB, 6.6 * GB, 100e-6, True,
              "one PCIe Gen5 enterprise NVMe drive (Samsung PM1743 datasheet: 13,000 MB/s sequential read, "

@@ -24,8 +24,13 @@ class LRUTier:
         if self.capacity_chunks < 0:
             raise ValueError(f"tier {self.name!r}: capacity must be >= 0 chunks, got {self.capacity_chunks}")
 
-    def __contains__(self, key: int) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self._keys
+
+    @property
+    def contents(self) -> OrderedDict[int, None]:
+        """The keys as a mapping, for hot membership tests (read it, never write it)."""
+        return self._keys
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -57,8 +62,16 @@ class LRUTier:
         keys, cap = self._keys, self.capacity_chunks
         if cap == 0:
             return 0, list(new_keys)
-        stored = 0
         out: list[int] = []
+        if keys.keys().isdisjoint(new_keys) and len(set(new_keys)) == len(new_keys):
+            keys.update(dict.fromkeys(new_keys))  # the common case (fresh blocks): at C speed
+            stored = len(new_keys)
+            pop = keys.popitem
+            for _ in range(len(keys) - cap):
+                out.append(pop(last=False)[0])
+            new_keys = []
+        else:
+            stored = 0
         for key in new_keys:
             if key in keys:
                 keys.move_to_end(key)

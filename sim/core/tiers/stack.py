@@ -88,11 +88,16 @@ class TierStack:
         k, levels = self.k, self.levels
         blocks = {lv.kind.name: 0 for lv in levels}
         chunks: list[tuple[int, int, int]] = []
+        contents = [(i, lv.lru.contents) for i, lv in enumerate(levels)]
         c = first_block // k
         while (c + 1) * k <= len(keys) and max(c * k, first_block) < max_blocks:
             key = keys[(c + 1) * k - 1]
-            where = next((i for i, lv in enumerate(levels) if key in lv.lru), None)
-            if where is None:
+            where = -1
+            for i, lru in contents:
+                if key in lru:
+                    where = i
+                    break
+            if where < 0:
                 break
             used = min((c + 1) * k, max_blocks) - max(c * k, first_block)
             blocks[levels[where].kind.name] += used
@@ -114,10 +119,10 @@ class TierStack:
             else:
                 self.levels[where].lru.remove(key)  # moved up into the GPU pool
         if self.policy.copies:  # then promotion through the tiers above (their LRU may drop another
-            for where, key, _ in hits.chunks:  # chunk of this load: it has been read by then)
-                for above in self.levels[:where]:
-                    if key not in above.lru:
-                        self._insert(above, key)
+            for i, above in enumerate(self.levels):  # chunk of this load: it has been read by then)
+                promoted = [key for where, key, _ in hits.chunks if where > i]
+                if promoted:  # the bytes came up the load path: counted, no second transfer
+                    self._store(above, above.lru.insert_many(promoted)[0] * self.k, transfer=False)
         ready = self.now
         for where, nblocks in per_level.items():
             lv = self.levels[where]
@@ -145,6 +150,11 @@ class TierStack:
             for lv in self.levels:  # write-through: every tier (victims dropped: the tiers below hold them)
                 self._store(lv, lv.lru.insert_many(chunk_keys)[0] * k)
 
+    @property
+    def wants_evictions(self) -> bool:
+        """Whether the GPU pool must report its evictions (on-eviction stores them)."""
+        return not self.policy.copies and bool(self.levels)
+
     def on_gpu_evicted(self, keys: Sequence[int]) -> None:
         """Keys the GPU prefix cache just dropped (no GPU block holds them any more)."""
         if self.policy.copies or not self.levels:
@@ -156,16 +166,13 @@ class TierStack:
             if not pending:
                 return
 
-    def _insert(self, lv: TierLevel, key: int) -> None:
-        """Store one chunk into a tier (a promotion)."""
-        self._store(lv, lv.lru.insert_many([key])[0] * self.k)
-
-    def _store(self, lv: TierLevel, nblocks: int) -> None:
-        """Book `nblocks` blocks written into `lv` over its store path (one transfer)."""
+    def _store(self, lv: TierLevel, nblocks: int, *, transfer: bool = True) -> None:
+        """Book `nblocks` blocks written into `lv` (one transfer over its store path)."""
         if nblocks:
             nbytes = nblocks * self.bytes_per_block
             self.bytes_moved[lv.kind.name]["store"] += nbytes
-            schedule_over(lv.store_path, self.now, nbytes)
+            if transfer:
+                schedule_over(lv.store_path, self.now, nbytes)
 
     # --- swap preemption: swapped-out KV lives in the CPU tier -------------------------------------
     def swap_capacity_bytes(self) -> int | None:
