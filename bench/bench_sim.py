@@ -7,6 +7,9 @@
 (b) wall time and peak RSS for a 1,000,000-request synthetic trace, on one core;
 (c) the fleet case (issue 25): 8 replicas behind the KV-aware router (kv-precise) on the Azure conv
     trace at load x8, and the same fleet behind round-robin for comparison.
+(d) the Mooncake conversation trace with KV tiers (issue 26: llama-3.1-8b, h100-sxm, prefix caching,
+    max_model_len 131072, load x0.25, a 250 GiB CPU tier and a 2,000 GiB NVMe tier): simulated
+    seconds per CPU second, which must stay >= 300 (`--tiers`).
 Both also give `cpu_s` (process CPU time of the replay): on a shared machine it varies less than
 the wall time, so before/after comparisons use it.
 
@@ -34,6 +37,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 AZURE_CONV = next((p for p in (_ROOT.parent / "shared", _ROOT.parent.parent / "shared")  # main tree, or a worktree
                    if (p / "traces" / "AzureLLMInferenceTrace_conv.csv").exists()),
                   _ROOT.parent / "shared") / "traces" / "AzureLLMInferenceTrace_conv.csv"
+MOONCAKE = AZURE_CONV.parent / "mooncake_conversation_trace.jsonl"
 MILLION_SPEC = dict(rate=50.0, input="lognormal:mean=256:sigma=0.8", output="lognormal:mean=64:sigma=0.8", seed=0)
 
 
@@ -80,12 +84,26 @@ def bench_million(n: int) -> dict:
             "peak_rss_mib": peak_rss_mib()}
 
 
+def bench_mooncake_tiers(path: Path) -> dict:
+    trace = load_trace(path)
+    scenario = Scenario(model="llama-3.1-8b", gpu="h100-sxm", prefix_caching=True, max_model_len=131072,
+                        speedup=0.25, cpu_tier_gib=250.0, nvme_tier_gib=2000.0)
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(trace, scenario)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    s = res.summary
+    return {"bench": "mooncake_tiers", "requests": s["requests"], "simulated_s": s["duration_s"], "wall_s": wall,
+            "cpu_s": cpu, "speedup_x": s["duration_s"] / wall, "speedup_cpu_x": s["duration_s"] / cpu,
+            "steps": s["num_steps"], "tier_hit_rate": s["tier_hit_rate"], "ttft_p50_s": s["ttft_s"]["p50"]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--skip-azure", action="store_true")
     ap.add_argument("--skip-million", action="store_true")
     ap.add_argument("--fleet", action="store_true", help="also the fleet case (c)")
+    ap.add_argument("--tiers", action="store_true", help="also the KV tiers case (d)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     out = [{"machine": platform.processor() or platform.machine(), "python": platform.python_version()}]
@@ -93,6 +111,8 @@ def main() -> int:
         out.append(bench_azure(AZURE_CONV))
     if args.fleet and AZURE_CONV.exists():
         out += [bench_fleet(AZURE_CONV, "kv-precise"), bench_fleet(AZURE_CONV, "round-robin")]
+    if args.tiers and MOONCAKE.exists():
+        out.append(bench_mooncake_tiers(MOONCAKE))
     if not args.skip_million:
         out.append(bench_million(args.n))
     for row in out:

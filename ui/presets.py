@@ -14,7 +14,11 @@ PRESETS = (
     "block size: 8 / 16 / 32 / 128",
     "routing: every router on the replicas",
     "P/D: aggregated vs every prefill:decode split",
+    "offload: none / CPU / CPU+NVMe KV tiers",
 )
+OFFLOAD_PRESET = PRESETS[6]
+OFFLOAD = {"no KV tiers": {}, "CPU 1,000 GiB": {"cpu_tier_gib": 1000.0},
+           "CPU 250 GiB + NVMe 2,000 GiB": {"cpu_tier_gib": 250.0, "nvme_tier_gib": 2000.0}}  # docs/TIERS.md
 
 
 def preset_variants(name: str, base: Scenario) -> dict[str, Scenario]:
@@ -38,4 +42,7 @@ def preset_variants(name: str, base: Scenario) -> dict[str, Scenario]:
         n = max(2, base.replicas)
         return {f"aggregated x{n}": base.replace(replicas=n, pd=None)} | {
             f"P/D {p}:{n - p}": base.replace(pd=f"{p}:{n - p}") for p in range(1, n)}
+    if name == OFFLOAD_PRESET:  # the tiers reuse prefix-cached blocks: prefix caching on in every variant
+        return {label: base.replace(**{"prefix_caching": True, "cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, **tiers})
+                for label, tiers in OFFLOAD.items()}
     raise ValueError(f"unknown preset {name!r}")

@@ -29,7 +29,13 @@ def presets(base: Scenario | None = None) -> dict[str, str]:
         "routing": sweep("router", f"replicas={replicas},"),
         "pd": f"replicas={replicas},router=least-outstanding;"
               + ";".join(f"pd={p}:{replicas - p}" for p in range(1, replicas)),
+        "offload": ";".join(f"prefix_caching=true,{tiers}" for tiers in OFFLOAD_TIERS.values()),
     }
+
+
+# KV tiers of the `offload` preset (docs/TIERS.md): none, a CPU tier, a CPU and an NVMe tier
+OFFLOAD_TIERS = {"none": "cpu_tier_gib=0", "CPU 1,000 GiB": "cpu_tier_gib=1000",
+                 "CPU 250 GiB + NVMe 2,000 GiB": "cpu_tier_gib=250,nvme_tier_gib=2000"}
 
 COLUMNS = (("variant", "{}"), ("steps", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
            ("ttft_p50_s", "{:.3f}"), ("tpot_p99_s", "{:.4f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"),

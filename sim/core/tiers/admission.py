@@ -85,7 +85,11 @@ def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: in
         return False
     stack.now = now
     ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # before the allocation: an exclusive tier gives its blocks up first
-    hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes)
+    stack.muted = True  # the loaded blocks came from the tiers: load() touched or moved them there
+    try:
+        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes)
+    finally:
+        stack.muted = False
     sched.waiting.popleft()
     if not t.preemptions[r]:
         sched.prefix_queries += total

@@ -27,8 +27,10 @@ prompt's last cached token moves only the blocks used), counted per tier and dir
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import takewhile
 
 from sim.core.link import SharedLink, schedule_over
 from sim.core.tiers.kinds import TierKind
@@ -48,10 +50,11 @@ class TierLevel:
 
 @dataclass
 class TierHits:
-    """A lookup's answer: engine blocks found in each lower tier, and the chunks to load."""
+    """A lookup's answer: engine blocks found in each lower tier, and the chunks to load as runs of
+    consecutive chunks held by one tier (level index, their keys)."""
 
     blocks: dict[str, int]
-    chunks: list[tuple[int, int, int]]  # (level index, chunk key, blocks of it used)
+    runs: list[tuple[int, list[int]]]
 
     @property
     def total_blocks(self) -> int:
@@ -70,6 +73,7 @@ class TierStack:
     bytes_moved: dict[str, dict[str, int]] = field(init=False)
     load_delays: dict[int, float] = field(default_factory=dict)  # request -> seconds its last load took
     swap_chunks: int = 0  # CPU-tier room held by swapped-out requests' KV
+    muted: bool = False  # blocks being registered were just loaded from here: nothing to store
 
     def __post_init__(self) -> None:
         self.k = self.policy.chunk_blocks(self.block_size)
@@ -83,27 +87,31 @@ class TierStack:
 
     # --- lookup (no side effects: the router's query too) ------------------------------------------
     def lookup(self, keys: Sequence[int], first_block: int, max_blocks: int) -> TierHits:
-        """Blocks [first_block, ...) of a request found below the GPU, as a contiguous run of chunks,
-        capped at max_blocks (the last prompt token is always computed)."""
+        """Blocks [first_block, ...) of a request found below the GPU, as a contiguous run of chunks
+        (each in the first tier that holds it), capped at max_blocks (the last prompt token is
+        always computed). Runs within one tier are found at C speed (takewhile over the keys)."""
         k, levels = self.k, self.levels
         blocks = {lv.kind.name: 0 for lv in levels}
-        chunks: list[tuple[int, int, int]] = []
-        contents = [(i, lv.lru.contents) for i, lv in enumerate(levels)]
-        c = first_block // k
-        while (c + 1) * k <= len(keys) and max(c * k, first_block) < max_blocks:
-            key = keys[(c + 1) * k - 1]
-            where = -1
-            for i, lru in contents:
-                if key in lru:
-                    where = i
-                    break
+        runs: list[tuple[int, list[int]]] = []
+        c0 = first_block // k
+        c_end = min(len(keys) // k, -(-max_blocks // k)) if first_block < max_blocks else c0
+        chunk_keys = list(keys[c0 * k + k - 1 : c_end * k : k])  # chunk c's key: its last block's
+        contents = [lv.lru.contents for lv in levels]
+        i, n = 0, len(chunk_keys)
+        while i < n:
+            key = chunk_keys[i]
+            where = next((j for j, held in enumerate(contents) if key in held), -1)
             if where < 0:
                 break
-            used = min((c + 1) * k, max_blocks) - max(c * k, first_block)
-            blocks[levels[where].kind.name] += used
-            chunks.append((where, key, used))
-            c += 1
-        return TierHits(blocks, chunks)
+            rest = chunk_keys[i:]
+            run = sum(1 for _ in takewhile(contents[where].__contains__, rest))
+            for above in contents[:where]:  # a chunk an upper tier holds belongs to that tier
+                run = next((m for m in range(1, run) if rest[m] in above), run)
+            runs.append((where, rest[:run]))
+            lo, hi = (c0 + i) * k, (c0 + i + run) * k
+            blocks[levels[where].kind.name] += min(hi, max_blocks) - max(lo, first_block)
+            i += run
+        return TierHits(blocks, runs)
 
     # --- loads ----------------------------------------------------------------------------------------
     def load(self, hits: TierHits, r: int = -1, *, count_hits: bool = True) -> float:
@@ -111,21 +119,22 @@ class TierStack:
         last byte has landed. Loads from different tiers run at once; each holds its path's links.
         count_hits: add the tokens to `hit_tokens` (False for a re-admission after a preemption, which
         the hit rate leaves out as vLLM's stats do)."""
-        per_level: dict[int, int] = {}
-        for where, key, used in hits.chunks:
-            per_level[where] = per_level.get(where, 0) + used
-            if self.policy.copies:
-                self.levels[where].lru.touch(key)
-            else:
-                self.levels[where].lru.remove(key)  # moved up into the GPU pool
+        for where, run_keys in hits.runs:
+            held = self.levels[where].lru.contents
+            if self.policy.copies:  # a use: most recent now
+                deque(map(held.move_to_end, run_keys), maxlen=0)
+            else:  # moved up into the GPU pool
+                deque(map(held.pop, run_keys), maxlen=0)
         if self.policy.copies:  # then promotion through the tiers above (their LRU may drop another
             for i, above in enumerate(self.levels):  # chunk of this load: it has been read by then)
-                promoted = [key for where, key, _ in hits.chunks if where > i]
+                promoted = [key for where, run_keys in hits.runs if where > i for key in run_keys]
                 if promoted:  # the bytes came up the load path: counted, no second transfer
                     self._store(above, above.lru.insert_many(promoted)[0] * self.k, transfer=False)
         ready = self.now
-        for where, nblocks in per_level.items():
-            lv = self.levels[where]
+        for lv in self.levels:
+            nblocks = hits.blocks.get(lv.kind.name, 0)
+            if not nblocks:
+                continue
             nbytes = nblocks * self.bytes_per_block
             self.bytes_moved[lv.kind.name]["load"] += nbytes
             if count_hits:
@@ -137,6 +146,8 @@ class TierStack:
     # --- stores ---------------------------------------------------------------------------------------
     def on_registered(self, keys: Sequence[int], lo: int, hi: int) -> None:
         """Blocks lo..hi-1 of a request (chained keys `keys`) were just computed or loaded into the GPU."""
+        if self.muted:
+            return
         if not self.policy.copies:
             for key in keys[lo:hi]:  # the GPU copy is the block's one home now
                 for lv in self.levels:
