@@ -229,3 +229,12 @@ def test_a_one_group_model_collapses_the_group_chart_to_a_line():
     at = page(SIMULATE)  # the default model keeps K and V of every token in every layer
     assert not at.exception and group_bars(at) is None
     assert ONE_GROUP_LINE in [c.value for c in at.caption]
+
+
+def test_kv_tier_sizes_in_the_sidebar_reach_the_run_and_add_the_tier_chart():
+    at = page(SIMULATE, prefix="true", cpu_tier="100")
+    assert not at.exception and not at.error
+    assert at.number_input(key="cpu_tier").value == 100.0 and at.selectbox(key="tier_policy").value == "write-through"
+    names = {trace for i in range(len(at.get("plotly_chart"))) for trace in chart_series(at, i)}
+    assert "cpu/replica0" in names and "GPU pool (in use)" in names
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True, cpu_tier_gib=100.0).digest()

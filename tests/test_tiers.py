@@ -187,3 +187,27 @@ def test_swapped_out_kv_takes_room_from_the_cpu_tier_and_gives_it_back():
     s.swap_in(2 * 40 + 1)
     assert s.levels[0].lru.capacity_chunks == 4
     assert s.bytes_moved["cpu"]["swap_out"] == s.bytes_moved["cpu"]["swap_in"] == 81
+
+
+def test_offload_presets_turn_on_prefix_caching_and_set_the_tiers():
+    from sim.cli.compare import presets
+    from sim.scenario import Scenario
+    from ui.presets import PRESETS, preset_variants
+
+    variants = preset_variants(PRESETS[-1], Scenario())
+    assert [(v.prefix_caching, v.cpu_tier_gib, v.nvme_tier_gib) for v in variants.values()] == [
+        (True, 0.0, 0.0), (True, 1000.0, 0.0), (True, 250.0, 2000.0)]
+    assert presets()["offload"].split(";")[2] == "prefix_caching=true,cpu_tier_gib=250,nvme_tier_gib=2000"
+
+
+def test_tier_chart_stacks_the_gpu_pool_and_each_tier():
+    import pandas as pd
+
+    from sim.report.tier_charts import tier_occupancy
+
+    steps = pd.DataFrame({"t_s": [0.0, 2.0], "token_states_bytes": [0.0, 2.0 * 2**30], "internal_frag_bytes": [0.0, 0.0]})
+    summary = {"tier_occupancy_series": {"t_s": [1.0], "cpu/replica0": [3 * 2**30]}}
+    fig = tier_occupancy(summary, steps)
+    assert [d.name for d in fig.data] == ["GPU pool (in use)", "cpu/replica0"]
+    assert list(fig.data[0].y) == [1.0] and list(fig.data[1].y) == [3.0]
+    assert tier_occupancy({}, steps) is None

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import streamlit as st
 
 from sim.guard.text import plain, public_error
-from sim.report import charts
+from sim.report import charts, tier_charts
 from sim.report.html_report import headline_metrics, html_report, kv_pool_line, weights_bytes
 from sim.report.interval_words import interval_line, log_bounds
 from sim.report.served import context_warning, latency_basis, load_verdict, not_served, rejection_fix
@@ -96,6 +96,9 @@ def show_charts(snap: Snapshot, key: str = "res") -> None:
         st.plotly_chart(charts.kv_group_breakdown(groups, free, external), key=f"{key}-groups")
     elif groups is not None:  # ({} = one group; None = a snapshot saved before the key existed)
         st.caption(ONE_GROUP_LINE)
+    tiers = tier_charts.tier_occupancy(snap.summary, snap.steps)
+    if tiers is not None:  # runs with KV tiers below the GPU pool (docs/TIERS.md)
+        st.plotly_chart(tiers, key=f"{key}-tiers")
     show_glossary()
     left, right = st.columns(2)
     left.plotly_chart(charts.queue_and_batch(snap.steps), key=f"{key}-queue")

@@ -79,6 +79,18 @@ def _fleet_fields(sb: Any) -> dict[str, Any]:
     return out
 
 
+def _tier_widgets(sb: Any) -> dict[str, Any]:
+    """KV tiers below the GPU pool (docs/TIERS.md): they reuse prefix-cached blocks, so they show
+    with prefix caching on. 0 GiB = no such tier."""
+    cpu = bounded.number(sb, "CPU DRAM KV tier per replica (GiB)", 0.0, 65_536.0, 0.0, step=50.0, key="cpu_tier",
+                         help="blocks stored in host memory and loaded back over PCIe before a prefill")
+    nvme = bounded.number(sb, "NVMe KV tier per node (GiB)", 0.0, 1_048_576.0, 0.0, step=500.0, key="nvme_tier")
+    out: dict[str, Any] = {"cpu_tier_gib": float(cpu), "nvme_tier_gib": float(nvme)}
+    if cpu or nvme:
+        out["tier_policy"] = _choice(sb, "Tier policy", "tier_policy", key="tier_policy")
+    return out
+
+
 def uploaded_model(where: Any = None, key: str = "model_file") -> str | None:
     """A user's config.json: checked by sim.guard.uploads before it is kept (outside the checkout). The
     kept path is the session's (MODEL_PATH), so Simulate, Compare, Plan and Capacity share one upload."""
@@ -168,6 +180,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         reserve = _choice(sb, "Reserve policy", "reserve", key="reserve")
         placement = _choice(sb, "Placement", "placement", key="placement")
     prefix = sb.checkbox("Prefix caching", DEFAULT.prefix_caching, key="prefix", bind=BIND)
+    tiers = _tier_widgets(sb) if prefix else {}
 
     sb.subheader("Scheduler")
     chunked = sb.checkbox("Chunked prefill", DEFAULT.chunked_prefill, key="chunked", bind=BIND)
@@ -187,7 +200,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
             chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup), cost_source=cost_source,
-            profile=profile, **fleet,
+            profile=profile, **fleet, **tiers,
         )
     except ScenarioError as exc:
         sb.error(public_error(exc))
