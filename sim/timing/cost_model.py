@@ -106,12 +106,13 @@ class CostModel:
         calibration use it)."""
         kwargs: dict[str, Any] = rl.roofline_terms(spec, gpu, scenario)
         kwargs["api_overhead_s"] = float(scenario.api_overhead_s)
-        if scenario.offload_layers:
+        offload = float(getattr(scenario, "offload_layers", 0.0) or 0.0)  # a Scenario's; other knob sets have none
+        if offload:
             from sim.timing.layer_offload import gpu_share
 
-            kwargs["offload_kv_bytes_per_token"] = kwargs["kv_bytes_per_token"] * (
-                1.0 - gpu_share(spec.num_layers, scenario.offload_layers))
-            kwargs["host_bandwidth"] = float(scenario.host_link_gb_s) * 1e9 if scenario.host_link_gb_s else gpu.host_link_bandwidth
+            host_gbs = getattr(scenario, "host_link_gb_s", None)
+            kwargs["offload_kv_bytes_per_token"] = kwargs["kv_bytes_per_token"] * (1.0 - gpu_share(spec.num_layers, offload))
+            kwargs["host_bandwidth"] = float(host_gbs) * 1e9 if host_gbs else gpu.host_link_bandwidth
         kwargs.update(overrides)
         want = scenario.cost_source
         if scenario.profile:
