@@ -81,16 +81,26 @@ class FleetSimulation(Simulation):
             views = [LiveView(rep, slots[rep.index], table, t) for rep in reps]
             rep = reps[self.router.choose(self._requests(r, t), views)]
             self._assign(rep, r, t)
-            self._wake(rep, t)
+            self._wake(rep, t, arrival=True)
         self.routing_done = True
         for rep in reps:
-            self._wake(rep, env.now)
+            self.wake_idle(rep)
 
-    def _wake(self, rep: Replica, t: float) -> None:
+    def wake_idle(self, rep: Replica) -> None:
+        """Wake the replica if it sleeps with nothing to do (it may have to exit now)."""
+        if self.slots[rep.index].mode == "idle":
+            self._wake(rep, self.env.now)
+
+    def _wake(self, rep: Replica, t: float, arrival: bool = False) -> None:
+        """Something for `rep` at time t: an idle engine wakes; a decode run is cut at the first step
+        ending at or after t, except for an arrival behind a blocked queue (it only queues, as the
+        decode run contract's rule 5 says: book_run admits it before the run's last step)."""
         slot = self.slots[rep.index]
         wake: Any = slot.wake
         if not slot.mode or wake is None:
             return  # a general step in flight: the engine looks at everything when it ends
+        if arrival and slot.mode == "run" and rep.sched.num_waiting:
+            return
         if wake.triggered:  # woken already at this instant: the earliest time wins
             slot.cut_at = t if slot.cut_at is None else min(slot.cut_at, t)
             return

@@ -162,10 +162,10 @@ class PDFleet:
         d._assign(rep, r, t)  # noqa: SLF001
         d.received += 1
         d.routing_done = d.received >= d.expected
-        d._wake(rep, t)  # noqa: SLF001
+        d._wake(rep, t, arrival=True)  # noqa: SLF001
         if d.routing_done:
             for other in d.s.replicas:
-                d._wake(other, t)  # noqa: SLF001
+                d.wake_idle(other)
 
     def _source(self, drep: Replica) -> Callable[[int, int, float], float]:
         def start(r: int, tokens: int, now: float) -> float:
