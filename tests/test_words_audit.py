@@ -85,3 +85,22 @@ def test_bytes_per_token_is_per_gpu_all_groups_with_the_replica_total_beside_it(
     assert "131,072 bytes per token per GPU, all layer groups;" in kv_pool_line(
         dict(summary, bytes_per_token=131_072), "paged", "bf16", tp=1)
     assert "one GPU" in dict(KV_BYTES)["KV bytes per token"] and "layer groups" in dict(KV_BYTES)["KV bytes per token"]
+
+
+def test_the_gpu_page_compares_times_only_with_a_simulation_of_the_same_device():
+    """A tiny model measured on the CPU was set against the H100 roofline (+108,008%): without a
+    profile of the device that ran, only the device-independent rows are compared, and it says why."""
+    from gpu_backend.overlay import overlay_table, times_not_comparable
+
+    lat = {"mean": 2.0, "p50": 2.0, "p90": 4.0}
+    m = {k: lat for k in ("ttft_s", "tpot_s", "e2e_s")} | {"throughput_tok_s": 13.0, "mean_batch_size": 3.0,
+                                                             "num_preemptions": 2, "kv_cache_usage_perc": {"peak": 0.5},
+                                                             "device": "cpu"}
+    s = {k: {"mean": 0.002, "p50": 0.002, "p90": 0.004} for k in ("ttft_s", "tpot_s", "e2e_s")} | {
+        "throughput_tok_s": 10000.0, "mean_batch_size": 3.0, "num_preemptions": 2, "kv_cache_usage_perc": {"peak": 0.5}}
+    on_cpu = Scenario(gpu="h100-sxm")
+    why = times_not_comparable(m, on_cpu)
+    assert why is not None and "cpu" in why and "h100-sxm" in why and "profile" in why
+    assert overlay_table(m, s, times=False)["metric"].tolist() == ["num_preemptions", "peak KV usage"]
+    assert times_not_comparable(m | {"device": "cuda:0"}, on_cpu) is None  # measured on a GPU: compared
+    assert times_not_comparable(m, on_cpu.replace(profile="cpu_profile.json")) is None  # a profile of this device

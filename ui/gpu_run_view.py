@@ -42,16 +42,19 @@ def live(job: GpuRuns) -> None:
 
 def measured_vs_simulated(label: str, result: SimResult, trace: Trace) -> None:
     """One measured run beside the simulation of the same requests: error table, timelines, CDFs."""
-    from gpu_backend.overlay import overlay_table, simulate_like
+    from gpu_backend.overlay import overlay_table, simulate_like, times_not_comparable
 
     with stop_on_error("simulation failed", (Exception,)):
         sim = simulate_like(result, trace, bool(result.summary.get("offline")))
     m = result.summary
     st.subheader(f"Measured by {label} vs simulated")
-    if result.scenario.profile is None:
+    apart = times_not_comparable(m, result.scenario)
+    if apart:
+        st.info(apart)
+    elif result.scenario.profile is None:
         st.caption(f"The simulation uses the roofline for {result.scenario.gpu}; calibrate it with "
                    "`python -m gpu_backend profile` and set the profile for a like-for-like time comparison.")
-    st.dataframe(gpu_view.overlay_display(overlay_table(m, sim.summary)), hide_index=True)
+    st.dataframe(gpu_view.overlay_display(overlay_table(m, sim.summary, times=apart is None)), hide_index=True)
     if m.get("measured_by") == "vLLM":
         st.caption(f"vLLM {m['vllm_version']} on CPU: {m['num_blocks']} KV blocks of {m['block_size']} tokens; "
                    f"engine start {m['engine_start_s']:.1f} s (not in the timings)")
@@ -66,6 +69,8 @@ def measured_vs_simulated(label: str, result: SimResult, trace: Trace) -> None:
         st.plotly_chart(charts.overlay_timeline({"torch allocated": result.steps}, "mem_allocated_bytes",
                                                 "Measured GPU memory", "GiB", scale=1 / 2**30), key=f"gpu_mem_{label}")
     reqs = {f"measured: {label}": result.requests, "simulated": sim.requests}
+    if apart:  # latency CDFs of two devices say nothing about the simulator
+        return
     for col, key in zip(st.columns(3), ("ttft_s", "tpot_s", "e2e_s"), strict=True):
         col.plotly_chart(charts.overlay_cdf(reqs, key), key=f"gpu_cdf_{key}_{label}")
 
