@@ -130,3 +130,16 @@ def test_pareto_chart_draws_the_rate_interval():
     assert list(bars.array) == [pytest.approx(100.0)] and list(bars.arrayminus) == [pytest.approx(100.0)]
     rows[0]["max_rate_interval"] = None
     assert pareto_figure(rows, []).data[0].error_y.array is None
+
+
+def test_validate_reports_interval_coverage_of_the_measured_windows():
+    """sim validate says how many measured window means fall inside the simulated 90% intervals
+    (the 40-request sample: 8 of 12; the full shared run: 87 of 90)."""
+    from sim.fidelity.validate import interval_coverage
+
+    run = load_run_dir(ROOT / "samples" / "vllm_run")
+    v = validate(run)
+    c = interval_coverage(run, v.result)
+    assert c["windows"] == 12 and c["by_metric"]["ttft_s"][1] == 4 and c["method"] == VALIDATED_METHOD
+    assert c["inside"] == sum(n for n, _ in c["by_metric"].values()) == 8
+    assert v.as_dict()["interval_coverage"] == c

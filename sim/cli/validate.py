@@ -28,6 +28,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _coverage_line(v: Any) -> str:
+    from sim.fidelity.validate import interval_coverage
+
+    c = interval_coverage(v.run, v.result)
+    if not c["windows"]:
+        return "intervals: no window to check"
+    return (f"intervals ({c['method']}, nominal {c['level']:.0%}): {c['inside']} of {c['windows']} measured "
+            f"window means inside ({c['inside'] / c['windows']:.0%})")
+
+
 def _pool_line(v: Any) -> str:
     from sim.fidelity.validate import predicted_pool
 
@@ -48,7 +58,7 @@ def format_validation(v: Any) -> str:
 
     lines = [f"run {v.run.source}: {len(v.run.requests)} requests on {v.scenario.gpu}; "
              f"step times from {v.result.summary['cost_model']['source']}",
-             _pool_line(v),
+             _pool_line(v), _coverage_line(v),
              f"{'metric':<20}{'stat':<6}{'measured':>14}{'simulated':>14}{'error':>9}"]
     for row in v.table.itertuples():
         err = "-" if not math.isfinite(row.error) else f"{row.error:+.1%}"

@@ -46,6 +46,7 @@ class Validation:
         return {
             "run": self.run.source, "scenario": self.scenario.to_dict(), "cost_model": cm,
             "num_gpu_blocks": predicted_pool(self.run),
+            "interval_coverage": interval_coverage(self.run, self.result),
             "comparison": self.table.replace({np.nan: None}).to_dict(orient="records"),
             "series": self.series.replace({np.nan: None}).to_dict(orient="list"),
         }
@@ -60,6 +61,25 @@ def run_gpu(run: MeasuredRun) -> Any:
         raise RunError(f"{run.source}: the run does not name its GPU ({e.device_name!r}): give --gpu "
                        "(a GPU catalog name) to simulate it")
     return gpu_for_device(e.device_name)
+
+
+def interval_coverage(run: MeasuredRun, result: Any) -> dict[str, Any]:
+    """How many of the run's windows (10 requests in arrival order) fall inside the simulated run's
+    90% intervals, per metric and in all: {"level", "method", "inside", "windows", "by_metric"}."""
+    from sim.timing.intervals import window_log_residuals
+
+    method = result.summary.get("interval_method") or {}
+    bounds = method.get("log_bounds") or {}
+    res = window_log_residuals(run.requests, result.requests, int(method.get("window_requests", 10)))
+    by_metric, inside, total = {}, 0, 0
+    for metric, (lo, hi) in bounds.items():
+        r = res[metric].to_numpy()
+        r = r[np.isfinite(r)]
+        n_in = int(((r >= lo) & (r <= hi)).sum())
+        by_metric[metric] = [n_in, len(r)]
+        inside, total = inside + n_in, total + len(r)
+    return {"level": method.get("level"), "method": method.get("method"), "inside": inside, "windows": total,
+            "by_metric": by_metric}
 
 
 def predicted_pool(run: MeasuredRun) -> dict[str, Any]:
