@@ -70,3 +70,15 @@ def test_plan_page_answers_aggregated_or_disaggregated():
     df = at.dataframe[0].value
     assert len(df) == 2 and any("pd=1:1" in c for c in df["config"]) and (df["max req/s"] > 0).all()
     assert at.success[0].value.startswith("Best (lowest $ per million output tokens): ")
+
+
+def test_a_pd_fleet_survives_a_snapshot_round_trip():
+    from sim.report.snapshot import Snapshot
+
+    trace = synthetic(n=20, rate=2.0, seed=4, input="lognormal:mean=2000:sigma=0.3")
+    res = simulate(trace, BASE.replace(pd="1:2", kv_budget_gib=4.0))
+    snap = Snapshot.from_result(res, trace)
+    back = Snapshot.from_json(snap.to_json())
+    assert back.scenario.pd == "1:2" and back.summary["fleet"] == res.summary["fleet"]
+    assert back.summary["kv_transfer_bytes"] == res.summary["kv_transfer_bytes"]
+    assert "<h2>Fleet</h2>" in html_report(back)
