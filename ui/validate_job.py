@@ -36,6 +36,8 @@ class Shown:
     failed: int = 0  # requests the run recorded as failed
     observed: dict[str, Any] | None = None  # meta.json's `observed` (a `sim observe` record)
     profile: dict[str, Any] | None = None  # the calibration profile fitted on the run, when asked
+    pool: dict[str, Any] | None = None  # measured vs vLLM-accounted num_gpu_blocks (sim.fidelity.validate)
+    coverage: dict[str, Any] | None = None  # measured windows inside the simulated 90% intervals
 
 def files_digest(files: Files | None, overrides: Overrides = (), fit: bool = False) -> str:
     """What keys a replay: the files' names and bytes ("" hashed for the bundled sample), the engine
@@ -81,5 +83,8 @@ def replay(files: Files | None, overrides: Overrides = (), fit: bool = False) ->
 
         profile = from_run(run)
     observed = run.meta.get("observed") if isinstance(run.meta.get("observed"), dict) else None
+    from sim.fidelity.validate import interval_coverage, predicted_pool
+
     return Shown(run.source, engine, v.result.summary["cost_model"], v.table, v.series, run.requests,
-                 v.result.requests, run.meta.get("assumed") or None, run.failed, observed, profile)
+                 v.result.requests, run.meta.get("assumed") or None, run.failed, observed, profile,
+                 predicted_pool(run), interval_coverage(run, v.result))

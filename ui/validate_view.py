@@ -73,6 +73,21 @@ def show_provenance(shown: Shown) -> None:
                    + "; ".join(f"{k} = {v}" for k, v in shown.assumed.items()))
 
 
+def fidelity_lines(shown: Shown) -> list[str]:
+    """The KV pool vLLM's accounting predicts beside the measured one, and how many measured windows
+    fall inside the simulated 90% intervals (docs/CALIBRATION.md)."""
+    out = []
+    p = shown.pool or {}
+    if p.get("predicted") is not None:
+        out.append(f"KV pool: {p['measured']:,} blocks measured, {p['predicted']:,} by vLLM {p['vllm_version']}'s "
+                   f"start-up accounting ({p['error']:+.1%}); the replay uses the measured pool.")
+    c = shown.coverage or {}
+    if c.get("windows"):
+        out.append(f"Intervals ({c['method']}, nominal {c['level']:.0%}): {c['inside']} of {c['windows']} measured "
+                   f"10-request window means fall inside ({c['inside'] / c['windows']:.0%}).")
+    return out
+
+
 def display_table(table: pd.DataFrame) -> pd.DataFrame:
     """The comparison in readable units: seconds, milliseconds for TPOT, errors in percent."""
     rows = []
@@ -89,6 +104,8 @@ def show(shown: Shown) -> None:
     st.subheader(f"Run {shown.source}")
     st.caption(shown.engine)
     st.caption(f"Step times: {cm.get('source')}" + (f" ({cm['detail']})" if cm.get("detail") else ""))
+    for line in fidelity_lines(shown):
+        st.caption(line)
     means = shown.table[shown.table["stat"] == "mean"]
     cols = st.columns(len(means))
     for col, r in zip(cols, means.itertuples(), strict=True):
