@@ -146,7 +146,7 @@ def format_table(out: dict[str, Any]) -> str:
     if out.get("step_times"):
         lines.append(out["step_times"])
     best = out["best"]
-    lines.append(f"best: {labels[best['row']]}" if best else "best: no configuration meets the SLO at any rate")
+    lines.append(f"best ({best.get('criterion', 'lowest $')}): {labels[best['row']]}" if best else "best: no configuration meets the SLO at any rate")
     return "\n".join(lines)
 
 
