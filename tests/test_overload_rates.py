@@ -97,3 +97,16 @@ def test_bundled_default_keeps_up(samples_dir, capsys):
     assert main(["run", "--trace", str(samples_dir / "azure_conv_slice.csv"), "--model", "llama-3-8b",
                  "--gpu", "rtx-4090", "--json", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["overloaded"] is False
+
+
+def test_compare_keeps_up_follows_the_same_rule():
+    """Compare once said "keeps up: yes" at a TTFT p99 of 208 s: its column reads the same verdict."""
+    from sim.report.compare_words import comparison_rows
+    from sim.report.served import compared_verdicts
+
+    cap = capacity()
+    falling, calm = run(phases((4 * cap, 40), (0.2 * cap, 160))), run(phases((0.5 * cap, 120)))
+    rows = {r["scenario"]: r["keeps up"] for r in comparison_rows({"falling": falling, "calm": calm})}
+    assert rows == {"falling": "no (overloaded)", "calm": "yes"}
+    words = compared_verdicts({"falling": falling, "calm": calm})[0]
+    assert words.startswith("Overloaded: 1 of 2 runs") and "the median request waited" in words
