@@ -175,3 +175,16 @@ def test_all_full_fallback_without_the_hybrid_manager():
     assert hybrid.bytes_per_sequence(8192) == (512 + 9) * 18 * 16 * 2048
     with pytest.raises(PoolLayoutError, match="hybrid KV cache manager"):
         pool_layout(load_spec("qwen3-next-80b-a3b"), hybrid_manager=False)
+
+
+def test_moe_forward_peak_is_the_fused_moe_caches():
+    """Qwen3-30B-A3B (every layer MoE, top-8 of 128 experts of width 768, hidden 2,048): fused_moe's
+    cache13 + intermediate_cache2 per token = 8 x (max(2 x 768 / tp, 2,048) + 768 / tp) values,
+    larger than attention's (32 + 2 x 4) x 128 + 32 x 128; at 8,192 tokens in bf16."""
+    from sim.memory.vllm_profile import forward_peak_bytes
+
+    spec = load_spec("qwen3-30b-a3b")
+    assert forward_peak_bytes(spec, 1, 8192) == 8192 * (2 * 2048 + 8 * (2048 + 768)) * 2
+    assert forward_peak_bytes(spec, 2, 8192) == 8192 * (2 * 2048 + 8 * (2048 + 384)) * 2
+    llama = load_spec("llama-3.1-8b")  # dense: gate_up + activation
+    assert forward_peak_bytes(llama, 1, 8192) == 8192 * (2 * 4096 + 3 * 14336) * 2

@@ -95,7 +95,8 @@ def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str 
     heads = spec.num_attention_heads // tp
     attn = (heads + 2 * kv_heads_per_gpu(spec, tp)) * d + heads * d
     inter = spec.moe.dense_intermediate if spec.moe else spec.intermediate_size
-    mlp = (inter * (2 if spec.layout.mlp_gated else 1) + inter) // tp
+    has_dense = spec.moe is None or spec.moe.moe_layers < spec.num_layers
+    mlp = (inter * (2 if spec.layout.mlp_gated else 1) + inter) // tp if has_dense else 0
     if spec.moe is not None:
         n = 2 * spec.moe.expert_intermediate // tp
         mlp = max(mlp, spec.moe.experts_per_tok * (max(n, h) + n // 2))
