@@ -118,3 +118,23 @@ def test_reused_starts_give_the_same_rates_within_tolerance():
     for a, b in zip(full, fast, strict=True):
         assert abs(b["max_rate_per_s"] / a["max_rate_per_s"] - 1) <= 0.02
     assert sum(r["probes"] for r in fast) < sum(r["probes"] for r in full)
+
+
+@pytest.mark.slow
+def test_a_fleet_behind_a_router_stops_early_with_the_same_rows(monkeypatch):
+    """Two replicas behind least-outstanding run through StoppingFleetSimulation."""
+    stops = []
+
+    def counted(slo, table):
+        reason = certain_misses(slo, table)
+        stops.extend([reason] if reason else [])
+        return reason
+
+    monkeypatch.setattr(early_stop, "certain_misses", counted)
+    workload = Workload.from_ref("synthetic:preset=sharegpt-like,n=300,rate=8,seed=3")
+    configs = [Scenario(model="llama-3-8b", gpu="h100-sxm", replicas=2, router="least-outstanding", kv_budget_gib=1.0)]
+    slo = parse_slo("ttft_p99=1")
+    full = search(workload, configs, SearchOptions(slo, early_stop=False, reuse=False)).rows
+    fast = search(workload, configs, SearchOptions(slo)).rows
+    assert full[0]["max_rate_per_s"] > 0 and stops
+    assert {k: v for k, v in full[0].items() if k != "missed_above"} == {k: v for k, v in fast[0].items() if k != "missed_above"}
