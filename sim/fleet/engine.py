@@ -43,7 +43,7 @@ class FleetSimulation(Simulation):
         self.state_free = kind.state_free
         self.slots = [Slot() for _ in setup.replicas]
         self.routing_done = False
-        self._requests = _request_source(trace, setup.table.prompt)
+        self.request_of = _request_source(trace, setup.table.prompt)
         self.samples = fleet_metrics.ReplicaSamples(len(setup.replicas))
         if kind.name == "round-robin":  # build() already split the trace round-robin
             for rep, slot in zip(setup.replicas, self.slots, strict=True):
@@ -61,10 +61,10 @@ class FleetSimulation(Simulation):
     def _route_all_now(self) -> None:
         reps = self.s.replicas
         for r, t in zip(self._order, self._seen, strict=True):
-            self._assign(reps[self.router.choose(self._requests(r, t), ())], r, t)
+            self.assign(reps[self.router.choose(self.request_of(r, t), ())], r, t)
         self.routing_done = True
 
-    def _assign(self, rep: Replica, r: int, t: float) -> None:
+    def assign(self, rep: Replica, r: int, t: float) -> None:
         rep.arrivals.append(r)
         rep.times.append(t)
         slot = self.slots[rep.index]
@@ -79,9 +79,9 @@ class FleetSimulation(Simulation):
                 self.events += 1
                 yield env.timeout(t - env.now)
             views = [LiveView(rep, slots[rep.index], table, t) for rep in reps]
-            rep = reps[self.router.choose(self._requests(r, t), views)]
-            self._assign(rep, r, t)
-            self._wake(rep, t, arrival=True)
+            rep = reps[self.router.choose(self.request_of(r, t), views)]
+            self.assign(rep, r, t)
+            self.wake(rep, t, arrival=True)
         self.routing_done = True
         for rep in reps:
             self.wake_idle(rep)
@@ -89,9 +89,9 @@ class FleetSimulation(Simulation):
     def wake_idle(self, rep: Replica) -> None:
         """Wake the replica if it sleeps with nothing to do (it may have to exit now)."""
         if self.slots[rep.index].mode == "idle":
-            self._wake(rep, self.env.now)
+            self.wake(rep, self.env.now)
 
-    def _wake(self, rep: Replica, t: float, arrival: bool = False) -> None:
+    def wake(self, rep: Replica, t: float, arrival: bool = False) -> None:
         """Something for `rep` at time t: an idle engine wakes; a decode run is cut at the first step
         ending at or after t, except for an arrival behind a blocked queue (it only queues, as the
         decode run contract's rule 5 says: book_run admits it before the run's last step)."""

@@ -47,7 +47,7 @@ def timeline(samples: ReplicaSamples) -> dict[str, Any]:
             "queue": [row[pick] for row in samples.queue]}
 
 
-def _mean(xs: list[Any]) -> float:
+def mean(xs: list[Any]) -> float:
     return float(sum(xs) / len(xs)) if xs else 0.0
 
 
@@ -68,8 +68,8 @@ def fleet_summary(sim: Any, res: SimResult) -> dict[str, Any]:
         per.append({
             "replica": i, "routed": slot.routed, "steps": rep.steps,
             "prefix_cache_hit_rate": h / q if q else 0.0,
-            "kv_usage_mean": _mean(samples.kv_usage[i]), "kv_usage_peak": max(samples.kv_usage[i], default=0.0),
-            "queue_mean": _mean(samples.queue[i]),
+            "kv_usage_mean": mean(samples.kv_usage[i]), "kv_usage_peak": max(samples.kv_usage[i], default=0.0),
+            "queue_mean": mean(samples.queue[i]),
             "utilisation": max(0.0, 1.0 - samples.idle_s[i] / span) if span > 0 else 0.0,
         })
     imbalance = routing_imbalance(routed)

@@ -156,13 +156,13 @@ class PDFleet:
         """Prefill of r ended on `prep` at t: pick a decode replica and queue r there."""
         d = self.decode
         views = [LiveView(rep, d.slots[rep.index], d.s.table, t) for rep in d.s.replicas]
-        rep = d.s.replicas[self.decode_router.choose(d._requests(r, t), views)]  # noqa: SLF001
+        rep = d.s.replicas[self.decode_router.choose(d.request_of(r, t), views)]
         self.source_of[r] = prep.index
         self.handed_at[r] = t
-        d._assign(rep, r, t)  # noqa: SLF001
+        d.assign(rep, r, t)
         d.received += 1
         d.routing_done = d.received >= d.expected
-        d._wake(rep, t, arrival=True)  # noqa: SLF001
+        d.wake(rep, t, arrival=True)
         if d.routing_done:
             for other in d.s.replicas:
                 d.wake_idle(other)
@@ -177,7 +177,7 @@ class PDFleet:
             self.log.rows.append((r, total, now, done, p, drep.index))
             prep = self.prefill.s.replicas[p]
             prep.sched.release_at(r, done)  # type: ignore[attr-defined]
-            self.prefill._wake(prep, done)  # noqa: SLF001
+            self.prefill.wake(prep, done)
             return done
         return start
 
@@ -229,7 +229,7 @@ def _pool(role: str, dep: Deployment, res: metrics.SimResult) -> dict[str, Any]:
     fl = res.summary["fleet"]
     return {"role": role, "replicas": len(fl["replicas"]), "tp": dep.scenario.tp,
             "routing_imbalance": res.summary["routing_imbalance"],
-            "kv_usage_mean": fleet_metrics._mean([r["kv_usage_mean"] for r in fl["replicas"]]),  # noqa: SLF001
+            "kv_usage_mean": fleet_metrics.mean([r["kv_usage_mean"] for r in fl["replicas"]]),
             "num_steps": res.summary["num_steps"]}
 
 
