@@ -104,3 +104,17 @@ def test_the_gpu_page_compares_times_only_with_a_simulation_of_the_same_device()
     assert overlay_table(m, s, times=False)["metric"].tolist() == ["num_preemptions", "peak KV usage"]
     assert times_not_comparable(m | {"device": "cuda:0"}, on_cpu) is None  # measured on a GPU: compared
     assert times_not_comparable(m, on_cpu.replace(profile="cpu_profile.json")) is None  # a profile of this device
+
+
+def test_sim_search_offers_the_three_criteria(capsys):
+    import json
+
+    from sim.__main__ import main
+
+    assert main(["search", "--synthetic", "preset=sharegpt-like,n=200,rate=5,seed=2", "--model", "llama-3-8b",
+                 "--gpu", "h100-sxm,l40s", "--slo", "ttft_p99=1", "--target-rate", "20", "--best-by", "rate",
+                 "--tolerance", "0.1", "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows, best = out["rows"], out["best"]
+    assert best["criterion"] == "highest requests/s per GPU"
+    assert rows[best["row"]]["max_rate_per_s"] == max(r["max_rate_per_s"] for r in rows)  # one GPU per row

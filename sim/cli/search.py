@@ -15,6 +15,7 @@ from typing import Any
 
 from sim.cli.common import CliError, print_json
 from sim.cli.scenario_args import FIELDS, add_trace_args
+from sim.plan.rank import CRITERIA
 from sim.scenario import Scenario
 
 BOOL_FIELDS = ("prefix_caching", "chunked_prefill")
@@ -44,6 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="local worker processes (default: one per CPU core, at most one per configuration; 1: in this process)")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run probes as Ray tasks: 'auto' joins a running cluster "
                    "or starts a local one; or a cluster address (ray://head:10001)")
+    p.add_argument("--best-by", choices=tuple(CRITERIA), default="cost",
+                   help="what 'best' means: lowest $ (default), fewest GPUs for the target, highest requests/s per GPU")
     p.add_argument("--json", action="store_true", help="print {rows, best, pareto, ...} as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -88,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     callback, bar = progress_bar(len(configs), not args.no_progress and not args.json)
     try:
         result = search(workload, configs, options, workers=workers, ray=args.ray, progress=callback)
+        result.best_by = args.best_by
     finally:
         if bar is not None:
             bar.close()

@@ -27,12 +27,13 @@ class SearchResult:
     configs: int = 0
     step_times: str = ""  # the one step-time source of every row, in a sentence (sim.plan.one_source)
     tolerance: float = 0.02  # the bisection's: each row's rate is known to within it
+    best_by: str = "cost"  # what "best" means (sim.plan.rank.CRITERIA)
 
     def to_dict(self) -> dict[str, Any]:
         return {"slo": self.slo, "target_rate": self.target_rate, "configs": self.configs, "step_times": self.step_times,
                 "tolerance": self.tolerance,
                 "completed": len(self.rows), "cancelled": self.cancelled, "rows": self.rows,
-                "best": best_row(self.rows, self.target_rate), "pareto": pareto_rows(self.rows)}
+                "best": best_row(self.rows, self.target_rate, self.best_by), "pareto": pareto_rows(self.rows)}
 
 
 def search(workload: Workload, configs: list[Scenario], options: SearchOptions, *, workers: int = 1,
