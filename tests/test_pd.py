@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from models.links import get_link
 from sim.fleet.pd import PDFleet, transfer_bytes
@@ -65,14 +66,17 @@ def test_tpot_p99_below_the_aggregated_fleet_at_equal_gpus():
     assert pd_.summary["tpot_s"]["p99"] < agg.summary["tpot_s"]["p99"]
 
 
-def test_blocks_are_conserved_across_pools_at_every_step():
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), pd=st.sampled_from(["1:1", "2:1", "1:2"]),
+       link=st.sampled_from(["rdma-100g", "ethernet-25g", "nvlink-h100"]), budget=st.sampled_from([1.5, 3.0, 8.0]),
+       pipelined=st.booleans())
+def test_blocks_are_conserved_across_pools_at_every_step(seed, pd, link, budget, pipelined):
     """Property: at every step of either pool, each replica's blocks in use are exactly the blocks of
     the requests it holds (running, loading, or finished and waiting for their KV to leave), a request
     holds blocks in the prefill pool only until its transfer completes, and both pools end empty."""
-    rng = np.random.default_rng(7)
-    trace = synthetic(n=80, rate=6.0, input="lognormal:mean=3000:sigma=0.6", output="lognormal:mean=80:sigma=0.6",
-                      seed=int(rng.integers(1000)))
-    sc = BASE.replace(pd="2:1", kv_budget_gib=3.0, kv_link="rdma-100g")
+    trace = synthetic(n=60, rate=6.0, input="lognormal:mean=3000:sigma=0.6", output="lognormal:mean=80:sigma=0.6",
+                      seed=seed)
+    sc = BASE.replace(pd=pd, kv_budget_gib=budget, kv_link=link, kv_layer_pipelined=pipelined)
     fleet = PDFleet(trace, sc)
     checked = [0]
 
@@ -98,14 +102,14 @@ def test_blocks_are_conserved_across_pools_at_every_step():
         sim.record_step, sim.book_run = wrapped_step, wrapped_run
     fleet.run()
     res = fleet.result(trace.digest(), 0.0)
-    assert checked[0] > 100
+    assert checked[0] > 50
     for sim in (fleet.prefill, fleet.decode):
         for rep in sim.s.replicas:
             assert rep.alloc.num_used_blocks == 0
     done = {r: d for r, _, _, d, _, _ in fleet.log.rows}
     first = fleet.decode.s.table.first_token_s
     assert all(first[r] > done[r] for r in done)  # the decode side starts after the KV arrived
-    assert res.summary["completed"] == 80
+    assert res.summary["completed"] + res.summary["rejected"] == 60
 
 
 @pytest.mark.parametrize("pd, link", [("1:2", "rdma-100g"), ("2:1", "ethernet-25g")])
