@@ -35,7 +35,9 @@ TIER_MAX_GIB = 1 << 20  # 1 PiB: a remote store may be far larger than any GPU b
 TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0.0, "tier_policy": "write-through",
                  "host_link_gb_s": None, "offload_layers": 0.0}
 FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
-                  "kv_link": "rdma-400g", "kv_layer_pipelined": False}
+                  "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
+                  "gpus_per_node": 8}
+MAX_GPUS_PER_NODE = 72  # GB200 NVL72, the largest NVLink domain sold as one system
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
 CHOICES: dict[str, Registry[Any]] = {
@@ -48,6 +50,7 @@ CHOICES: dict[str, Registry[Any]] = {
     "weight_dtype": WEIGHT_DTYPES,
     "tier_policy": TIER_POLICIES,
     "router": ROUTERS,
+    "decode_router": ROUTERS,
     "kv_link": LINKS,
 }
 
@@ -70,6 +73,9 @@ class Scenario:
     decode_tp: int | None = None
     kv_link: str = "rdma-400g"
     kv_layer_pipelined: bool = False
+    decode_router: str = "least-outstanding"  # P/D: which decode replica takes each prefilled request
+    # GPUs per node (8: DGX/HGX H100): replicas of one node share its NVMe tier (sim/fleet/layout.py).
+    gpus_per_node: int = 8
     weight_dtype: str = "native"  # as the checkpoint ships (bf16 for most; mxfp4 experts for gpt-oss, fp8 for DeepSeek)
     kv_dtype: str = "bf16"
     kv_heads: int | None = None  # GQA what-if: None = the model's own
@@ -132,6 +138,7 @@ class Scenario:
         for name, hi in optional.items():
             if getattr(self, name) is not None:
                 whole(getattr(self, name), f"scenario: {name}", 1, hi, ScenarioError)
+        whole(self.gpus_per_node, "scenario: gpus_per_node", 1, MAX_GPUS_PER_NODE, ScenarioError)
         whole(self.seed, "scenario: seed", 0, limits.MAX_SEED, ScenarioError)
         number(self.gpu_mem_util, "scenario: gpu_mem_util", 0.0, 1.0, ScenarioError, lo_open=True)
         if self.kv_budget_gib is not None:

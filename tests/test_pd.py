@@ -189,3 +189,42 @@ def test_pd_with_static_batching_is_one_line():
 
     with pytest.raises(ScenarioError, match="needs continuous batching"):
         BASE.replace(pd="1:1", static_batch=8)
+
+
+def test_gpus_per_node_sets_the_node_of_each_replica():
+    from sim.errors import ScenarioError
+    from sim.fleet.layout import pools_of
+
+    assert BASE.replace(gpus_per_node=8).digest() == BASE.digest()  # the default: digests of older runs stand
+    four = pools_of(BASE.replace(replicas=4, tp=2, gpus_per_node=4))[0]
+    assert four.replicas_per_node == 2 and [four.node_of(i) for i in range(4)] == [0, 0, 1, 1]
+    wide = pools_of(BASE.replace(pd="2:2", prefill_tp=8, decode_tp=2, gpus_per_node=4))
+    assert [wide[0].node_of(i) for i in range(2)] == [0, 1]  # a replica wider than a node: one per node
+    assert [wide[1].node_of(i) for i in range(2)] == [0, 0]
+    for bad in (0, 73, 2.5):
+        with pytest.raises(ScenarioError, match="gpus_per_node"):
+            BASE.replace(gpus_per_node=bad)
+
+
+def test_nvme_tier_is_shared_per_node_of_gpus_per_node():
+    from sim.run.tier_setup import build_tiers
+
+    sc = BASE.replace(replicas=4, tp=2, prefix_caching=True, nvme_tier_gib=1.0)
+    dep = Deployment.resolve(sc)
+    nodes = lambda s: sorted(n for n in build_tiers(s, dep, 4).tiers if n.startswith("nvme"))  # noqa: E731
+    assert nodes(sc) == ["nvme/node0"]  # 4 replicas x TP 2 = one node of 8
+    assert nodes(sc.replace(gpus_per_node=2)) == ["nvme/node0", "nvme/node1", "nvme/node2", "nvme/node3"]
+
+
+def test_decode_router_picks_the_decode_replica():
+    trace = long_prompts(n=30, rate=4.0)
+    sc = BASE.replace(pd="1:3")
+    assert sc.replace(decode_router="least-outstanding").digest() == sc.digest()
+    default, rr = simulate(trace, sc), simulate(trace, sc.replace(decode_router="round-robin"))
+    assert default.summary["fleet"]["decode_router"] == "least-outstanding"
+    assert rr.summary["fleet"]["decode_router"] == "round-robin"
+    picked = [t["decode"] for t in rr.summary["fleet"]["transfers"]]
+    assert [picked.count(i) for i in range(3)] == [10, 10, 10]  # round-robin: 30 handoffs, 10 per decode replica
+    base_decode = {t["req"]: t["decode"] for t in default.summary["fleet"]["transfers"]}
+    assert base_decode != {t["req"]: t["decode"] for t in rr.summary["fleet"]["transfers"]}
+    assert rr.summary["completed"] == default.summary["completed"] == 30

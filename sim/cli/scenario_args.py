@@ -13,7 +13,7 @@ from sim.scenario import CHOICES, Scenario
 
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "pd", "prefill_tp", "decode_tp", "kv_link",
-          "kv_layer_pipelined", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
+          "kv_layer_pipelined", "decode_router", "gpus_per_node", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
@@ -45,6 +45,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
                    help="--pd: the link the KV crosses (default %(default)s; docs/OPTIONS.md)")
     g.add_argument("--kv-layer-pipelined", action="store_true", default=d.kv_layer_pipelined,
                    help="--pd: send each layer's KV as it is computed (NIXL / Mooncake layer-wise)")
+    g.add_argument("--decode-router", default=d.decode_router, choices=CHOICES["decode_router"].names(),
+                   help="--pd: which decode replica takes each prefilled request (default %(default)s)")
+    g.add_argument("--gpus-per-node", type=int, default=d.gpus_per_node,
+                   help="GPUs per node: replicas of one node share its NVMe KV tier (default %(default)s)")
     g.add_argument("--weight-dtype", default=d.weight_dtype, choices=CHOICES["weight_dtype"].names())
     g.add_argument("--kv-dtype", default=d.kv_dtype, choices=CHOICES["kv_dtype"].names())
     g.add_argument("--kv-heads", type=int, help="GQA what-if: N kv heads")

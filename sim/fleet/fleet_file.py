@@ -18,7 +18,7 @@ from models.safe_json import loads
 from sim.errors import ScenarioError
 from sim.scenario import Scenario
 
-TOP = ("router", "router_kv_weight", "replicas", "tp", "kv_link", "kv_layer_pipelined", "pools")
+TOP = ("router", "router_kv_weight", "decode_router", "replicas", "tp", "gpus_per_node", "kv_link", "kv_layer_pipelined", "pools")
 POOL = ("role", "replicas", "tp")
 MAX_BYTES = 64 * 1024
 

@@ -1,6 +1,6 @@
 """The shape of a scenario's fleet: its pools, how many GPUs they take, and which node each replica
-is on (GPUS_PER_NODE GPUs per node, as a DGX/HGX H100 has 8: replicas of one node share its CPU
-memory and NVMe, the scope of a node-wide KV tier)."""
+is on (Scenario.gpus_per_node GPUs per node, 8 as a DGX/HGX H100 has: replicas of one node share its
+CPU memory and NVMe, the scope of a node-wide KV tier)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from sim.core.routing.pd_split import parse_pd
 from sim.scenario import Scenario
 
-GPUS_PER_NODE = 8  # NVIDIA DGX/HGX H100 and H200: 8 GPUs per node
-
 
 @dataclass(frozen=True)
 class Pool:
     role: str  # "aggregated", "prefill" or "decode"
     replicas: int
     tp: int
+    gpus_per_node: int = 8
 
     @property
     def gpus(self) -> int:
@@ -25,7 +24,7 @@ class Pool:
     @property
     def replicas_per_node(self) -> int:
         """Replicas that share one node (a replica wider than a node spans several: 1)."""
-        return max(1, GPUS_PER_NODE // self.tp)
+        return max(1, self.gpus_per_node // self.tp)
 
     def node_of(self, replica: int) -> int:
         """The node replica `replica` of this pool runs on (replicas fill nodes in order)."""
@@ -35,9 +34,11 @@ class Pool:
 def pools_of(scenario: Scenario) -> tuple[Pool, ...]:
     """One aggregated pool, or a prefill and a decode pool for `pd`."""
     if not scenario.pd:
-        return (Pool("aggregated", scenario.replicas, scenario.tp),)
+        return (Pool("aggregated", scenario.replicas, scenario.tp, scenario.gpus_per_node),)
     n_p, n_d = parse_pd(scenario.pd)
-    return (Pool("prefill", n_p, scenario.prefill_tp or scenario.tp), Pool("decode", n_d, scenario.decode_tp or scenario.tp))
+    per_node = scenario.gpus_per_node
+    return (Pool("prefill", n_p, scenario.prefill_tp or scenario.tp, per_node),
+            Pool("decode", n_d, scenario.decode_tp or scenario.tp, per_node))
 
 
 def fleet_gpus(scenario: Scenario) -> int:

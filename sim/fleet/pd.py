@@ -5,7 +5,8 @@ The handoff follows vLLM's P/D with the NIXL connector (vllm/distributed/kv_tran
 1. a request is routed to a prefill replica (the scenario's router) and prefilled there as a
    request of one output token (the disaggregation proxy sends it with max_tokens=1); that token
    is not streamed to the client;
-2. at the prefill's end the request goes to a decode replica (least outstanding requests); the
+2. at the prefill's end the request goes to a decode replica (the scenario's `decode_router`, least
+   outstanding requests by default: llm-d's and Dynamo's decode pick is load-based); the
    decode replica reserves blocks for the whole prompt before anything moves (if the pool cannot
    take them, the request waits there, FCFS: `pd_waited_for_blocks` counts them), then the KV moves
    (sim/core/remote_kv.py: vLLM's WAITING_FOR_REMOTE_KVS);
@@ -55,7 +56,9 @@ from sim.run.engine import Replica, build
 from sim.scenario import Scenario
 from sim.trace.model import Trace
 
-DECODE_ROUTER = "least-outstanding"
+# The decode pool's own simulation routes nothing (PDFleet._handoff picks with scenario.decode_router);
+# a state-dependent router there keeps its feeds empty until handoffs fill them.
+POOL_ROUTER = "least-outstanding"
 TRANSFERS_SHOWN = 500  # the first transfers, for the fleet view's timeline
 
 
@@ -127,7 +130,7 @@ class PDFleet:
         tp_p, tp_d = scenario.prefill_tp or scenario.tp, scenario.decode_tp or scenario.tp
         self.scenario = scenario
         self.dep_p = Deployment.resolve(scenario.replace(tp=tp_p, replicas=n_p, pd=None))
-        self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=DECODE_ROUTER))
+        self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=POOL_ROUTER))
         setup_p, setup_d = build(trace, self.dep_p), build(trace, self.dep_d)
         _reject_in_both(setup_p, setup_d)
         setup_p.table.output[setup_p.table.status != REJECTED] = 1  # the proxy's max_tokens=1
@@ -138,7 +141,7 @@ class PDFleet:
         self.decode.env = self.prefill.env
         self.decode.expected = int((setup_d.table.status != REJECTED).sum())
         self.decode.routing_done = self.decode.expected == 0
-        self.decode_router = ROUTERS.lookup(DECODE_ROUTER).make(RouterParams(n_d, scenario.seed))
+        self.decode_router = ROUTERS.lookup(scenario.decode_router).make(RouterParams(n_d, scenario.seed, scenario.router_kv_weight))
         link = get_link(scenario.kv_link)
         self.nic_p = [SharedLink(f"prefill{i}", link.effective_bandwidth * tp_p, link.latency_s) for i in range(n_p)]
         self.nic_d = [SharedLink(f"decode{i}", link.effective_bandwidth * tp_d, link.latency_s) for i in range(n_d)]
@@ -209,7 +212,7 @@ class PDFleet:
         gpus_d = len(self.decode.s.replicas) * self.dep_d.scenario.tp
         s["gpus"] = gpus_p + gpus_d
         s["routing_imbalance"] = p_res.summary["routing_imbalance"]
-        s["fleet"] = {"router": self.prefill.router_name, "decode_router": DECODE_ROUTER, "kv_link": self.scenario.kv_link,
+        s["fleet"] = {"router": self.prefill.router_name, "decode_router": self.scenario.decode_router, "kv_link": self.scenario.kv_link,
                       "layer_pipelined": self.scenario.kv_layer_pipelined,
                       "pools": [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)],
                       "replicas": p_res.summary["fleet"]["replicas"] + res.summary["fleet"]["replicas"]}

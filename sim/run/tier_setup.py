@@ -2,7 +2,7 @@
 
 Sharing, as real deployments have it: the CPU tier is one per replica (its GPUs' pinned host
 memory; the fleet's node pools may hand one object to several replicas), the NVMe tier one per
-node of GPUS_PER_NODE GPUs, the remote store one for the whole run. A tier of 0 GiB is absent.
+node of Scenario.gpus_per_node GPUs (8 by default), the remote store one for the whole run. A tier of 0 GiB is absent.
 
 Links (sim/core/link.py, FIFO per direction): each replica has its GPUs' host links, PCIe per GPU
 per direction (the GPU entry's host_link_bandwidth or --host-link-gb-s) x TP, since each rank
@@ -24,7 +24,6 @@ from sim.core.tiers.stack import TierLevel, TierStack
 from sim.errors import ScenarioError
 
 GiB = 1 << 30
-GPUS_PER_NODE = 8  # DGX/HGX H100 and A100 nodes
 
 
 @dataclass
@@ -78,10 +77,10 @@ class _Builder:
             tiers[name] = LRUTier(name, int(gib * GiB) // self.fleet.chunk_bytes)
         return tiers[name]
 
-    def levels(self, i: int, sizes: dict[str, float], tp: int, host_bw: float) -> list[TierLevel]:
+    def levels(self, i: int, sizes: dict[str, float], tp: int, host_bw: float, gpus_per_node: int = 8) -> list[TierLevel]:
         """Replica i's lower tiers in lookup order, with the links of their load and store paths."""
         cpu, nvme, remote = TIERS["cpu"], TIERS["nvme"], TIERS["remote"]
-        node = i * tp // GPUS_PER_NODE
+        node = i * tp // gpus_per_node
         h2d = self.link(f"pcie-h2d/replica{i}", host_bw * tp, cpu.latency_s)
         d2h = self.link(f"pcie-d2h/replica{i}", host_bw * tp, cpu.latency_s)
         out = []
@@ -115,7 +114,7 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     build = _Builder(fleet)
     for i in range(num_replicas):
         try:
-            fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw),
+            fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw, getattr(scenario, "gpus_per_node", 8)),
                                           scenario.block_size, bytes_per_block))
         except ValueError as exc:
             raise ScenarioError(f"scenario: {exc}") from None
