@@ -211,3 +211,16 @@ def test_tier_chart_stacks_the_gpu_pool_and_each_tier():
     assert [d.name for d in fig.data] == ["GPU pool (in use)", "cpu/replica0"]
     assert list(fig.data[0].y) == [1.0] and list(fig.data[1].y) == [3.0]
     assert tier_occupancy({}, steps) is None
+
+
+def test_tier_price_per_gpu_hour_hand_computed():
+    """2 replicas of TP 4 (8 GPUs, one node) with 1,000 GiB of CPU tier each and 4,000 GiB of NVMe:
+    DRAM 2 x 1,073.74 GB x $10/36 + NVMe 4,294.97 GB x $0.33/36 per month, over 730 h and 8 GPUs."""
+    from sim.plan.tier_prices import tier_usd_per_gpu_hour
+    from sim.scenario import Scenario
+
+    sc = Scenario(tp=4, replicas=2, prefix_caching=True, cpu_tier_gib=1000.0, nvme_tier_gib=4000.0)
+    gb = 2**30 / 1e9
+    monthly = 2 * 1000 * gb * 10 / 36 + 4000 * gb * 0.33 / 36
+    assert tier_usd_per_gpu_hour(sc, 8) == pytest.approx(monthly / 730 / 8)
+    assert tier_usd_per_gpu_hour(Scenario(), 1) == 0.0

@@ -26,6 +26,7 @@ from sim.plan.bracket import largest_passing
 from sim.plan.early_stop import ProbeMissed, simulate_or_stop
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.slo import Slo
+from sim.plan.tier_prices import tier_usd_per_gpu_hour
 from sim.plan.workload import Workload
 from sim.run.deployment import Deployment
 from sim.run.verdict import binding_detail
@@ -109,6 +110,9 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     tok_s_per_gpu = rate * per_request / gpus
     tpot = (s["tpot_s"] or {}).get("mean")
     price = price_for(scenario.gpu, options.prices)
+    tier_price = tier_usd_per_gpu_hour(scenario, gpus)  # KV tiers' DRAM and NVMe (sim/plan/tier_prices.py)
+    if price is not None and tier_price:
+        price += tier_price
     row: dict[str, Any] = {name: getattr(scenario, name) for name in options.shown}
     row.update({
         "gpus": gpus,
@@ -121,6 +125,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "tok_s_per_user": 1.0 / tpot if met and tpot else None,
         "gpus_for_target": gpus_for_target(options.target_rate, rate, gpus),
         "usd_per_gpu_hour": price,
+        **({"tier_usd_per_gpu_hour": tier_price} if tier_price else {}),
         "cost_per_mtok": cost_per_mtok(price, tok_s_per_gpu) if met else None,
         "binding": at.binding,
         "binding_shares": at.binding_shares,
