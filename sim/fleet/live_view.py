@@ -13,7 +13,7 @@ in docs/FLEET.md).
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,7 +37,7 @@ class Slot:
     mode: str = ""  # "idle", "run" (may be cut), "" (a general step or nothing to wake)
     wake: object = None  # a simpy Event while the engine sleeps or runs (cut or woken by it)
     cut_at: float | None = None
-    growth_memo: tuple[object, int, int] | None = None  # (run, steps, blocks): views at one step repeat
+    growth_memo: tuple[object, float, list[int] | None] | None = None  # (run_ids, first end, headroom)
     prefilling: list[int] = field(default_factory=list)  # routed here, no first token yet (pruned lazily)
     routed_prompt: int = 0  # prompt tokens routed here
     routed: int = 0
@@ -65,12 +65,13 @@ class LiveView:
 
     def pending_prefill_tokens(self) -> int:
         t, slot = self.table, self.slot
-        first = t.first_token_s
+        first, prompt, computed = t.first_token_s, t.prompt, t.computed
         slot.prefilling = [r for r in slot.prefilling if first[r] != first[r]]  # NaN: none yet
-        if not slot.prefilling:
-            return 0
-        ids = np.asarray(slot.prefilling, dtype=np.int64)
-        return int((t.prompt[ids] - np.minimum(t.computed[ids], t.prompt[ids])).sum())
+        total = 0
+        for r in slot.prefilling:  # a handful at most: Python beats numpy's per-call cost
+            p = int(prompt[r])
+            total += p - min(int(computed[r]), p)
+        return total
 
     def _growth_blocks(self) -> int:
         """Blocks the run in flight has taken by now, as stepping would have booked them."""
@@ -80,11 +81,13 @@ class LiveView:
             return 0
         steps = min(len(run.ends), 1 + bisect_right(run.ends, self.now))
         memo = slot.growth_memo
-        if memo is not None and memo[0] is run and memo[1] == steps:
-            return memo[2]
-        blocks = self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps)
-        slot.growth_memo = (run, steps, blocks)
-        return blocks
+        if memo is None or memo[0] is not ids or memo[1] != run.ends[0]:  # once per run (a cut keeps
+            # its first end; the scheduler reuses one ids array while the batch stays the same)
+            memo = slot.growth_memo = (ids, run.ends[0], _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids]))
+        headroom = memo[2]
+        if headroom is None:
+            return int(self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps))
+        return _growth_at(headroom, steps, self.block_size)
 
     def used_blocks(self) -> int:
         return self.rep.alloc.num_used_blocks + self._growth_blocks()
@@ -106,3 +109,20 @@ class LiveView:
 
     def tier_hit_tokens(self, req: RoutedRequest) -> dict[str, int]:
         return {}
+
+
+def _sorted_headroom(alloc: object, ids: np.ndarray, tokens: np.ndarray) -> list[int] | None:
+    """The batch's token headroom, ascending (None: the allocator has no whole-block headroom)."""
+    f = getattr(alloc, "token_headroom", None)
+    return None if f is None else sorted(f(ids, tokens).tolist())
+
+
+def _growth_at(headroom: list[int], steps: int, block_size: int) -> int:
+    """blocks_to_grow after `steps` tokens each, from the sorted headroom (PagedAllocator.token_headroom):
+    a request with headroom h < steps takes ceil((steps - h) / block_size) blocks."""
+    k = bisect_left(headroom, steps)
+    if k == 0:
+        return 0
+    if steps - headroom[0] <= block_size:  # each crossing request takes exactly one block
+        return k
+    return sum(-(-(steps - h) // block_size) for h in headroom[:k])

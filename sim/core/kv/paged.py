@@ -167,6 +167,14 @@ class PagedAllocator(KVAllocator):
             total = int(_sum((new[over] + (bs - 1)) // bs - self._cap[ids[over]] // bs))
         return total
 
+    def token_headroom(self, req_ids: Ids, num_tokens: Ids) -> np.ndarray:
+        """Token slots each request holds beyond `num_tokens` (its blocks x block_size minus it).
+        Every request holds whole blocks, so blocks_to_grow(ids, num_tokens + s) is the sum over
+        requests of max(0, ceil((s - headroom) / block_size)): a fleet's live view reads a decode
+        run's growth at any step from one array (sim/fleet/live_view.py)."""
+        ids, n = self._as_arrays(req_ids, num_tokens)
+        return self._cap[ids] - n
+
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` now, i.e. blocks_to_grow(req_ids, their
         lengths + num_new_tokens) <= num_free_blocks? Growing by g tokens takes at most
