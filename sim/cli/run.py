@@ -27,6 +27,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
     p.add_argument("--fleet", metavar="FILE", help="a fleet in JSON (router, replicas or prefill/decode pools, KV link; "
                    "docs/FLEET.md), applied over the scenario flags")
+    p.add_argument("--slo", metavar="SPEC", help="add a `goodput` key: requests meeting every limit, e.g. "
+                   "ttft_p99=1.0,tpot_p99=0.05 (each target's value is the per-request limit; docs/METRICS.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -112,6 +114,10 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append(group_line(s["kv_group_breakdown_mean"]))
     if s.get("kv_eviction"):
         lines.append(f"KV eviction {s['kv_eviction']['policy']}: {s['kv_eviction']['note']}")
+    if s.get("goodput"):
+        g = s["goodput"]
+        pools = "".join(f", {p['role']} ({p['slo']}) {p['share']:.1%}" for p in g.get("pools", []) if p["slo"])
+        lines.append(f"goodput ({g['slo']}): {g['share']:.1%} of requests, {g['tokens_per_s']:.1f} tok/s{pools}")
     return "\n".join(lines)
 
 
@@ -126,14 +132,35 @@ def group_line(groups: dict[str, dict[str, float]]) -> str:
     return "KV by layer group (mean): " + "; ".join(one(label, parts) for label, parts in groups.items())
 
 
+def _slo(text: str | None) -> Any:
+    """--slo parsed (None without it); a bad spec is one CliError line, before the run starts."""
+    if text is None:
+        return None
+    from sim.cli.common import CliError
+    from sim.plan.slo import SloError, parse_slo
+
+    try:
+        slo = parse_slo(text)
+    except SloError as exc:
+        raise CliError(str(exc)) from None
+    if slo.goodput is not None:
+        raise CliError("--slo: goodput=F is the search's objective; sim run reports the share met (drop goodput=)")
+    return slo
+
+
 def run(args: argparse.Namespace) -> int:
     scenario = scenario_from_args(args)
     if getattr(args, "fleet", None):
         from sim.fleet.fleet_file import apply_fleet_file
 
         scenario = apply_fleet_file(scenario, args.fleet)
+    slo = _slo(getattr(args, "slo", None))
     trace = trace_from_args(args)
     result = simulate_with_progress(trace, scenario, not args.no_progress and not args.json)
+    if slo is not None:
+        from sim.plan.goodput import goodput_summary
+
+        result.summary["goodput"] = goodput_summary(slo, result.requests, result.summary)
     if args.out:
         write_outputs(result, args.out)
     if args.html:

@@ -60,6 +60,10 @@ class Slo:
         1-token output's NaN TPOT, which has no inter-token time to miss)."""
         if requests.empty:
             return 0.0
+        return float(self.met_by(requests).mean())
+
+    def met_by(self, requests: pd.DataFrame) -> np.ndarray:
+        """Per request: does it meet every latency target on its own (the target's value as its limit)?"""
         ok = np.ones(len(requests), dtype=bool)
         for metric, _stat, limit in self.targets:
             col = requests[f"{metric}_s"].to_numpy(dtype=float)
@@ -67,7 +71,7 @@ class Slo:
             if metric == "tpot":
                 fine |= np.isnan(col) & np.isfinite(requests["finish_s"].to_numpy(dtype=float))
             ok &= fine
-        return float(ok.mean())
+        return ok
 
 
 def parse_slo(text: str) -> Slo:
