@@ -73,6 +73,20 @@ def test_scalar_step_time_is_bit_identical_to_the_array_path(scenario):
     assert cm.step_time(3, 900, 8192, 10, 8192 * 4096, 2) == float(cm._times(f(3), f(900), f(8192), f(10), f(8192 * 4096), f(2), np.maximum))
 
 
+@pytest.mark.parametrize("scenario", [{"cost_source": "measured-db", "model": "llama-3-8b", "gpu": "h100-sxm"},
+                                      {"cost_source": "measured-db", "model": "gpt-oss-20b", "gpu": "h100-sxm"},
+                                      {}])
+def test_decode_timer_is_decode_time_bit_for_bit(scenario):
+    """decode_timer(b) is the decode run's per-batch-size form of decode_time: the same floats,
+    below the first measured context, between grid points and past the last."""
+    cm = cost_of(Scenario(**{"model": "qwen2.5-7b", "cost_source": "roofline", **scenario}))
+    for batch in (1, 7, 32, 255):
+        timer = cm.decode_timer(batch)
+        for kv in [0, 5, batch * 16, batch * 100 + 3, 10**6 + 1, batch * 200_000]:
+            assert timer(kv) == cm.decode_time(batch, kv)
+            assert timer(kv) == cm.step_time(batch, kv)
+
+
 def test_scalar_step_time_is_bit_identical_with_a_profile(tmp_path):
     prof = fit_profile(synthetic_rows((2e-3, 3e-5, 4e-9, 5e-12)), model="qwen2.5-7b")
     cm = model(profile=str(save_profile(prof, tmp_path / "p.json")))

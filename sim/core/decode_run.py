@@ -75,6 +75,8 @@ class DecodeCost(Protocol):
 
     def decode_time(self, decode_seqs: int, decode_kv: int) -> float: ...
 
+    def decode_timer(self, decode_seqs: int) -> Callable[[int], float]: ...
+
     def decode_step_times(self, k: int, batch: int, context_tokens_start: int) -> np.ndarray: ...
 
 
@@ -306,10 +308,10 @@ def step_ends(cost: DecodeCost, t: float, k: int, b: int, ctx: int, horizon: flo
     stopping at the first step that reaches `horizon`. Each end is the previous end plus the
     step's time, the very floats that stepping one at a time produces. Most runs end within a
     few steps (the next arrival), so they are summed in Python; longer ones with numpy."""
-    step = cost.decode_time
+    step = cost.decode_timer(b)
     ends: list[float] = []
     for j in range(min(k, SHORT_RUN)):
-        t += step(b, ctx + j * b)
+        t += step(ctx + j * b)
         ends.append(t)
         if t >= horizon:
             return ends
@@ -317,7 +319,7 @@ def step_ends(cost: DecodeCost, t: float, k: int, b: int, ctx: int, horizon: flo
     if k <= 0:
         return ends
     ctx += len(ends) * b
-    first = step(b, ctx)  # step times only grow along a run: bounds the steps that fit
+    first = step(ctx)  # step times only grow along a run: bounds the steps that fit
     if first > 0:
         k = min(k, int((horizon - t) / first) + 2)
     dts = cost.decode_step_times(k, b, ctx)
