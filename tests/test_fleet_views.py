@@ -40,7 +40,7 @@ def test_pd_report_names_the_link_and_the_bytes():
     res = simulate(synthetic(n=20, rate=2.0, seed=4, input="lognormal:mean=2000:sigma=0.3"),
                    BASE.replace(pd="1:1", kv_budget_gib=4.0, kv_link="rdma-200g"))
     page = html_report(res)
-    assert "rdma-200g" in page and "KV moved (GB)" in page
+    assert "rdma-200g" in page and "KV moved (GB)" in page and "<td>least-outstanding</td>" in page
     assert len(res.summary["fleet"]["transfers"]) == 20
 
 
@@ -58,6 +58,16 @@ def test_simulate_page_shows_the_fleet_view():
     assert not at.exception and not at.error
     assert any(s.value == "Fleet" for s in at.subheader)
     assert any(m.label.startswith("Routing imbalance") for m in at.metric)
+
+
+def test_simulate_page_takes_the_decode_router():
+    at = AppTest.from_file(SIMULATE, default_timeout=180)
+    at.query_params.update({"trace_first": "40", "serving": "disaggregated P/D", "pd_d": "2",
+                            "decode_router": "round-robin"})
+    at.run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key="decode_router").value == "round-robin"
+    assert any("decode router round-robin" in c.value for c in at.caption)
 
 
 @pytest.mark.slow

@@ -32,7 +32,7 @@ def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
         cols[3].metric("KV moved", f"{summary['kv_transfer_bytes'] / 1e9:,.1f} GB")
         t = summary.get("kv_transfer_s") or {}
         if t.get("p50") is not None:
-            st.caption(f"P/D over {fleet.get('kv_link')}: transfer p50 {t['p50'] * 1e3:.1f} ms, p99 {t['p99'] * 1e3:.1f} ms; "
+            st.caption(f"P/D over {fleet.get('kv_link')}, decode router {fleet.get('decode_router')}: transfer p50 {t['p50'] * 1e3:.1f} ms, p99 {t['p99'] * 1e3:.1f} ms; "
                        f"{summary.get('pd_waited_for_blocks', 0)} requests waited for decode blocks; "
                        f"{summary.get('gpus')} GPUs. The first token comes from the decode replica (docs/FLEET.md).")
     replicas = fleet.get("replicas") or []

@@ -75,6 +75,7 @@ def _fleet_fields(sb: Any) -> dict[str, Any]:
         out["decode_tp"] = c2.selectbox("Decode TP", TP_CHOICES, key="tp_d", bind=BIND)
         out["pd"] = f"{int(n_p)}:{int(n_d)}"
         out["kv_link"] = _choice(sb, "KV link", "kv_link", key="kv_link")
+        out["decode_router"] = _choice(sb, "Decode router", "decode_router", key="decode_router")
         out["kv_layer_pipelined"] = sb.checkbox("Layer-pipelined KV send", False, key="kv_pipe", bind=BIND)
     return out
 

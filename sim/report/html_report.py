@@ -184,7 +184,7 @@ def fleet_section(summary: dict[str, Any]) -> str:
     head = [("router", fleet.get("router")), ("routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.3f}")]
     if "kv_transfer_bytes" in summary:
         t = summary.get("kv_transfer_s") or {}
-        head += [("KV link", fleet.get("kv_link")), ("KV moved (GB)", f"{summary['kv_transfer_bytes'] / 1e9:,.2f}"),
+        head += [("KV link", fleet.get("kv_link")), ("decode router", fleet.get("decode_router")), ("KV moved (GB)", f"{summary['kv_transfer_bytes'] / 1e9:,.2f}"),
                  ("transfer p50 / p99 (ms)", "-" if t.get("p50") is None else f"{t['p50'] * 1e3:.1f} / {t['p99'] * 1e3:.1f}"),
                  ("waited for decode blocks", summary.get("pd_waited_for_blocks")), ("GPUs", summary.get("gpus"))]
     cols = ("replica", "routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
