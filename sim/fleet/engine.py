@@ -74,11 +74,13 @@ class FleetSimulation(Simulation):
 
     def router_process(self):
         env, reps, slots, table = self.env, self.s.replicas, self.slots, self.s.table
+        views = [LiveView(rep, slots[rep.index], table, 0.0) for rep in reps]  # views read live state
         for r, t in zip(self._order, self._seen, strict=True):
             if t > env.now:
                 self.events += 1
                 yield env.timeout(t - env.now)
-            views = [LiveView(rep, slots[rep.index], table, t) for rep in reps]
+            for v in views:
+                v.now = t
             rep = reps[self.router.choose(self.request_of(r, t), views)]
             self.assign(rep, r, t)
             self.wake(rep, t, arrival=True)
