@@ -369,6 +369,8 @@ async def _fleet_run(i: int, v: Visitor, replicas: int, router: str, errors: lis
         result = await v._timed("fleet", v.session.run("simulate", urlencode(query)))
         if not result.has_text(f"replayed at {load:g}x"):
             errors.append(f"visitor {i}: the page does not show the load {load:g}")
+        if result.has_text("The link's"):  # a link value the form refused (ui/bounded.py): not the run asked for
+            errors.append(f"visitor {i}: the page refused a link value: {query}")
     except (TimeoutError, RuntimeError) as exc:
         errors.append(f"visitor {i}: {exc}"[:200])
 
