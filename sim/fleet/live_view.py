@@ -108,7 +108,15 @@ class LiveView:
         return kept * alloc.block_size
 
     def tier_hit_tokens(self, req: RoutedRequest) -> dict[str, int]:
-        return {}
+        """The replica's lower-tier hits for `req` from where its GPU hit ends, as admission would
+        look them up now (TierStack.lookup: no side effects; the last prompt token never hits)."""
+        stack = getattr(self.rep.sched, "tiers", None)
+        if stack is None or req.prefix_hashes is None:
+            return {}
+        alloc, bs = self.rep.alloc, self.block_size
+        keys = alloc.cache.chain_keys(req.prefix_hashes)  # type: ignore[attr-defined]  # tiers need paged
+        hits = stack.lookup(keys, self.cached_prompt_tokens(req) // bs, (req.prompt_tokens - 1) // bs)
+        return {name: n * bs for name, n in hits.blocks.items() if n}
 
 
 def _sorted_headroom(alloc: object, ids: np.ndarray, tokens: np.ndarray) -> list[int] | None:

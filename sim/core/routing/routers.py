@@ -123,21 +123,34 @@ class PowerOfTwo:
         return b if outstanding(views[b]) < outstanding(views[a]) else a
 
 
+# Cost of one prompt block found in a lower KV tier, as a share of one recomputed block: the load
+# time of a block over the tier's path against the prefill time it saves, for the reference case
+# (Llama-3-8B bf16 on an H100, 16-token blocks of 2 MiB; prefill 2 x 8e9 x 16 FLOP at ~60% of
+# 989 TFLOP/s = 0.43 ms): CPU over PCIe Gen5 64 GB/s 33 us (0.08), remote over a 50 GB/s NIC then
+# PCIe 42 us (0.10), NVMe at 13 GB/s 161 us (0.38); rounded up. docs/FLEET.md says why fixed.
+TIER_HIT_COST = {"cpu": 0.1, "remote": 0.15, "nvme": 0.4}
+
+
 class KVAwarePrecise:
     """Lowest cost = w x prefill blocks + decode blocks, where prefill blocks are this prompt's blocks
     not cached on the replica plus its prefill backlog (prompt tokens of requests without a first
     token yet, in blocks) and decode blocks its KV blocks in use. The cache is read from the
     replica's real prefix cache at arrival, evictions included: NVIDIA Dynamo's KV router (cost =
     overlap_score_weight x prefill_blocks + decode_blocks, fed by the workers' KV events) and llm-d's
-    precise prefix-cache scorer."""
+    precise prefix-cache scorer. A block found in a lower KV tier (CPU, NVMe, remote) counts as
+    TIER_HIT_COST[tier] of a recomputed block: cheaper than recompute, dearer than a GPU hit."""
 
     state_free = False
 
     def __init__(self, p: RouterParams) -> None:
         self.w = p.kv_weight
 
-    def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
-        return -(-(req.prompt_tokens - v.cached_prompt_tokens(req)) // v.block_size)
+    def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> float:
+        lower = v.tier_hit_tokens(req)
+        if not lower:  # no tiers: the GPU hit alone (the same integer as before tiers existed)
+            return -(-(req.prompt_tokens - v.cached_prompt_tokens(req)) // v.block_size)
+        missing = req.prompt_tokens - v.cached_prompt_tokens(req) - sum(lower.values())
+        return -(-missing // v.block_size) + sum(TIER_HIT_COST[n] * t / v.block_size for n, t in lower.items())
 
     def cost(self, req: RoutedRequest, v: ReplicaView) -> float:
         backlog = -(-v.pending_prefill_tokens() // v.block_size)
@@ -164,7 +177,7 @@ class KVAwareApprox(KVAwarePrecise):
         self._remember(i, views[i], req)
         return i
 
-    def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
+    def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> float:
         return -(-(req.prompt_tokens - self._cached_tokens(v.index, req)) // v.block_size)
 
     def _cached_tokens(self, i: int, req: RoutedRequest) -> int:

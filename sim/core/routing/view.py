@@ -7,8 +7,9 @@ precise prefix lookup costs a hash-chain walk per replica and most routers never
 A replica's state is the state a router of a real fleet would read at the request's arrival:
 requests routed there and not yet running (`waiting`), running ones, KV blocks in use (the step in
 progress included), and how many of this prompt's leading tokens its prefix cache holds now.
-The tiers helper (issue 26) adds per-tier hits here: `cached_prompt_tokens` is the GPU tier's; a
-lower tier's hits belong in `tier_hit_tokens` (cheaper than recompute, dearer than a GPU hit).
+`cached_prompt_tokens` is the GPU tier's hit; `tier_hit_tokens` the lower KV tiers' hits from where
+it ends (sim/core/tiers/stack.py TierStack.lookup), which kv-precise counts cheaper than recompute
+and dearer than a GPU hit (routers.py TIER_HIT_COST).
 """
 
 from __future__ import annotations
