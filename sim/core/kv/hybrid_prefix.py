@@ -197,8 +197,8 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             table = self._tables[g][r]
             start = max(e0, f1)
             table.extend(self._take(g, e1 - start))
-            for j in range(start, min(e1, full)):
-                self.cache.register(keys[j], table[j])
+            if full > start:
+                self.cache.register_many(keys[start:min(e1, full)], table[start:min(e1, full)])
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
             self._first[g][r], self._end[g][r] = f1, e1
         self._ntok[ids] = new
@@ -265,10 +265,9 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._make_clean(count * pages)
         groups, start = len(self.managers), self._next_id
         self._next_id += count
-        for i, key in enumerate(keys[len(keys) - count:]):  # the newest ones, if not all fit
-            block = (start + i) * groups + g
-            self.cache.register(key, block)
-            self.cache.park(block)
+        blocks = range(start * groups + g, (start + count) * groups, groups)
+        self.cache.register_many(keys[len(keys) - count:], blocks)  # the newest ones, if not all fit
+        self.cache.park_many(blocks)
         self._parked_pages += count * pages
 
     def _claim(self, g: int, block: int) -> None:
@@ -285,28 +284,30 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def _release(self, g: int, blocks: Sequence[int]) -> None:
         """Drop one reference to each block of group g: shared ones stay in use, the rest free
         their pages, cached ones parked (evictable) in the order given."""
-        refs, pages, is_cached, park = self._refs, self.managers[g].pages, self.cache.is_cached, self.cache.park
-        freed = parked = 0
+        refs, pages = self._refs, self.managers[g].pages
+        freed: list[int] = []
         for block in blocks:
             count = refs[block]
             if count > 1:
                 refs[block] = count - 1
                 self._shared[g] -= 1
-                continue
+            else:
+                freed.append(block)
+        for block in freed:
             del refs[block]
-            freed += 1
-            if is_cached(block):
-                park(block)
-                parked += 1
-        self._free_pages += freed * pages
-        self._parked_pages += parked * pages
+        cached = self.cache.cached_of(freed)
+        self.cache.park_many(cached)
+        self._free_pages += len(freed) * pages
+        self._parked_pages += len(cached) * pages
 
     def _offer(self, g: int, r: int, upto: int) -> None:
         """Register the request's held blocks nreg .. upto - 1 of group g, now full."""
         keys, table = self._gkeys[r][g], self._tables[g][r]
-        for j in range(self._nreg[g].get(r, 0), upto):
-            if table[j] >= 0:
-                self.cache.register(keys[j], table[j])
+        lo = self._nreg[g].get(r, 0)
+        if upto <= lo:
+            return
+        held = [j for j in range(lo, upto) if table[j] >= 0]
+        self.cache.register_many([keys[j] for j in held], [table[j] for j in held])
 
     def _register(self, r: int) -> None:
         full = int(self._ntok[r]) // self.block_size

@@ -56,6 +56,7 @@ class PrefixCache:
         self.evictions = 0
         self.on_evict: Callable[[list[int]], None] | None = None  # told the keys no block holds any more
         self.registrations = 0  # blocks given a key (a block keeps its key for life, so each counts once)
+        self.lookup: Callable[[int], int | None] = self._key_to_block.get  # the cached block holding a key, or None
 
     # --- keys ----------------------------------------------------------------------------------
     def chain_keys(self, prefix_hashes: Sequence[int] | None) -> list[int]:
@@ -94,10 +95,6 @@ class PrefixCache:
             hits.append(block)
         return hits
 
-    def lookup(self, key: int) -> int | None:
-        """The cached block holding `key`, or None."""
-        return self._key_to_block.get(key)
-
     def register(self, key: int, block: int) -> bool:
         """Make a just-filled block findable by `key` (a block holds one key for life). A second
         block with a key already cached is cached too, behind the first."""
@@ -109,6 +106,26 @@ class PrefixCache:
         self._block_to_key[block] = key
         self.registrations += 1
         return True
+
+    def register_many(self, keys: Sequence[int], blocks: Sequence[int]) -> None:
+        """`register(key, block)` for each pair in order (one call: the hot path registers runs)."""
+        b2k, k2b, setdefault = self._block_to_key, self._key_to_block, self._key_to_block.setdefault
+        if not b2k.keys().isdisjoint(blocks):  # rare: a block already keyed keeps its key
+            for key, block in zip(keys, blocks, strict=True):
+                self.register(key, block)
+            return
+        before = len(k2b)
+        if k2b.keys().isdisjoint(keys):  # the common case: every key new (checked distinct below)
+            k2b.update(zip(keys, blocks, strict=True))
+            if len(k2b) - before != len(keys):  # a key twice in the run: undo, take the slow road
+                for key in keys:
+                    k2b.pop(key, None)
+        if len(k2b) == before:
+            for key, block in zip(keys, blocks, strict=True):
+                if setdefault(key, block) != block:
+                    self._dups.setdefault(key, []).append(block)
+        b2k.update(zip(blocks, keys, strict=True))
+        self.registrations += len(blocks)
 
     def _forget_duplicated(self, key: int, block: int) -> None:
         """Drop `block` from a key that has duplicates; the next one takes over if it was first."""
@@ -123,10 +140,19 @@ class PrefixCache:
     def is_cached(self, block: int) -> bool:
         return block in self._block_to_key
 
+    def cached_of(self, blocks: Sequence[int]) -> list[int]:
+        """The blocks that hold a key, in the order given."""
+        b2k = self._block_to_key
+        return [b for b in blocks if b in b2k]
+
     # --- LRU of cached free blocks ---------------------------------------------------------------
     def park(self, block: int) -> None:
         """A keyed block's last user left: keep it, most recently used at the end."""
         self._lru[block] = None
+
+    def park_many(self, blocks: Sequence[int]) -> None:
+        """`park(block)` for each block in order."""
+        self._lru.update(dict.fromkeys(blocks))
 
     def unpark(self, block: int) -> None:
         """A hit takes a parked block back into use."""
@@ -137,19 +163,22 @@ class PrefixCache:
 
     def evict(self, count: int) -> list[int]:
         """Forget the `count` least recently used parked blocks and hand them out as clean."""
-        out: list[int] = []
-        gone: list[int] | None = [] if self.on_evict is not None else None
         lru, b2k, k2b, dups = self._lru, self._block_to_key, self._key_to_block, self._dups
-        for _ in range(count):
-            block, _ = lru.popitem(last=False)
-            key = b2k.pop(block)
-            if dups and key in dups:
-                self._forget_duplicated(key, block)  # another block still holds the key
-            else:  # the common case: the key's only block
-                del k2b[key]
-                if gone is not None:
+        popitem = lru.popitem
+        out = [popitem(last=False)[0] for _ in range(count)]
+        keys = [b2k.pop(block) for block in out]
+        if dups and not dups.keys().isdisjoint(keys):  # rare: another block may still hold a key
+            gone = []
+            for key, block in zip(keys, out, strict=True):
+                if key in dups:
+                    self._forget_duplicated(key, block)
+                else:
+                    del k2b[key]
                     gone.append(key)
-            out.append(block)
+        else:  # the common case: each key's only block
+            for key in keys:
+                del k2b[key]
+            gone = keys
         self.evictions += count
         if gone and self.on_evict is not None:
             self.on_evict(gone)
