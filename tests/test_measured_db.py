@@ -195,3 +195,17 @@ def test_expert_parallel_keeps_the_tp_all_reduces_and_its_own_routing():
     assert np.array_equal(tp.table.gen_comm, ep.table.gen_comm) and tp.table.gen_comm[0] > 0
     assert not np.array_equal(tp.table.gen_other, ep.table.gen_other)  # EP's own MoE kernel rows
     assert any("expert_imbalance applies to the roofline only" in w for w in ep.warnings)
+
+
+def test_scalar_interpolation_is_the_general_one_bit_for_bit():
+    """step_seconds' scalar interpolation (no type tests) gives the general functions' floats,
+    below, inside and past the grids, on ints, Python floats and numpy scalars."""
+    rng = np.random.default_rng(3)
+    grid, gy = measured_table.SEQS, measured_table.CONTEXTS
+    row, table = rng.random(len(grid)), rng.random((len(grid), len(gy)))
+    points = [0, 1, 0.5, 3, 7.25, 1024, 5000, np.float64(33.3)] + list(rng.uniform(0, 2000, 50))
+    for x in points:
+        assert measured_table._interp1_scalar(grid, row, x) == measured_table._interp1(grid, row, x)
+        for y in [0, 10, 100.5, 70000, np.float64(2500.25), float(rng.uniform(0, 200000))]:
+            assert (measured_table._interp2_scalar(grid, gy, table, x, y)
+                    == measured_table._interp2(grid, gy, table, x, y))

@@ -103,8 +103,8 @@ class MeasuredTable:
     def _prefill_attention(self, p: float, kp: float, pp: float, np_: float, maximum: Callable[[Any, Any], Any]) -> Any:
         q, cached = p / np_, kp / np_
         if not self.attn_groups:
-            return np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, q, cached)
-        layer = np_ * _interp2(TOKENS, PREFIXES, self.ctx_attn, q, cached)
+            return np_ * _interp2_scalar(TOKENS, PREFIXES, self.ctx_attn, q, cached)
+        layer = np_ * _interp2_scalar(TOKENS, PREFIXES, self.ctx_attn, q, cached)
         total = 0.0
         for g in self.attn_groups:
             if g.kind == "state":
@@ -118,12 +118,12 @@ class MeasuredTable:
         """GPU seconds of a step shape; d and the prefill arguments are scalars, kd may be an array."""
         t = d + p
         if p > 0:
-            other = _interp1(TOKENS, self.ctx_other, t)
-            comm = _interp1(TOKENS, self.ctx_comm, t)
+            other = _interp1_scalar(TOKENS, self.ctx_other, t)
+            comm = _interp1_scalar(TOKENS, self.ctx_comm, t)
             attn = self._prefill_attention(p, kp, pp, np_, maximum)
         else:
-            other = _interp1(SEQS, self.gen_other, d)
-            comm = _interp1(SEQS, self.gen_comm, d)
+            other = _interp1_scalar(SEQS, self.gen_other, d)
+            comm = _interp1_scalar(SEQS, self.gen_comm, d)
             attn = 0.0
         if d > 0:
             if self.gen_attn is None:
@@ -132,10 +132,12 @@ class MeasuredTable:
                 row = self.decode_parts(d)[1]
                 assert row is not None  # gen_attn is measured on this branch, so decode_parts gives its row
                 attn = attn + self.grouped_decode(row, d, kd, maximum)
-            else:
+            elif isinstance(kd, np.ndarray):
                 attn = attn + _interp2(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
+            else:
+                attn = attn + _interp2_scalar(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
         s = d + np_
-        logits = _interp1(SEQS, self.logits, s) if s > 0 else 0.0
+        logits = _interp1_scalar(SEQS, self.logits, s) if s > 0 else 0.0
         if self.roofline_allreduce:
             comm = self.roofline.allreduce(t)
         return other + attn + logits + comm
@@ -179,6 +181,27 @@ def _interp2(gx: tuple[int, ...], gy: tuple[int, ...], values: np.ndarray, x: An
     else:
         v00, v01 = float(values[i, j]), float(values[i, j + 1])
         v10, v11 = float(values[i + 1, j]), float(values[i + 1, j + 1])
+    lo = v00 + wy * (v01 - v00)
+    hi = v10 + wy * (v11 - v10)
+    return lo + wx * (hi - lo)
+
+
+# The scalar cases of _interp1 and _interp2 without their type tests (the general step's path:
+# step_seconds' shape arguments are scalars): the same float operations in the same order.
+def _interp1_scalar(grid: tuple[int, ...], values: np.ndarray, x: Any) -> Any:
+    i = min(max(bisect_right(grid, x) - 1, 0), len(grid) - 2)
+    a = values.item(i)
+    return a + (x - grid[i]) / (grid[i + 1] - grid[i]) * (values.item(i + 1) - a)
+
+
+def _interp2_scalar(gx: tuple[int, ...], gy: tuple[int, ...], values: np.ndarray, x: Any, y: Any) -> Any:
+    y = max(y, gy[0])
+    i = min(max(bisect_right(gx, x) - 1, 0), len(gx) - 2)
+    j = min(max(bisect_right(gy, y) - 1, 0), len(gy) - 2)
+    wx = (x - gx[i]) / (gx[i + 1] - gx[i])
+    wy = (y - gy[j]) / (gy[j + 1] - gy[j])
+    v00, v01 = values.item(i, j), values.item(i, j + 1)
+    v10, v11 = values.item(i + 1, j), values.item(i + 1, j + 1)
     lo = v00 + wy * (v01 - v00)
     hi = v10 + wy * (v11 - v10)
     return lo + wx * (hi - lo)
