@@ -25,6 +25,7 @@ from sim.core.kv.reserve import RESERVE_POLICIES
 from sim.core.preemption import PREEMPTION_MODES
 from sim.core.routing.registry import ROUTERS
 from sim.core.tiers.policy import TIER_POLICIES
+from sim.core.tiers.scope import TIER_SCOPES
 from sim.errors import ScenarioError
 from sim.guard import limits
 from sim.timing.sources import COST_SOURCES
@@ -33,7 +34,7 @@ __all__ = ["CHOICES", "Scenario", "ScenarioError"]
 
 TIER_MAX_GIB = 1 << 20  # 1 PiB: a remote store may be far larger than any GPU budget
 TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0.0, "tier_policy": "write-through",
-                 "host_link_gb_s": None, "offload_layers": 0.0}
+                 "host_link_gb_s": None, "offload_layers": 0.0, "cpu_tier_scope": "replica"}
 FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
                   "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
                   "gpus_per_node": 8}
@@ -49,6 +50,7 @@ CHOICES: dict[str, Registry[Any]] = {
     "kv_dtype": KV_DTYPES,
     "weight_dtype": WEIGHT_DTYPES,
     "tier_policy": TIER_POLICIES,
+    "cpu_tier_scope": TIER_SCOPES,
     "router": ROUTERS,
     "decode_router": ROUTERS,
     "kv_link": LINKS,
@@ -106,6 +108,7 @@ class Scenario:
     nvme_tier_gib: float = 0.0
     remote_tier_gib: float = 0.0
     tier_policy: str = "write-through"
+    cpu_tier_scope: str = "replica"  # "node": one CPU tier shared by a node's replicas (sim/core/tiers/scope.py)
     host_link_gb_s: float | None = None
     offload_layers: float = 0.0
     static_batch: int | None = None  # static-batching baseline with this batch size

@@ -21,6 +21,7 @@ from sim.core.preemption import PREEMPTION_MODES
 from sim.core.routing.registry import ROUTERS
 from sim.core.tiers.kinds import TIERS
 from sim.core.tiers.policy import TIER_POLICIES
+from sim.core.tiers.scope import TIER_SCOPES
 from sim.fidelity.importers.registry import IMPORTERS
 from sim.timing.sources import COST_SOURCES
 from sim.trace.registry import FORMATS
@@ -68,6 +69,7 @@ def render() -> str:
         _table("Links (`--kv-link`)", "models/links.py", ("name", "GB/s per direction", "latency (us)", "scope", "source"),
                ((f"`{k.name}`", f"{k.bandwidth / 1e9:g}", f"{k.latency_s * 1e6:g}", k.scope, k.source) for k in LINKS.values())),
         _simple("KV tier policies (`--tier-policy`)", "sim/core/tiers/policy.py", TIER_POLICIES),
+        _simple("CPU tier scope (`--cpu-tier-scope`)", "sim/core/tiers/scope.py", TIER_SCOPES),
         _table("KV tiers (`--cpu-tier-gib`, `--nvme-tier-gib`, `--remote-tier-gib`)", "sim/core/tiers/kinds.py",
                ("name", "medium", "one per", "source"),
                ((f"`{k.name}`", k.medium, k.scope, k.source) for k in TIERS.values())),

@@ -17,7 +17,7 @@ FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "pd", 
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
-          "tier_policy", "host_link_gb_s", "offload_layers")
+          "tier_policy", "cpu_tier_scope", "host_link_gb_s", "offload_layers")
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -78,6 +78,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
                    help="shared remote KV store (Mooncake Store, LMCache server), GiB")
     g.add_argument("--tier-policy", default=d.tier_policy, choices=CHOICES["tier_policy"].names(),
                    help="when blocks go to the lower tiers (default %(default)s)")
+    g.add_argument("--cpu-tier-scope", default=d.cpu_tier_scope, choices=CHOICES["cpu_tier_scope"].names(),
+                   help="one CPU tier per replica, or one per node shared by its replicas (default %(default)s)")
     g.add_argument("--host-link-gb-s", type=float, help="GPU-host link GB/s per GPU and direction (default: the GPU entry's)")
     g.add_argument("--offload-layers", type=float, default=d.offload_layers, metavar="F",
                    help="fraction of layers whose KV lives in CPU memory, read over the host link every decode step")

@@ -1,7 +1,8 @@
 """Build each replica's KV tier stack (sim/core/tiers/) from a scenario: sizes, links, sharing.
 
 Sharing, as real deployments have it: the CPU tier is one per replica (its GPUs' pinned host
-memory; the fleet's node pools may hand one object to several replicas), the NVMe tier one per
+memory), or with Scenario.cpu_tier_scope "node" one per node handed to all its replicas
+(sim/core/tiers/scope.py), the NVMe tier one per
 node of Scenario.gpus_per_node GPUs (8 by default), the remote store one for the whole run. A tier of 0 GiB is absent.
 
 Links (sim/core/link.py, FIFO per direction): each replica has its GPUs' host links, PCIe per GPU
@@ -77,7 +78,8 @@ class _Builder:
             tiers[name] = LRUTier(name, int(gib * GiB) // self.fleet.chunk_bytes)
         return tiers[name]
 
-    def levels(self, i: int, sizes: dict[str, float], tp: int, host_bw: float, gpus_per_node: int = 8) -> list[TierLevel]:
+    def levels(self, i: int, sizes: dict[str, float], tp: int, host_bw: float, gpus_per_node: int = 8,
+               cpu_per_node: dict[int, int] | None = None) -> list[TierLevel]:
         """Replica i's lower tiers in lookup order, with the links of their load and store paths."""
         cpu, nvme, remote = TIERS["cpu"], TIERS["nvme"], TIERS["remote"]
         node = i * tp // gpus_per_node
@@ -85,7 +87,8 @@ class _Builder:
         d2h = self.link(f"pcie-d2h/replica{i}", host_bw * tp, cpu.latency_s)
         out = []
         if sizes["cpu"]:
-            out.append(TierLevel(cpu, self.tier(f"cpu/replica{i}", sizes["cpu"]), (h2d,), (d2h,)))
+            shared = self._cpu_tier(i, node, sizes["cpu"], cpu_per_node)
+            out.append(TierLevel(cpu, shared, (h2d,), (d2h,)))
         if sizes["nvme"]:
             rd = self.link(f"nvme-read/node{node}", nvme.read_bw or 0.0, nvme.latency_s)
             wr = self.link(f"nvme-write/node{node}", nvme.write_bw or 0.0, nvme.latency_s)
@@ -95,6 +98,22 @@ class _Builder:
             nic_out = self.link(f"nic-out/replica{i}", (remote.write_bw or 0.0) * tp, remote.latency_s)
             out.append(TierLevel(remote, self.tier("remote/fleet", sizes["remote"]), (nic_in, h2d), (nic_out,)))
         return out
+
+    def _cpu_tier(self, i: int, node: int, gib: float, cpu_per_node: dict[int, int] | None) -> LRUTier:
+        """Replica i's CPU tier: its own, or its node's (cpu_per_node: replicas on each node) of
+        `gib` x the replicas there (sim/core/tiers/scope.py)."""
+        if cpu_per_node is None:
+            return self.tier(f"cpu/replica{i}", gib)
+        return self.tier(f"cpu/node{node}", gib * cpu_per_node[node])
+
+
+def replicas_by_node(num_replicas: int, tp: int, gpus_per_node: int) -> dict[int, int]:
+    """How many replicas each node holds (replica i on node i x TP // gpus_per_node, as levels() says)."""
+    out: dict[int, int] = {}
+    for i in range(num_replicas):
+        node = i * tp // gpus_per_node
+        out[node] = out.get(node, 0) + 1
+    return out
 
 
 def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
@@ -112,9 +131,11 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     host_bw = host_link_bandwidth(scenario, dep.gpu.host_link_bandwidth)
     fleet = TierFleet(chunk_bytes=chunk_bytes)
     build = _Builder(fleet)
+    per_node = getattr(scenario, "gpus_per_node", 8)
+    by_node = replicas_by_node(num_replicas, scenario.tp, per_node) if getattr(scenario, "cpu_tier_scope", "replica") == "node" else None
     for i in range(num_replicas):
         try:
-            fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw, getattr(scenario, "gpus_per_node", 8)),
+            fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw, per_node, by_node),
                                           scenario.block_size, bytes_per_block))
         except ValueError as exc:
             raise ScenarioError(f"scenario: {exc}") from None
