@@ -238,3 +238,13 @@ def test_kv_tier_sizes_in_the_sidebar_reach_the_run_and_add_the_tier_chart():
     names = {trace for i in range(len(at.get("plotly_chart"))) for trace in chart_series(at, i)}
     assert "cpu/replica0" in names and "GPU pool (in use)" in names
     assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True, cpu_tier_gib=100.0).digest()
+
+
+def test_cpu_tier_scope_in_the_sidebar_reaches_the_run():
+    at = page(SIMULATE, prefix="true", cpu_tier="100", cpu_tier_scope="node")
+    assert not at.exception and not at.error
+    assert at.selectbox(key="cpu_tier_scope").value == "node"
+    names = {trace for i in range(len(at.get("plotly_chart"))) for trace in chart_series(at, i)}
+    assert "cpu/node0" in names
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True, cpu_tier_gib=100.0,
+                                                           cpu_tier_scope="node").digest()

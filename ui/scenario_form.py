@@ -89,6 +89,8 @@ def _tier_widgets(sb: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"cpu_tier_gib": float(cpu), "nvme_tier_gib": float(nvme)}
     if cpu or nvme:
         out["tier_policy"] = _choice(sb, "Tier policy", "tier_policy", key="tier_policy")
+    if cpu:
+        out["cpu_tier_scope"] = _choice(sb, "CPU tier shared by", "cpu_tier_scope", key="cpu_tier_scope")
     return out
 
 
