@@ -113,7 +113,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         need = 0
         for m, (_, blocks) in zip(self.managers, self._kept(hit), strict=True):
             new = int(m.blocks_for(num_tokens)) - hit_end
-            need += m.pages * (max(new, 0) + sum(1 for b in blocks if b not in self._refs))
+            need += m.pages * (max(new, 0) + len(blocks) - len(self._refs.keys() & blocks))  # hits not in use
         return need
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
@@ -248,11 +248,15 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         """Evict cached blocks, least recently freed first, until `pages` pages are clean. Taking
         ceil(deficit / largest block) at a time never evicts more than one at a time would."""
         groups, most = len(self.managers), max(m.pages for m in self.managers)
+        uniform = all(m.pages == most for m in self.managers)
         while (deficit := pages - (self._free_pages - self._parked_pages)) > 0:
             if not self.cache.num_parked:
                 raise AllocationError("hybrid prefix allocator: out of pages (check the need first)")
             evicted = self.cache.evict(min(-(-deficit // most), self.cache.num_parked))
-            self._parked_pages -= sum(self.managers[b % groups].pages for b in evicted)
+            if uniform:  # every group's block has the same pages: no per-block sum
+                self._parked_pages -= len(evicted) * most
+            else:
+                self._parked_pages -= sum(self.managers[b % groups].pages for b in evicted)
 
     def _park_new(self, g: int, keys: list[int]) -> None:
         """Blocks filled and left behind within one run: each is cached and parked at once (as if
