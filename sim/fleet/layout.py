@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.core.routing.pd_split import parse_pd
+from sim.core.tiers import scope
 from sim.scenario import Scenario
 
 
@@ -24,11 +25,11 @@ class Pool:
     @property
     def replicas_per_node(self) -> int:
         """Replicas that share one node (a replica wider than a node spans several: 1)."""
-        return max(1, self.gpus_per_node // self.tp)
+        return scope.replicas_per_node(self.tp, self.gpus_per_node)
 
     def node_of(self, replica: int) -> int:
         """The node replica `replica` of this pool runs on (replicas fill nodes in order)."""
-        return replica // self.replicas_per_node
+        return scope.node_of(replica, self.tp, self.gpus_per_node)
 
 
 def pools_of(scenario: Scenario) -> tuple[Pool, ...]:

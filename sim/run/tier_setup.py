@@ -21,6 +21,7 @@ from sim.core.link import SharedLink
 from sim.core.tiers.kinds import LOWER_TIERS, TIERS
 from sim.core.tiers.lru import LRUTier
 from sim.core.tiers.policy import TIER_POLICIES
+from sim.core.tiers.scope import node_of
 from sim.core.tiers.stack import TierLevel, TierStack
 from sim.errors import ScenarioError
 
@@ -82,7 +83,7 @@ class _Builder:
                cpu_per_node: dict[int, int] | None = None) -> list[TierLevel]:
         """Replica i's lower tiers in lookup order, with the links of their load and store paths."""
         cpu, nvme, remote = TIERS["cpu"], TIERS["nvme"], TIERS["remote"]
-        node = i * tp // gpus_per_node
+        node = node_of(i, tp, gpus_per_node)
         h2d = self.link(f"pcie-h2d/replica{i}", host_bw * tp, cpu.latency_s)
         d2h = self.link(f"pcie-d2h/replica{i}", host_bw * tp, cpu.latency_s)
         out = []
@@ -108,10 +109,10 @@ class _Builder:
 
 
 def replicas_by_node(num_replicas: int, tp: int, gpus_per_node: int) -> dict[int, int]:
-    """How many replicas each node holds (replica i on node i x TP // gpus_per_node, as levels() says)."""
+    """How many replicas each node holds (sim.core.tiers.scope.node_of, as levels() places them)."""
     out: dict[int, int] = {}
     for i in range(num_replicas):
-        node = i * tp // gpus_per_node
+        node = node_of(i, tp, gpus_per_node)
         out[node] = out.get(node, 0) + 1
     return out
 
@@ -131,8 +132,8 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     host_bw = host_link_bandwidth(scenario, dep.gpu.host_link_bandwidth)
     fleet = TierFleet(chunk_bytes=chunk_bytes)
     build = _Builder(fleet)
-    per_node = getattr(scenario, "gpus_per_node", 8)
-    by_node = replicas_by_node(num_replicas, scenario.tp, per_node) if getattr(scenario, "cpu_tier_scope", "replica") == "node" else None
+    per_node = scenario.gpus_per_node
+    by_node = replicas_by_node(num_replicas, scenario.tp, per_node) if scenario.cpu_tier_scope == "node" else None
     for i in range(num_replicas):
         try:
             fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw, per_node, by_node),

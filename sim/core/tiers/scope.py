@@ -25,3 +25,14 @@ TIER_SCOPES: Registry[TierScope] = Registry("CPU tier scope", ((s.name, s) for s
     TierScope("replica", "one CPU tier per replica (its GPUs' pinned host memory); `cpu_tier_gib` each"),
     TierScope("node", "one CPU tier per node, shared by its replicas; `cpu_tier_gib` x the replicas on the node"),
 )))
+
+
+def replicas_per_node(tp: int, gpus_per_node: int) -> int:
+    """Replicas that share one node: whole replicas only (a replica wider than a node spans several: 1)."""
+    return max(1, gpus_per_node // tp)
+
+
+def node_of(replica: int, tp: int, gpus_per_node: int) -> int:
+    """The node replica `replica` runs on, replicas filling nodes in order: the one placement the
+    fleet's pools and the node-wide KV tiers (NVMe, a node-shared CPU tier) both use."""
+    return replica // replicas_per_node(tp, gpus_per_node)
