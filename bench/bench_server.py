@@ -430,8 +430,10 @@ async def fleet_bench(args: argparse.Namespace) -> dict[str, Any]:
             for path in ("plan", "simulate", "capacity"):
                 await _open_page(server, path)
             idle = tree_rss_mib(server.proc.pid)
-            rounds = [await fleet_load(server, trace, args.fleet_users, args.replicas, args.router, k)
-                      for k in range(args.rounds)]
+            rounds = []
+            for k in range(args.rounds):
+                rounds.append(await fleet_load(server, trace, args.fleet_users, args.replicas, args.router, k))
+                print(f"round {k + 1}: {json.dumps(rounds[-1])}", file=sys.stderr, flush=True)  # kept if stopped
         finally:
             server.stop()
     return {"trace": trace.name, "machine": _machine(), "workers": server.workers, "idle_rss_mib": round(idle),
