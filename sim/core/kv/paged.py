@@ -411,8 +411,8 @@ class PagedAllocator(KVAllocator):
         full = min(len(keys), int(self._ntok[req_id]) // self.block_size)
         table = self._tables[req_id]
         lo = int(self._nreg[req_id])
-        for j in range(lo, full):
-            self.cache.register(keys[j], table[j])
+        if full > lo:
+            self.cache.register_many(keys[lo:full], table[lo:full])
         self._nreg[req_id] = max(full, lo)
         if self.tiers is not None and full > lo:
             self.tiers.on_registered(keys, lo, full)
