@@ -64,19 +64,21 @@ LONG_PRESET = "paging: contiguous max / pow2 / oracle vs paged"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu_s(root_pid: int) -> tuple[float, float]:
-    """User + system CPU seconds of a process, and of all its live descendants (Linux /proc)."""
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
+def _proc_stats() -> dict[int, list[str]]:
+    """Every live process's /proc/PID/stat fields after the command name (Linux)."""
+    out: dict[int, list[str]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+        if entry.name.isdigit():
+            try:
+                out[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    return out
+
+
+def _process_tree(root_pid: int, stats: dict[int, list[str]]) -> set[int]:
+    """`root_pid` and all its live descendants (field 1 of stat is the parent's pid)."""
+    parents = {pid: int(fields[1]) for pid, fields in stats.items()}
     tree, frontier = {root_pid}, [root_pid]
     while frontier:
         pid = frontier.pop()
@@ -84,25 +86,20 @@ def tree_cpu_s(root_pid: int) -> tuple[float, float]:
             if parent == pid and child not in tree:
                 tree.add(child)
                 frontier.append(child)
+    return tree
+
+
+def tree_cpu_s(root_pid: int) -> tuple[float, float]:
+    """User + system CPU seconds of a process, and of all its live descendants (Linux /proc)."""
+    stats = _proc_stats()
+    ticks = {pid: int(fields[11]) + int(fields[12]) for pid, fields in stats.items()}
+    tree = _process_tree(root_pid, stats)
     return ticks.get(root_pid, 0) / TICK, sum(ticks.get(pid, 0) for pid in tree - {root_pid}) / TICK
 
 
 def tree_rss_mib(root_pid: int) -> float:
     """Resident memory (MiB) of a process and all its live descendants (Linux /proc)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-    tree, frontier = {root_pid}, [root_pid]
-    while frontier:
-        pid = frontier.pop()
-        for child, parent in parents.items():
-            if parent == pid and child not in tree:
-                tree.add(child)
-                frontier.append(child)
+    tree = _process_tree(root_pid, _proc_stats())
     kib = 0
     for pid in tree:
         try:
