@@ -61,6 +61,15 @@ CASES: list[Case] = [
          "mooncake_conversation_trace.jsonl", {"model": "gpt-oss-20b", "gpu": "h100-sxm", "prefix_caching": True}),
     Case("azure_conv_mla_moe", "Azure conv, deepseek-v3 (MLA + MoE) h200 TP8",
          "AzureLLMInferenceTrace_conv.csv", {"model": "deepseek-v3", "gpu": "h200", "tp": 8}),
+    Case("fleet_kv_precise", "Azure conv at load x8, 8 replicas of llama-3-8b h100-sxm behind kv-precise (issue 25)",
+         "AzureLLMInferenceTrace_conv.csv",
+         {"model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 8, "router": "kv-precise", "speedup": 8.0}),
+    Case("fleet_round_robin", "the same fleet behind round-robin", "AzureLLMInferenceTrace_conv.csv",
+         {"model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 8, "router": "round-robin", "speedup": 8.0}),
+    Case("mooncake_tiers", "Mooncake conv at load x0.25, llama-3.1-8b h100-sxm, prefix caching, 250 GiB CPU + "
+         "2,000 GiB NVMe KV tiers (issue 26)", "mooncake_conversation_trace.jsonl",
+         {"model": "llama-3.1-8b", "gpu": "h100-sxm", "prefix_caching": True, "max_model_len": 131072,
+          "speedup": 0.25, "cpu_tier_gib": 250.0, "nvme_tier_gib": 2000.0}),
 ]
 
 
