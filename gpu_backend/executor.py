@@ -139,6 +139,15 @@ def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel, memory: D
     return scenario.replace(kv_budget_gib=reading.kv_budget / GiB), reading
 
 
+def unsupported_knobs(scenario) -> list[str]:
+    """Scenario knobs the real engine does not carry out (a router, P/D, KV tiers, layer offload): set
+    they would make the measured run differ silently from what the scenario says."""
+    out = [f"pd={scenario.pd}"] if scenario.pd else []
+    out += [f"{name}={getattr(scenario, name):g}" for name in ("cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
+                                                               "offload_layers") if getattr(scenario, name)]
+    return out
+
+
 class Executor(interfaces.Executor):
     """Drives sim.run.engine's own Setup (allocator + Scheduler built exactly as the simulator builds
     them) with a wall clock and a real model. `run()` returns a SimResult; `execute` runs one step
@@ -151,6 +160,10 @@ class Executor(interfaces.Executor):
         self.cfg = cfg = cfg or RunConfig()
         if scenario.tp != 1 or scenario.replicas != 1:
             raise ExecutorError("the GPU backend runs one GPU: set tp=1 and replicas=1")
+        simulated_only = unsupported_knobs(scenario)
+        if simulated_only:
+            raise ExecutorError(f"the GPU backend runs one engine with its KV on the GPU: {', '.join(simulated_only)} "
+                                "are simulated only (sim run)")
         self.loaded = loaded or load_model(scenario.model, dtype=cfg.dtype, device=cfg.device, weights=cfg.weights,
                                            kv_heads=scenario.kv_heads, seed=cfg.seed)
         self.scenario, self.budget = _kv_budget_scenario(scenario, cfg, self.loaded, memory)

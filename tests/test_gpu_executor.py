@@ -114,3 +114,14 @@ def test_tp_is_rejected_with_one_line(trace, loaded):
 
     with pytest.raises(ExecutorError, match="one GPU"):
         run(trace, scenario(tp=2), loaded=loaded)
+
+
+@pytest.mark.parametrize("knobs, named", [({"cpu_tier_gib": 8.0}, "cpu_tier_gib=8"), ({"offload_layers": 0.5}, "offload_layers=0.5"),
+                                          ({"pd": "1:1", "replicas": 1}, "pd=1:1")])
+def test_simulated_only_knobs_are_refused_before_the_model_loads(knobs, named):
+    """Tiers, layer offload and P/D are carried out by the simulator only: a GPU run given them would
+    measure something else than the scenario says, so it is refused in one line."""
+    from gpu_backend.executor import Executor, ExecutorError
+
+    with pytest.raises(ExecutorError, match=f"{named} are simulated only"):
+        Executor(None, Scenario(model="llama-3-8b", **knobs))

@@ -109,3 +109,12 @@ def test_engine_overrides(tmp_path, capsys):
     assert load_run_dir(run_dir, {"num_gpu_blocks": 2588}).engine.num_gpu_blocks == 2588
     assert main(["validate", str(SAMPLE_RUN), "--num-gpu-blocks", "0"]) == 2
     assert "--num-gpu-blocks must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag, value", [("--speedup", "nan"), ("--speedup", "inf"), ("--speedup", "0"),
+                                         ("--timeout-s", "-1"), ("--timeout-s", "nan")])
+def test_observe_numbers_are_bounded_before_anything_is_sent(flag, value, capsys):
+    """NaN or Infinity would be written into meta.json, which sim validate then cannot read."""
+    assert main(["observe", "http://127.0.0.1:9", "--synthetic", "n=3,rate=1", "--no-progress", flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and flag in err and "\n" not in err

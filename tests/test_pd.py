@@ -228,3 +228,26 @@ def test_decode_router_picks_the_decode_replica():
     base_decode = {t["req"]: t["decode"] for t in default.summary["fleet"]["transfers"]}
     assert base_decode != {t["req"]: t["decode"] for t in rr.summary["fleet"]["transfers"]}
     assert rr.summary["completed"] == default.summary["completed"] == 30
+
+
+def test_fleet_file_role_that_is_not_text_is_one_line(tmp_path):
+    """A role such as 1 used to reach sorted() beside a string: a TypeError traceback."""
+    import json
+
+    from sim.errors import ScenarioError
+    from sim.fleet.fleet_file import apply_fleet_file
+
+    f = tmp_path / "fleet.json"
+    f.write_text(json.dumps({"pools": [{"role": 1}, {"role": "decode"}]}))
+    with pytest.raises(ScenarioError, match="one aggregated pool, or one prefill and one decode pool"):
+        apply_fleet_file(BASE, str(f))
+
+
+def test_single_engine_replay_refuses_pd():
+    """sim.run.engine.simulate has no P/D handoff: a P/D scenario is refused, never run aggregated."""
+    from sim.errors import ScenarioError
+    from sim.run.engine import simulate
+    from sim.trace import synthetic
+
+    with pytest.raises(ScenarioError, match=r"pd='1:1' needs the fleet's replay \(sim.fleet.replay.simulate\)"):
+        simulate(synthetic(n=4, rate=1.0), BASE.replace(pd="1:1", replicas=2))

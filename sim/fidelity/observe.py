@@ -295,8 +295,10 @@ async def observe(trace, opts: ObserveOptions, out: str | Path, *, say: Callable
     """Run the trace against the server at opts.url and write the record to `out`."""
     import json
 
-    if opts.speedup <= 0:
-        raise ObserveError(f"--speedup must be > 0, got {opts.speedup}")
+    from models.strict import number
+
+    number(opts.speedup, "--speedup", 0.0, 1e6, ObserveError, lo_open=True)
+    number(opts.request_timeout_s, "--timeout-s", 0.0, 86400.0, ObserveError, lo_open=True)
     if not 0.05 <= opts.scrape_interval_s <= 3600:
         raise ObserveError(f"--scrape-interval-s must be between 0.05 and 3600, got {opts.scrape_interval_s}")
     if opts.max_concurrency is not None and opts.max_concurrency < 1:

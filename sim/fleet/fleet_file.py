@@ -45,7 +45,7 @@ def fleet_changes(data: Any, source: str) -> dict[str, Any]:
         changes.update({k: pools[0][k] for k in ("replicas", "tp") if k in pools[0]})
         changes["pd"] = None
         return changes
-    if sorted(roles) != ["decode", "prefill"]:
+    if not all(isinstance(r, str) for r in roles) or sorted(roles) != ["decode", "prefill"]:
         raise ScenarioError(f"{source}: pools: one aggregated pool, or one prefill and one decode pool (got roles {roles})")
     by_role = {p["role"]: p for p in pools}
     n_p, n_d = by_role["prefill"].get("replicas", 1), by_role["decode"].get("replicas", 1)

@@ -405,9 +405,10 @@ def simulate(trace: Trace, target: Scenario | Deployment, *, progress: Callable[
              step_limit: int | None = None, skip_ahead: bool = True) -> metrics.SimResult:
     """Replay `trace` under a scenario (or its resolved Deployment); docs/METRICS.md says what comes back."""
     wall0 = time.perf_counter()
-    router = target.scenario.router if isinstance(target, Deployment) else target.router
-    if router != "round-robin":
-        raise ScenarioError(f"scenario: router={router!r} needs the fleet's replay (sim.fleet.engine.simulate)")
+    scenario = target.scenario if isinstance(target, Deployment) else target
+    if scenario.router != "round-robin" or scenario.pd:
+        what = f"pd={scenario.pd!r}" if scenario.pd else f"router={scenario.router!r}"
+        raise ScenarioError(f"scenario: {what} needs the fleet's replay (sim.fleet.replay.simulate)")
     sim = Simulation(build(trace, target), skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
     sim.run()
     return sim.result(trace.digest(), time.perf_counter() - wall0)
