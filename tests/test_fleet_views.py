@@ -92,3 +92,15 @@ def test_a_pd_fleet_survives_a_snapshot_round_trip():
     assert back.scenario.pd == "1:2" and back.summary["fleet"] == res.summary["fleet"]
     assert back.summary["kv_transfer_bytes"] == res.summary["kv_transfer_bytes"]
     assert "<h2>Fleet</h2>" in html_report(back)
+
+
+def test_pd_replicas_are_told_apart_by_pool():
+    """Each pool numbers its replicas from 0: the table and the routed bars name the pool, so prefill 0
+    and decode 0 are two rows and two bars, not one x position drawn twice."""
+    from sim.report.fleet_charts import routed_bars
+
+    trace = synthetic(n=20, rate=2.0, seed=4, input="lognormal:mean=2000:sigma=0.3")
+    reps = simulate(trace, BASE.replace(pd="1:2", kv_budget_gib=4.0)).summary["fleet"]["replicas"]
+    labels = ["prefill 0", "decode 0", "decode 1"]
+    assert list(replica_table(reps)["replica"]) == labels
+    assert list(routed_bars(reps).layout.xaxis.ticktext) == labels

@@ -13,7 +13,7 @@ from sim.report import fleet_charts
 
 def replica_table(replicas: list[dict[str, Any]]) -> pd.DataFrame:
     """One row per replica, the summary's per-replica figures."""
-    return pd.DataFrame([{"replica": r["replica"], "routed": r["routed"], "prefix hit": r["prefix_cache_hit_rate"],
+    return pd.DataFrame([{"replica": fleet_charts.replica_label(r), "routed": r["routed"], "prefix hit": r["prefix_cache_hit_rate"],
                           "KV usage mean": r["kv_usage_mean"], "KV usage peak": r["kv_usage_peak"],
                           "queue mean": r["queue_mean"], "busy": r["utilisation"], "steps": r["steps"]}
                          for r in replicas])

@@ -215,7 +215,8 @@ class PDFleet:
         s["fleet"] = {"router": self.prefill.router_name, "decode_router": self.scenario.decode_router, "kv_link": self.scenario.kv_link,
                       "layer_pipelined": self.scenario.kv_layer_pipelined,
                       "pools": [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)],
-                      "replicas": p_res.summary["fleet"]["replicas"] + res.summary["fleet"]["replicas"]}
+                      "replicas": [{**r, "pool": "prefill"} for r in p_res.summary["fleet"]["replicas"]]
+                      + [{**r, "pool": "decode"} for r in res.summary["fleet"]["replicas"]]}
         s["replicas"] = len(self.prefill.s.replicas) + len(self.decode.s.replicas)
         s["fleet"]["transfers"] = [{"req": r, "bytes": b, "start_s": round(t0, 6), "done_s": round(t1, 6), "prefill": p,
                                     "decode": d} for r, b, t0, t1, p, d in self.log.rows[:TRANSFERS_SHOWN]]

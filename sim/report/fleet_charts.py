@@ -21,13 +21,23 @@ def replica_heatmap(timeline: Mapping[str, Any], field: str, title: str, label: 
     return _layout(fig, title, "", height=120 + 28 * len(rows))
 
 
+def replica_label(r: Mapping[str, Any]) -> str:
+    """'3', or 'decode 3' in a P/D fleet (each pool numbers its replicas from 0)."""
+    return f"{r['pool']} {r['replica']}" if "pool" in r else str(r["replica"])
+
+
 def routed_bars(replicas: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Requests routed per replica, with each replica's prefix-cache hit rate on the hover."""
-    fig = go.Figure(go.Bar(x=[r["replica"] for r in replicas], y=[r["routed"] for r in replicas],
-                           customdata=[[r["prefix_cache_hit_rate"], r["utilisation"]] for r in replicas],
-                           hovertemplate="replica %{x}: %{y} requests<br>prefix hit %{customdata[0]:.1%}"
+    """Requests routed per replica, with each replica's prefix-cache hit rate on the hover. Bars sit at
+    0..n-1 with the replica's label ('decode 0' in a P/D fleet) as tick text and on the hover."""
+    labels = [replica_label(r) for r in replicas]
+    fig = go.Figure(go.Bar(x=list(range(len(replicas))), y=[r["routed"] for r in replicas],
+                           customdata=[[r["prefix_cache_hit_rate"], r["utilisation"], label]
+                                       for r, label in zip(replicas, labels, strict=True)],
+                           hovertemplate="replica %{customdata[2]}: %{y} requests<br>prefix hit %{customdata[0]:.1%}"
                                          "<br>busy %{customdata[1]:.0%}<extra></extra>"))
-    return _layout(fig, "Requests routed per replica", "requests", x_title="replica", height=300)
+    fig = _layout(fig, "Requests routed per replica", "requests", x_title="replica", height=300)
+    fig.update_xaxes(tickvals=list(range(len(replicas))), ticktext=labels)
+    return fig
 
 
 def transfer_timeline(transfers: Sequence[Mapping[str, Any]]) -> go.Figure:
