@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from models.gpus import PCIE4_X16, PCIE5_X16
 from models.registry import Registry
 
 GB = 10**9  # link rates are decimal
@@ -68,10 +69,10 @@ LINKS: Registry[Link] = Registry("link", ((link.name, link) for link in (
     Link("ethernet-25g", 25 * Gbit, 50e-6, "network",
          "25 GbE line rate (IEEE 802.3by), TCP without RDMA: 50 us per transfer (kernel network stack); "
          "the slow end of a P/D link"),
-    Link("pcie-gen5-x16", 64 * GB, 5e-6, "host",
+    Link("pcie-gen5-x16", PCIE5_X16, 5e-6, "host",
          "PCI-SIG PCIe 5.0: 32 GT/s x16 lanes, 128b/130b = 63 GB/s per direction (64 nominal); "
          "5 us per transfer (a cudaMemcpyAsync's launch and completion)"),
-    Link("pcie-gen4-x16", 32 * GB, 5e-6, "host",
+    Link("pcie-gen4-x16", PCIE4_X16, 5e-6, "host",
          "PCI-SIG PCIe 4.0: 16 GT/s x16 lanes, 128b/130b = 31.5 GB/s per direction (32 nominal); "
          "5 us per transfer (a cudaMemcpyAsync's launch and completion)"),
 )))

@@ -16,6 +16,7 @@ from typing import Any
 
 from sim.cli.common import print_json
 from sim.cli.scenario_args import add_trace_args, trace_from_args
+from sim.fidelity.observe_record import DTYPES
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -39,7 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--tp", type=int, help="tensor-parallel size (default 1)")
     g.add_argument("--max-num-seqs", type=int, help="the server's max_num_seqs (default: vLLM's for the GPU)")
     g.add_argument("--max-batched-tokens", type=int, help="max_num_batched_tokens (default: vLLM's for the GPU)")
-    g.add_argument("--weight-dtype", choices=("bf16", "fp16", "fp32"), help="model dtype (default bf16)")
+    g.add_argument("--weight-dtype", choices=tuple(DTYPES), help="model dtype (default bf16)")
     p.add_argument("--json", action="store_true", help="print the run's counts as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
