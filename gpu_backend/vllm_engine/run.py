@@ -125,7 +125,10 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
         block_size=cfg.block_size, bytes_per_token=bpt, replicas=1, routing="single",
         max_model_len=cfg.max_model_len, kv_budget_terms=None, num_steps=len(got.steps), sim_events=len(got.steps),
         cost_model="measured", engine="vllm", vllm_version=got.vllm_version, device="cpu", model_dtype="fp32",
-        kv_dtype=KV_DTYPE, offline=offline, measured_by="vLLM", engine_start_s=start_s)
+        kv_dtype=KV_DTYPE, offline=offline, measured_by="vLLM", engine_start_s=start_s,
+        # what vLLM's pool really had (the worker's override; vLLM adds its null block), not a prediction
+        num_gpu_blocks=cfg.num_blocks + 1, vllm_memory={"skipped": "measured: the pool was set by num_gpu_blocks_override"},
+        intervals=None, interval_method=None)  # a measurement carries no prediction interval
     # The scenario the run served, with the pool it had (so the simulator beside it gets N blocks too).
     pool = (cfg.num_blocks + 0.5) * cfg.block_size * bpt / 2**30
     served = scenario.replace(kv_budget_gib=pool, kv_dtype=KV_DTYPE, block_size=cfg.block_size)

@@ -147,15 +147,17 @@ class PoolExecutor(_Base):
 _RAY_CACHE: dict[str, Any] = {}
 
 
-def _ray_task(refs: list[Any], index: int, scenario: Scenario) -> tuple[int, dict[str, Any]]:
-    """Runs on a Ray worker. `refs` is wrapped in a list so Ray does not resolve it per task:
-    each worker process fetches the workload and options once and keeps them."""
+def _ray_chain(refs: list[Any], job: list[tuple[int, Scenario]]) -> list[tuple[int, dict[str, Any]]]:
+    """Runs on a Ray worker: one chain of neighbouring configurations, as the process pool runs it
+    (so Ray, the pool and inline give the same rows). `refs` is wrapped in a list so Ray does not
+    resolve it per task: each worker process fetches the workload and options once and keeps them."""
     import ray
 
     key = refs[0].hex()
     if _RAY_CACHE.get("key") != key:
         _RAY_CACHE.update(key=key, workload=ray.get(refs[0]), options=ray.get(refs[1]))
-    return index, search_config(_RAY_CACHE["workload"], scenario, _RAY_CACHE["options"])
+    rows = search_chain(_RAY_CACHE["workload"], [scenario for _, scenario in job], _RAY_CACHE["options"])
+    return [(index, row) for (index, _), row in zip(job, rows, strict=True)]
 
 
 def code_modules() -> list[str]:
@@ -181,23 +183,25 @@ def connect_ray(address: str, num_cpus: int | None = None) -> None:
 
 
 class RayExecutor(_Base):
-    """One Ray task per configuration; the workload goes into the object store once."""
+    """One Ray task per chain of neighbours (per configuration without `reuse`), as the process pool;
+    the workload goes into the object store once."""
 
     def __init__(self, workload: Workload, options: SearchOptions, address: str, workers: int) -> None:
         import ray
 
         connect_ray(address, num_cpus=workers if workers > 1 else None)
-        self.ray = ray
+        self.ray, self.reuse = ray, options.reuse
         self.refs = [ray.put(workload), ray.put(options)]
         self.pending: dict[Any, int] = {}
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
-        task = self.ray.remote(_ray_task)
-        self.pending = {task.remote(self.refs, i, sc): i for i, sc in enumerate(configs)}
+        task = self.ray.remote(_ray_chain)
+        jobs = chains(configs) if self.reuse else [[job] for job in enumerate(configs)]
+        self.pending = {task.remote(self.refs, job): job[0][0] for job in jobs}
         while self.pending:
             done, _ = self.ray.wait(list(self.pending), num_returns=1)
             self.pending.pop(done[0])
-            yield self.ray.get(done[0])
+            yield from self.ray.get(done[0])
 
     def cancel(self) -> None:
         for ref in self.pending:
