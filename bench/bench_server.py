@@ -262,13 +262,7 @@ async def page_loads_during(server: Server, trace: Path, busy: str) -> dict[str,
     """Fresh visitors open /plan, /simulate and /capacity while one visitor's long run goes on
     (`busy`: "compare" = the paging preset on a new load, "plan" = a Plan sweep on a new grid)."""
     async def load_page(path: str) -> float:
-        start = time.perf_counter()
-        session = await Session.open(server.url)
-        try:
-            _check(await session.run(path, ""), f"open /{path}")
-        finally:
-            await session.close()
-        return time.perf_counter() - start
+        return await _open_page(server, path)
 
     quiet = {path: await load_page(path) for path in ("plan", "simulate", "capacity")}  # warm and idle figures
     worker = Visitor(server, trace)
