@@ -42,10 +42,11 @@ from sim.run import metrics, verdict
 from sim.run.deployment import Deployment
 from sim.run.modelled_step import ModelledExecutor
 from sim.run.tier_metrics import tier_summary
-from sim.run.tier_setup import TierFleet, build_tiers, host_link_bandwidth
+from sim.run.tier_setup import TierFleet, build_tiers
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 from sim.timing.intervals import run_intervals
+from sim.timing.knobs import host_link_bandwidth
 from sim.trace.model import Trace
 
 GiB = 1 << 30

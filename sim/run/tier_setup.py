@@ -24,6 +24,7 @@ from sim.core.tiers.policy import TIER_POLICIES
 from sim.core.tiers.scope import node_of
 from sim.core.tiers.stack import TierLevel, TierStack
 from sim.errors import ScenarioError
+from sim.timing.knobs import host_link_bandwidth
 
 GiB = 1 << 30
 
@@ -45,12 +46,6 @@ class TierFleet:
 def tier_sizes(scenario: Any) -> dict[str, float]:
     """GiB per lower tier kind the scenario asks for (0: none)."""
     return {name: float(getattr(scenario, f"{name}_tier_gib", 0.0) or 0.0) for name in LOWER_TIERS}
-
-
-def host_link_bandwidth(scenario: Any, gpu_host_bw: float) -> float:
-    """Bytes/s per GPU per direction over PCIe: --host-link-gb-s if given, else the GPU entry's."""
-    gbs = getattr(scenario, "host_link_gb_s", None)
-    return float(gbs) * 1e9 if gbs else float(gpu_host_bw)
 
 
 def _check(scenario: Any, dep: Any) -> None:

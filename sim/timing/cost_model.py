@@ -41,6 +41,7 @@ from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from sim.timing import roofline as rl
 from sim.timing.attention_groups import AttnGroup
+from sim.timing.knobs import host_link_bandwidth
 from sim.timing.measured_table import CONTEXTS, interp_row
 from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's historic home)
     COEFFICIENTS,
@@ -112,9 +113,8 @@ class CostModel:
         if offload:
             from sim.timing.layer_offload import gpu_share
 
-            host_gbs = getattr(scenario, "host_link_gb_s", None)
             kwargs["offload_kv_bytes_per_token"] = kwargs["kv_bytes_per_token"] * (1.0 - gpu_share(spec.num_layers, offload))
-            kwargs["host_bandwidth"] = float(host_gbs) * 1e9 if host_gbs else gpu.host_link_bandwidth
+            kwargs["host_bandwidth"] = host_link_bandwidth(scenario, gpu.host_link_bandwidth)
         kwargs.update(overrides)
         want = scenario.cost_source
         if scenario.profile:

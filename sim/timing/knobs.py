@@ -6,7 +6,7 @@ other way would close a cycle). Scenario satisfies it as it is; the model and th
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class TimingKnobs(Protocol):
@@ -44,3 +44,10 @@ class TimingKnobs(Protocol):
 
     @property
     def host_link_gb_s(self) -> float | None: ...  # None: the GPU entry's host link
+
+
+def host_link_bandwidth(scenario: Any, gpu_host_bw: float) -> float:
+    """Bytes/s per GPU per direction over PCIe: --host-link-gb-s if given, else the GPU entry's (layer
+    offload's step time, swap traffic and the CPU tier's loads all read this one rule)."""
+    gbs = getattr(scenario, "host_link_gb_s", None)  # a Scenario's; other knob sets have none
+    return float(gbs) * 1e9 if gbs else float(gpu_host_bw)

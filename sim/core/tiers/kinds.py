@@ -39,8 +39,6 @@ class TierKind:
         return f"{self.medium}, one per {self.scope}; {rates}; {self.source}"
 
 
-TIER_ORDER = ("gpu", "cpu", "nvme", "remote")  # lookup order at admission
-
 TIERS: Registry[TierKind] = Registry("KV tier", ((k.name, k) for k in (
     TierKind("gpu", "GPU HBM (the paged KV pool)", "replica", None, None, 0.0, False,
              "the replica's KV budget (sim/memory); its prefix cache is sim/core/kv/prefix_cache.py"),
@@ -60,6 +58,7 @@ TIERS: Registry[TierKind] = Registry("KV tier", ((k.name, k) for k in (
              "Mooncake's transfer engine reports)"),
 )))
 
+TIER_ORDER = TIERS.names()  # lookup order at admission: the order of registration, the GPU pool first
 LOWER_TIERS = TIER_ORDER[1:]
 
 
