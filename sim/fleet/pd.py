@@ -43,12 +43,12 @@ import numpy as np
 from models.links import get_link
 from sim.core.link import SharedLink, schedule_over
 from sim.core.request import REJECTED
-from sim.core.routing.pd_split import parse_pd
 from sim.core.routing.registry import ROUTERS
 from sim.core.routing.routers import RouterParams
 from sim.core.scheduler import Scheduler
 from sim.fleet import fleet_metrics
 from sim.fleet.engine import FleetSimulation
+from sim.fleet.layout import fleet_gpus, pools_of
 from sim.fleet.live_view import LiveView
 from sim.run import metrics
 from sim.run.deployment import Deployment
@@ -126,8 +126,9 @@ class PDFleet:
 
     def __init__(self, trace: Trace, scenario: Scenario, *, skip_ahead: bool = True,
                  progress: Callable[[float], None] | None = None) -> None:
-        n_p, n_d = parse_pd(scenario.pd or "1:1")
-        tp_p, tp_d = scenario.prefill_tp or scenario.tp, scenario.decode_tp or scenario.tp
+        self.layout = scenario.replace(pd=scenario.pd or "1:1")  # the pools as layout.pools_of lays them out
+        prefill, decode = pools_of(self.layout)
+        (n_p, tp_p), (n_d, tp_d) = (prefill.replicas, prefill.tp), (decode.replicas, decode.tp)
         self.scenario = scenario
         self.dep_p = Deployment.resolve(scenario.replace(tp=tp_p, replicas=n_p, pd=None))
         self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=POOL_ROUTER))
@@ -208,9 +209,7 @@ class PDFleet:
                 s[key] = p_res.summary[key]
         s.update(self.log.summary())
         s["pd_waited_for_blocks"] = sum(_blocked(rep) for rep in self.decode.s.replicas)
-        gpus_p = len(self.prefill.s.replicas) * self.dep_p.scenario.tp
-        gpus_d = len(self.decode.s.replicas) * self.dep_d.scenario.tp
-        s["gpus"] = gpus_p + gpus_d
+        s["gpus"] = fleet_gpus(self.layout)
         s["routing_imbalance"] = p_res.summary["routing_imbalance"]
         s["fleet"] = {"router": self.prefill.router_name, "decode_router": self.scenario.decode_router, "kv_link": self.scenario.kv_link,
                       "layer_pipelined": self.scenario.kv_layer_pipelined,
