@@ -52,6 +52,7 @@ from sim.fleet.layout import fleet_gpus, pools_of
 from sim.fleet.live_view import LiveView
 from sim.run import metrics
 from sim.run.deployment import Deployment
+from sim.run.distribution import distribution
 from sim.run.engine import Replica, build
 from sim.scenario import Scenario
 from sim.trace.model import Trace
@@ -76,18 +77,10 @@ class TransferLog:
 
     def summary(self) -> dict[str, Any]:
         if not self.rows:
-            return {"kv_transfer_bytes": 0, "kv_transfers": 0, "kv_transfer_s": metrics_stats(np.zeros(0))}
+            return {"kv_transfer_bytes": 0, "kv_transfers": 0, "kv_transfer_s": distribution(np.zeros(0), maximum=True)}
         arr = np.array([(b, d - s) for _, b, s, d, _, _ in self.rows], dtype=np.float64)
         return {"kv_transfer_bytes": int(arr[:, 0].sum()), "kv_transfers": len(self.rows),
-                "kv_transfer_s": metrics_stats(arr[:, 1])}
-
-
-def metrics_stats(values: np.ndarray) -> dict[str, float | None]:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(v.max())}
+                "kv_transfer_s": distribution(arr[:, 1], maximum=True)}
 
 
 class PrefillPool(FleetSimulation):

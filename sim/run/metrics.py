@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.step_types import BREAKDOWN_FIELDS
+from sim.run.distribution import distribution
 
 REQUEST_COLUMNS = ("req_id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "input_tokens",
                    "output_tokens", "queue_s", "ttft_s", "tpot_s", "e2e_s", "num_preemptions",
@@ -186,14 +187,6 @@ def requests_frame(table: Any) -> pd.DataFrame:
     })
 
 
-def _stats(values: np.ndarray) -> dict[str, float | None]:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return {"mean": None, "p50": None, "p90": None, "p99": None}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
-
-
 def summarize(requests: pd.DataFrame, recorder: StepRecorder, *, peak_usage: float, num_preemptions: int,
               prefix_queries: int, prefix_hits: int, sim_wall_s: float, **extra: Any) -> dict[str, Any]:
     """The summary dict (docs/METRICS.md). `extra` keys are appended as given."""
@@ -213,7 +206,7 @@ def summarize(requests: pd.DataFrame, recorder: StepRecorder, *, peak_usage: flo
         "req_per_s": int(done.sum()) / duration if duration > 0 else 0.0,
     }
     for name in LATENCIES:
-        summary[name] = _stats(requests[name].to_numpy()[done])
+        summary[name] = distribution(requests[name].to_numpy()[done])
     summary["kv_cache_usage_perc"] = {"mean": g["kv_cache_usage_perc"], "peak": peak_usage}
     summary["kv_breakdown_mean"] = {n: g[f"{n}_bytes"] / cap for n in BREAKDOWN_FIELDS}
     summary["mean_batch_size"] = g["num_running"]

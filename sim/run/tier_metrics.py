@@ -10,15 +10,8 @@ import numpy as np
 import pandas as pd
 
 from sim.core.tiers.kinds import LOWER_TIERS
+from sim.run.distribution import distribution
 from sim.run.tier_setup import TierFleet
-
-
-def _dist(values: np.ndarray) -> dict[str, float | None]:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None}
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"count": int(v.size), "mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
 
 
 def ttft_split(requests: pd.DataFrame, load_s: dict[int, float]) -> dict[str, dict[str, float | None]]:
@@ -29,7 +22,8 @@ def ttft_split(requests: pd.DataFrame, load_s: dict[int, float]) -> dict[str, di
     queue = requests["queue_s"].to_numpy()[done]
     load = np.array([load_s.get(int(r), 0.0) for r in ids], dtype=float)
     prefill = requests["ttft_s"].to_numpy()[done] - queue - load
-    return {"queue": _dist(queue), "load": _dist(load), "prefill": _dist(prefill)}
+    return {"queue": distribution(queue, count=True), "load": distribution(load, count=True),
+            "prefill": distribution(prefill, count=True)}
 
 
 def tier_summary(fleet: TierFleet, requests: pd.DataFrame, *, prefix_queries: int, prefix_hits: int,
@@ -51,7 +45,7 @@ def tier_summary(fleet: TierFleet, requests: pd.DataFrame, *, prefix_queries: in
         "tier_hit_tokens": hit_tokens,
         "tier_bytes_moved": moved,
         "tier_link_utilisation": {name: link.utilisation(duration_s) for name, link in fleet.links.items()},
-        "tier_load_delay_s": _dist(np.array(list(load_s.values()), dtype=float)),
+        "tier_load_delay_s": distribution(np.array(list(load_s.values()), dtype=float), count=True),
         "tier_occupancy": {name: {"capacity_bytes": lru.capacity_chunks * chunk_bytes, "peak_bytes": lru.peak * chunk_bytes,
                                   "end_bytes": len(lru) * chunk_bytes} for name, lru in fleet.tiers.items()},
         "tier_occupancy_series": {"t_s": [t for t, _ in occupancy],
