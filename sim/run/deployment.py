@@ -34,7 +34,7 @@ from sim.memory.capacity import (
 )
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
-from sim.timing.layer_offload import offloaded_layers
+from sim.timing.layer_offload import offloaded_layers, split_groups
 
 DEFAULT_MAX_MODEL_LEN_CAP = 32768
 
@@ -100,9 +100,6 @@ class Deployment:
         # A model with several KV groups: one manager per group over a shared pool of pages, for
         # every allocator (paged, contiguous) and the static-batch baseline alike.
         grouped = needs_group_pools(spec.groups)
-        if grouped and scenario.offload_layers:
-            raise ScenarioError("scenario: offload_layers needs a model with one KV group (sliding-window, chunked "
-                                "and state groups are not supported by layer offload yet)")
         if grouped:
             probe = _group_allocator(scenario, spec, budget)
             num_blocks, bpt = probe.num_blocks, probe.bytes_per_token
@@ -162,8 +159,10 @@ def scenario_kv_bytes_per_token(scenario: Scenario, spec: ModelSpec) -> int:
 
 
 def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> Allocator:
+    """The per-group pool; with layer offload it holds only each group's kept layers (sim/timing/layer_offload.py)."""
+    groups = split_groups(spec.groups, scenario.offload_layers)[0] if scenario.offload_layers else spec.groups
     try:
-        return make_group_allocator(kv_layout(scenario), spec.groups, budget, prefix_block_size)
+        return make_group_allocator(kv_layout(scenario), groups, budget, prefix_block_size)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
 

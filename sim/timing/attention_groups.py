@@ -145,6 +145,11 @@ def attention_groups(spec: ModelSpec, kv_dtype: str, tp: int) -> tuple[AttnGroup
     return tuple(_group_terms(spec, g, kv_dtype, tp) for g in groups)
 
 
+def terms_of(spec: ModelSpec, groups: tuple[KVGroup, ...], kv_dtype: str, tp: int) -> tuple[AttnGroup, ...]:
+    """The attention terms of `groups` (some of spec's layers: layer offload's offloaded part)."""
+    return tuple(_group_terms(spec, g, kv_dtype, tp) for g in groups)
+
+
 def mla_prefill_flops_per_pair(spec: ModelSpec, tp: int) -> float:
     """Prefill attention FLOPs per pair: MLA decompresses the latent and runs multi-head attention
     over qk_nope + qk_rope key dims and v_head_dim value dims (vLLM's MLA prefill path); other

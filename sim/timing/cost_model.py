@@ -40,8 +40,9 @@ import numpy as np
 from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from sim.timing import roofline as rl
-from sim.timing.attention_groups import AttnGroup
+from sim.timing.attention_groups import AttnGroup, terms_of
 from sim.timing.knobs import host_link_bandwidth
+from sim.timing.layer_offload import gpu_share, offload_bound, split_groups
 from sim.timing.measured_table import CONTEXTS, interp_row
 from sim.timing.profile import (  # noqa: F401  (re-exported: the profile API's historic home)
     COEFFICIENTS,
@@ -96,6 +97,7 @@ class CostModel:
     # layers, streamed over the host link (bytes/s per GPU and direction) every step. 0: none.
     offload_kv_bytes_per_token: float = 0.0
     host_bandwidth: float = 0.0
+    offload_groups: tuple[AttnGroup, ...] = ()  # models with KV groups: the offloaded layers' terms per group
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
     _decode_timers: dict[int, Callable[[int], float]] = field(default_factory=dict, init=False, compare=False,
                                                               repr=False)
@@ -111,9 +113,7 @@ class CostModel:
         kwargs["api_overhead_s"] = float(scenario.api_overhead_s)
         offload = float(getattr(scenario, "offload_layers", 0.0) or 0.0)  # a Scenario's; other knob sets have none
         if offload:
-            from sim.timing.layer_offload import gpu_share
-
-            kwargs["offload_kv_bytes_per_token"] = kwargs["kv_bytes_per_token"] * (1.0 - gpu_share(spec.num_layers, offload))
+            kwargs.update(_offload_terms(spec, scenario, offload, kwargs))
             kwargs["host_bandwidth"] = host_link_bandwidth(scenario, gpu.host_link_bandwidth)
         kwargs.update(overrides)
         want = scenario.cost_source
@@ -164,7 +164,7 @@ class CostModel:
     def decode_time(self, decode_seqs: int, decode_kv: int) -> float:
         """step_time(decode_seqs, decode_kv) of a pure-decode step, bit for bit, faster: the parts
         that depend on the batch size alone are computed once per batch size (the engine's hot loop)."""
-        if self.table is None or self.profile is not None or self.offload_kv_bytes_per_token:
+        if self.table is None or self.profile is not None or self.offload_kv_bytes_per_token or self.offload_groups:
             return self.step_time(decode_seqs, decode_kv)
         return float(self._table_decode(float(decode_seqs), float(decode_kv)))
 
@@ -181,7 +181,7 @@ class CostModel:
     def _make_decode_timer(self, b: int) -> Callable[[int], float]:
         """The scalar measured-table branch of _table_decode with its per-batch work done here
         (the very same float operations in the same order); decode_time itself elsewhere."""
-        if (self.table is None or self.profile is not None or self.offload_kv_bytes_per_token or b <= 0
+        if (self.table is None or self.profile is not None or self.offload_kv_bytes_per_token or self.offload_groups or b <= 0
                 or self.table.attn_groups):
             return lambda kv: self.decode_time(b, kv)
         d = float(b)
@@ -247,8 +247,10 @@ class CostModel:
     def _times(self, d: Any, kd: Any, p: Any, kp: Any, pp: Any, np_: Any, maximum: Callable[[Any, Any], Any]) -> Any:
         """The step-time formula over floats or float64 arrays (`maximum`: max or np.maximum)."""
         gpu = self._gpu_times(d, kd, p, kp, pp, np_, maximum)
-        if not self.offload_kv_bytes_per_token:
+        if not (self.offload_kv_bytes_per_token or self.offload_groups):
             return gpu
+        if self.offload_groups:  # per KV group: what each kind of layer keeps streams (sim/timing/layer_offload.py)
+            return offload_bound(gpu, self.offload_groups, self.host_bandwidth, d, kd, p, kp, np_, maximum)
         per_byte = self.offload_kv_bytes_per_token / self.host_bandwidth  # layer offload: host link, overlapped
         return maximum(maximum(gpu, (kd + kp) * per_byte), (d + p) * per_byte)
 
@@ -317,3 +319,12 @@ class CostModel:
     def allreduce(self, t: Any) -> Any:
         """Roofline TP all-reduces of a step of t tokens (0 at TP 1)."""
         return self.allreduce_fixed_s + self.allreduce_s_per_token * t
+
+
+def _offload_terms(spec: ModelSpec, scenario: TimingKnobs, fraction: float, terms: dict[str, Any]) -> dict[str, Any]:
+    """Layer offload's cost-model fields: one-group models stream the offloaded share of each token's
+    KV; models with KV groups stream what each group's offloaded layers keep (sim/timing/layer_offload.py)."""
+    if not terms["attn_groups"]:
+        return {"offload_kv_bytes_per_token": terms["kv_bytes_per_token"] * (1.0 - gpu_share(spec.num_layers, fraction))}
+    off = terms_of(spec, split_groups(spec.groups, fraction)[1], scenario.kv_dtype, scenario.tp)
+    return {"offload_groups": off, "offload_kv_bytes_per_token": float(sum(g.bytes_per_token for g in off))}
