@@ -2,7 +2,9 @@
 time from the cost model, and applies it.
 
 Events: at most one SimPy timeout per engine step, and far fewer with skip-ahead: a run of pure
-decode steps in which nothing changes but token counts is one timeout. When a run may be taken and
+decode steps in which nothing changes but token counts is one timeout. A single replica has
+nothing to interleave: its engine process is driven by `DirectClock`, which takes each timeout at
+once (the same clock floats, no event objects). When a run may be taken and
 what it must book so that `skip_ahead=False` gives identical results is the contract of
 sim/core/decode_run.py; the engine asks the scheduler for the limit and the module for a run
 (`plan_run`), waits the run's end and books it (`_decode_run`).
@@ -20,7 +22,7 @@ a request whose K/V could not fit an empty pool is rejected. Summary keys `rejec
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -396,10 +398,37 @@ class Simulation:
             self._finished(len(finished))
 
     def run(self) -> None:
-        for rep in self.s.replicas:
-            self.env.process(self.engine(rep))
-        self.env.run()
-        self.close(max((rep.t for rep in self.s.replicas), default=0.0))
+        reps = self.s.replicas
+        if len(reps) == 1:  # nothing to interleave: the engine's timeouts summed in a plain loop
+            clock = DirectClock()
+            self.env = clock  # type: ignore[assignment]  # the part of simpy.Environment the engine uses
+            clock.drive(self.engine(reps[0]))
+        else:
+            for rep in reps:
+                self.env.process(self.engine(rep))
+            self.env.run()
+        self.close(max((rep.t for rep in reps), default=0.0))
+
+
+class DirectClock:
+    """The part of simpy.Environment one engine process uses (`now`, `timeout`), for a single
+    replica: with one process there is nothing to order, so each timeout is taken at once.
+    `now` moves exactly as SimPy's does (now + delay), so the results are the very same floats;
+    it saves SimPy's event objects, heap and callbacks (~10% of a replay's CPU)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    @staticmethod
+    def timeout(delay: float) -> float:
+        if delay < 0:
+            raise ValueError(f"Negative delay {delay}")  # as simpy.Timeout
+        return delay
+
+    def drive(self, process: Iterator[float]) -> None:
+        """Run one engine process to its end."""
+        for delay in process:
+            self.now = self.now + delay
 
 
 def simulate(trace: Trace, target: Scenario | Deployment, *, progress: Callable[[float], None] | None = None,
