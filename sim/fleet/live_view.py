@@ -107,6 +107,16 @@ class LiveView:
         kept = next((i for i, b in enumerate(blocks) if b in gone), len(blocks))
         return kept * alloc.block_size
 
+    def held_prompt_blocks(self, req: RoutedRequest) -> int:
+        """Leading full prompt blocks in the GPU prefix cache and in use (not parked); a request holds
+        its whole prefix, so they lead the match, and growth evicts only parked blocks."""
+        alloc = self.rep.alloc
+        if req.prefix_hashes is None or not isinstance(alloc, PagedAllocator) or not alloc.prefix_caching:
+            return 0
+        cache = alloc.cache
+        blocks = cache.match(cache.chain_keys(req.prefix_hashes), req.prompt_tokens // alloc.block_size)
+        return next((i for i, b in enumerate(blocks) if cache.is_parked(b)), len(blocks))
+
     def tier_hit_tokens(self, req: RoutedRequest) -> dict[str, int]:
         """The replica's lower-tier hits for `req` from where its GPU hit ends, as admission would
         look them up now (TierStack.lookup: no side effects; the last prompt token never hits)."""

@@ -132,13 +132,16 @@ TIER_HIT_COST = {"cpu": 0.1, "remote": 0.15, "nvme": 0.4}
 
 
 class KVAwarePrecise:
-    """Lowest cost = w x prefill blocks + decode blocks, where prefill blocks are this prompt's blocks
-    not cached on the replica plus its prefill backlog (prompt tokens of requests without a first
-    token yet, in blocks) and decode blocks its KV blocks in use. The cache is read from the
-    replica's real prefix cache at arrival, evictions included: NVIDIA Dynamo's KV router (cost =
-    overlap_score_weight x prefill_blocks + decode_blocks, fed by the workers' KV events) and llm-d's
-    precise prefix-cache scorer. A block found in a lower KV tier (CPU, NVMe, remote) counts as
-    TIER_HIT_COST[tier] of a recomputed block: cheaper than recompute, dearer than a GPU hit."""
+    """Lowest cost = w x prefill blocks + decode blocks, NVIDIA Dynamo's KV router cost in its units
+    (lib/llm/src/kv_router/scheduler.rs: logit = overlap_score_weight x potential_prefill_block +
+    decode_block; w is `--kv-overlap-score-weight`, default 1). Prefill blocks: the prompt tokens this
+    replica would compute for the request (those its prefix cache lacks) plus its prefill backlog,
+    over the block size (a fraction, as Dynamo's). Decode blocks: Dynamo's potential active blocks,
+    the blocks the replica's outstanding requests hold (in use now plus what its backlog will take)
+    plus this prompt's full blocks that no request there holds (its `new_blocks`: blocks shared
+    with a running request are counted once). The cache is read from the replica's real prefix
+    cache at arrival, evictions included (Dynamo's KV events; llm-d's precise prefix-cache scorer).
+    A block found in a lower KV tier counts as TIER_HIT_COST[tier] of a recomputed block."""
 
     state_free = False
 
@@ -146,15 +149,24 @@ class KVAwarePrecise:
         self.w = p.kv_weight
 
     def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> float:
+        """Prompt blocks to compute on this replica, a lower-tier hit counting TIER_HIT_COST of one."""
+        missing = req.prompt_tokens - v.cached_prompt_tokens(req)
         lower = v.tier_hit_tokens(req)
-        if not lower:  # no tiers: the GPU hit alone (the same integer as before tiers existed)
-            return -(-(req.prompt_tokens - v.cached_prompt_tokens(req)) // v.block_size)
-        missing = req.prompt_tokens - v.cached_prompt_tokens(req) - sum(lower.values())
-        return -(-missing // v.block_size) + sum(TIER_HIT_COST[n] * t / v.block_size for n, t in lower.items())
+        if not lower:
+            return missing / v.block_size
+        missing -= sum(lower.values())
+        return (missing + sum(TIER_HIT_COST[n] * t for n, t in lower.items())) / v.block_size
+
+    def decode_blocks(self, req: RoutedRequest, v: ReplicaView, backlog_tokens: int) -> int:
+        """Blocks its outstanding requests hold or will hold, with this prompt's (Dynamo's
+        potential active blocks: active_blocks + new_blocks)."""
+        new = req.prompt_tokens // v.block_size - v.held_prompt_blocks(req)
+        return v.used_blocks() + -(-backlog_tokens // v.block_size) + new
 
     def cost(self, req: RoutedRequest, v: ReplicaView) -> float:
-        backlog = -(-v.pending_prefill_tokens() // v.block_size)
-        return self.w * (self.uncached_blocks(req, v) + backlog) + v.used_blocks()
+        backlog = v.pending_prefill_tokens()
+        prefill = self.uncached_blocks(req, v) + backlog / v.block_size
+        return self.w * prefill + self.decode_blocks(req, v, backlog)
 
     def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
         return min(views, key=lambda v: (self.cost(req, v), v.index)).index
@@ -178,7 +190,7 @@ class KVAwareApprox(KVAwarePrecise):
         return i
 
     def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> float:
-        return -(-(req.prompt_tokens - self._cached_tokens(v.index, req)) // v.block_size)
+        return (req.prompt_tokens - self._cached_tokens(v.index, req)) / v.block_size
 
     def _cached_tokens(self, i: int, req: RoutedRequest) -> int:
         seen, matched = self.index[i], 0

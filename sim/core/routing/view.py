@@ -62,6 +62,11 @@ class ReplicaView(Protocol):
         """Leading prompt tokens of `req` found in lower KV tiers, by tier name ({}: no tiers)."""
         ...
 
+    def held_prompt_blocks(self, req: RoutedRequest) -> int:
+        """Leading full blocks of `req`'s prompt that its requests hold now (cached and in use, so
+        routing it here adds no block for them: Dynamo's active-block dedup)."""
+        ...
+
 
 def outstanding(view: ReplicaView) -> int:
     """Requests routed to a replica and not finished: what 'least outstanding requests' balances."""
