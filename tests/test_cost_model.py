@@ -87,6 +87,24 @@ def test_decode_timer_is_decode_time_bit_for_bit(scenario):
             assert timer(kv) == cm.step_time(batch, kv)
 
 
+@pytest.mark.parametrize("scenario", [{"cost_source": "measured-db", "model": "llama-3-8b", "gpu": "h100-sxm"},
+                                      {"cost_source": "measured-db", "model": "gpt-oss-20b", "gpu": "h100-sxm"},
+                                      {}])
+def test_decode_timer_ends_are_single_steps_summed_bit_for_bit(scenario):
+    """timer.ends sums a run's step times in one loop that keeps the context grid segment: the very
+    floats of adding decode_time step by step, across segments (a batch of 1 walks through the grid's
+    first points), below the first point, past the last, and stopping at the step that reaches the horizon."""
+    cm = cost_of(Scenario(**{"model": "qwen2.5-7b", "cost_source": "roofline", **scenario}))
+    for batch, kv, k in [(1, 0, 600), (3, 10, 400), (64, 64 * 1000, 300), (255, 255 * 120_000, 50)]:
+        timer, t, expected = cm.decode_timer(batch), 1.5, []
+        for j in range(k):
+            t += cm.decode_time(batch, kv + j * batch)
+            expected.append(t)
+        assert timer.ends(1.5, kv, k, float("inf")) == expected
+        assert timer.ends(1.5, kv, k, expected[k // 2]) == expected[: k // 2 + 1]
+        assert timer.ends(1.5, kv, k, (expected[7] + expected[8]) / 2) == expected[:9]
+
+
 def test_scalar_step_time_is_bit_identical_with_a_profile(tmp_path):
     prof = fit_profile(synthetic_rows((2e-3, 3e-5, 4e-9, 5e-12)), model="qwen2.5-7b")
     cm = model(profile=str(save_profile(prof, tmp_path / "p.json")))

@@ -155,7 +155,7 @@ def two_decoding(output: int = 200) -> tuple[Scheduler, float]:
 
 
 def test_step_ends_are_the_sums_of_single_steps_bit_for_bit():
-    sched, now = two_decoding()
+    sched, now = two_decoding(output=2 * decode_run.SHORT_RUN + 100)
     k, ctx = sched.decode_run_limit(), sched.decode_context_tokens()
     assert k > 2 * decode_run.SHORT_RUN  # past the Python loop: the numpy cumsum path too
     run = decode_run.plan_run(sched, COST, now, sched.decode_run_limit(), next_sample=FAR, next_arrival=None, max_steps=None)

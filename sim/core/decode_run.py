@@ -67,7 +67,15 @@ if TYPE_CHECKING:
     from sim.core.interfaces import Allocator
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
-SHORT_RUN = 16  # decode steps summed in Python before a run goes to numpy
+SHORT_RUN = 128  # decode steps summed in Python (timer.ends) before a run goes to numpy
+
+
+class StepTimer(Protocol):
+    """One batch size's decode step time (sim.timing.decode_timer): per step, and a run's ends."""
+
+    def __call__(self, kv: int) -> float: ...
+
+    def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]: ...
 
 
 class DecodeCost(Protocol):
@@ -75,7 +83,7 @@ class DecodeCost(Protocol):
 
     def decode_time(self, decode_seqs: int, decode_kv: int) -> float: ...
 
-    def decode_timer(self, decode_seqs: int) -> Callable[[int], float]: ...
+    def decode_timer(self, decode_seqs: int) -> StepTimer: ...
 
     def decode_step_times(self, k: int, batch: int, context_tokens_start: int) -> np.ndarray: ...
 
@@ -306,18 +314,15 @@ def plan_run(sched: SkipAhead, cost: DecodeCost, t: float, limit: int, *, next_s
 def step_ends(cost: DecodeCost, t: float, k: int, b: int, ctx: int, horizon: float) -> list[float]:
     """End times of up to k decode steps of a batch of b from `t` (summed context ctx),
     stopping at the first step that reaches `horizon`. Each end is the previous end plus the
-    step's time, the very floats that stepping one at a time produces. Most runs end within a
-    few steps (the next arrival), so they are summed in Python; longer ones with numpy."""
+    step's time, the very floats that stepping one at a time produces. Up to SHORT_RUN steps
+    (nearly every run: most end at the next arrival) are summed by the timer's own loop, well under
+    a microsecond a step; numpy's fixed cost (tens of microseconds a call) pays only past that."""
     step = cost.decode_timer(b)
-    ends: list[float] = []
-    for j in range(min(k, SHORT_RUN)):
-        t += step(ctx + j * b)
-        ends.append(t)
-        if t >= horizon:
-            return ends
+    ends = step.ends(t, ctx, min(k, SHORT_RUN), horizon)
     k -= len(ends)
-    if k <= 0:
+    if k <= 0 or ends[-1] >= horizon:
         return ends
+    t = ends[-1]
     ctx += len(ends) * b
     first = step(ctx)  # step times only grow along a run: bounds the steps that fit
     if first > 0:

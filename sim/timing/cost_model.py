@@ -41,6 +41,7 @@ from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from sim.timing import roofline as rl
 from sim.timing.attention_groups import AttnGroup, terms_of
+from sim.timing.decode_timer import DecodeTimer, FormulaDecodeTimer, TableDecodeTimer
 from sim.timing.knobs import host_link_bandwidth
 from sim.timing.layer_offload import gpu_share, offload_bound, split_groups
 from sim.timing.measured_table import CONTEXTS, interp_row
@@ -99,7 +100,7 @@ class CostModel:
     host_bandwidth: float = 0.0
     offload_groups: tuple[AttnGroup, ...] = ()  # models with KV groups: the offloaded layers' terms per group
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
-    _decode_timers: dict[int, Callable[[int], float]] = field(default_factory=dict, init=False, compare=False,
+    _decode_timers: dict[int, DecodeTimer] = field(default_factory=dict, init=False, compare=False,
                                                               repr=False)
 
     @classmethod
@@ -168,41 +169,27 @@ class CostModel:
             return self.step_time(decode_seqs, decode_kv)
         return float(self._table_decode(float(decode_seqs), float(decode_kv)))
 
-    def decode_timer(self, decode_seqs: int) -> Callable[[int], float]:
-        """decode_time(decode_seqs, kv) as a function of kv alone, bit for bit: a decode run asks
-        for many steps of one batch size, so the per-batch parts (the measured row as Python
-        floats, the grid spans) are looked up once per batch size, not once per step."""
+    def decode_timer(self, decode_seqs: int) -> DecodeTimer:
+        """decode_time(decode_seqs, kv) as a function of kv alone, bit for bit, with a loop that sums
+        a run's step ends (sim/timing/decode_timer.py): a decode run asks for many steps of one
+        batch size, so the per-batch parts are looked up once per batch size, not once per step."""
         timer = self._decode_timers.get(decode_seqs)
         if timer is None:
             timer = self._make_decode_timer(decode_seqs)
             self._decode_timers[decode_seqs] = timer
         return timer
 
-    def _make_decode_timer(self, b: int) -> Callable[[int], float]:
-        """The scalar measured-table branch of _table_decode with its per-batch work done here
+    def _make_decode_timer(self, b: int) -> DecodeTimer:
+        """The measured table's scalar branch of _table_decode with its per-batch work done once
         (the very same float operations in the same order); decode_time itself elsewhere."""
         if (self.table is None or self.profile is not None or self.offload_kv_bytes_per_token or self.offload_groups or b <= 0
                 or self.table.attn_groups):
-            return lambda kv: self.decode_time(b, kv)
-        d = float(b)
-        self._table_decode(d, 0.0)  # fills the per-batch cache
+            return FormulaDecodeTimer(b, self.decode_time)
+        self._table_decode(float(b), 0.0)  # fills the per-batch cache
         base, row = self._decode_cache[b]
-        base = float(base)
         if row is None:
-            return lambda kv: self.decode_time(b, kv)
-        grid, values = CONTEXTS, [float(v) for v in row]
-        lows, last = float(grid[0]), len(grid) - 2
-        spans = [grid[i + 1] - grid[i] for i in range(last + 1)]
-
-        def timer(kv: int) -> float:
-            x = float(kv) / d
-            if x < grid[0]:
-                x = lows
-            i = min(bisect_right(grid, x) - 1, last)
-            a = values[i]
-            return base + (a + (x - grid[i]) / spans[i] * (values[i + 1] - a))
-
-        return timer
+            return FormulaDecodeTimer(b, self.decode_time)
+        return TableDecodeTimer(b, float(base), CONTEXTS, row)
 
     def _table_decode(self, d: float, kd: Any) -> Any:
         """Measured-table pure-decode step: per-batch base + decode attention over the mean context."""

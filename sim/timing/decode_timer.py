@@ -1,0 +1,101 @@
+"""A pure-decode step's time as a function of the batch's K/V tokens alone, for one batch size.
+
+A decode run (sim/core/decode_run.py) takes many steps of one batch: step j reads kv + j x b K/V
+tokens. `CostModel.decode_timer(b)` gives one of these per batch size, built once:
+- `TableDecodeTimer`: the measured-table source, the scalar branch of CostModel._table_decode with
+  the per-batch parts (the batch's row of decode-attention times as Python floats, the base time)
+  looked up once; `ends` sums a run's step times in one loop that keeps the context grid segment
+  while the mean context stays inside it, so a step costs a division, a compare and the
+  interpolation, with no call and no bisection;
+- `FormulaDecodeTimer`: any other source, through CostModel.decode_time.
+Both give the very floats that decode_time gives, step for step (tests/test_cost_model.py,
+tests/test_decode_run.py check it bit for bit): the interpolation is written operation for
+operation as there, and the ends are summed one after another as stepping adds them.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+INF = float("inf")
+
+
+class DecodeTimer(Protocol):
+    """A decode step's time for one batch size, as a function of its K/V tokens."""
+
+    def __call__(self, kv: int) -> float: ...
+
+    def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]: ...
+
+
+class FormulaDecodeTimer:
+    """decode_time(b, kv) of any step-time source, with the run-summing loop."""
+
+    __slots__ = ("b", "time")
+
+    def __init__(self, b: int, decode_time: Callable[[int, int], float]) -> None:
+        self.b, self.time = b, decode_time
+
+    def __call__(self, kv: int) -> float:
+        return self.time(self.b, kv)
+
+    def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
+        """End times of up to k steps from t (step j reads kv + j x b), stopping at the first
+        end that reaches `horizon`."""
+        b, time, out = self.b, self.time, []
+        for _ in range(k):
+            t += time(b, kv)
+            out.append(t)
+            if t >= horizon:
+                break
+            kv += b
+        return out
+
+
+class TableDecodeTimer:
+    """The measured table's decode step of b sequences: base + the row interpolated at the mean
+    context kv / b (CostModel._table_decode's scalar branch, the same operations in the same order)."""
+
+    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last")
+
+    def __init__(self, b: int, base: float, grid: Sequence[int], row: Sequence[float]) -> None:
+        self.b, self.d, self.base = b, float(b), base
+        self.grid, self.values = grid, [float(v) for v in row]
+        self.last = len(grid) - 2
+        self.spans = [grid[i + 1] - grid[i] for i in range(self.last + 1)]
+
+    def _segment(self, x: float) -> int:
+        return min(bisect_right(self.grid, x) - 1, self.last)
+
+    def __call__(self, kv: int) -> float:
+        grid, values = self.grid, self.values
+        x = float(kv) / self.d
+        if x < grid[0]:
+            x = float(grid[0])
+        i = self._segment(x)
+        a = values[i]
+        return self.base + (a + (x - grid[i]) / self.spans[i] * (values[i + 1] - a))
+
+    def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
+        """FormulaDecodeTimer.ends for this source, the segment kept across steps (the mean
+        context only grows along a run)."""
+        b, d, base, grid, values, spans = self.b, self.d, self.base, self.grid, self.values, self.spans
+        g0, lo, hi = float(grid[0]), INF, -INF  # empty segment: the first step looks it up
+        a = g = span = rise = 0.0
+        out: list[float] = []
+        for _ in range(k):
+            x = float(kv) / d
+            if x < g0:
+                x = g0
+            if not lo <= x < hi:
+                i = self._segment(x)
+                lo, hi = grid[i], (grid[i + 1] if i < self.last else INF)
+                a, g, span, rise = values[i], grid[i], spans[i], values[i + 1] - values[i]
+            t += base + (a + (x - g) / span * rise)
+            out.append(t)
+            if t >= horizon:
+                break
+            kv += b
+        return out
