@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.core.link import SharedLink
+from sim.core.tiers.grouped import GroupedTierStack
 from sim.core.tiers.kinds import LOWER_TIERS, TIERS
-from sim.core.tiers.lru import LRUTier
+from sim.core.tiers.lru import LRUTier, TierContents
 from sim.core.tiers.policy import TIER_POLICIES
 from sim.core.tiers.scope import node_of
 from sim.core.tiers.stack import TierLevel, TierStack
+from sim.core.tiers.weighted_lru import WeightedLRUTier
 from sim.errors import ScenarioError
 from sim.timing.knobs import host_link_bandwidth
 
@@ -34,9 +36,9 @@ class TierFleet:
     """Every tier object and link of one run (for the summary: shared ones counted once)."""
 
     stacks: list[TierStack] = field(default_factory=list)
-    tiers: dict[str, LRUTier] = field(default_factory=dict)  # instance name -> contents
+    tiers: dict[str, TierContents] = field(default_factory=dict)  # instance name -> contents
     links: dict[str, SharedLink] = field(default_factory=dict)
-    chunk_bytes: int = 0
+    chunk_bytes: int = 0  # bytes per unit of a tier's capacity: a chunk, or a pool page (several KV groups)
 
     def occupancy_bytes(self) -> dict[str, int]:
         """Bytes held now in each tier instance (shared ones once)."""
@@ -51,16 +53,31 @@ def tier_sizes(scenario: Any) -> dict[str, float]:
 def _check(scenario: Any, dep: Any) -> None:
     if not scenario.prefix_caching:
         raise ScenarioError("scenario: KV tiers (cpu/nvme/remote_tier_gib) reuse prefix-cached blocks: turn on prefix_caching")
-    if dep.grouped or scenario.allocator != "paged" or scenario.static_batch:
-        raise ScenarioError("scenario: KV tiers need the paged allocator, continuous batching and a model with one "
-                            "KV group (sliding-window and state groups are not supported by the tiers yet)")
+    if scenario.allocator != "paged" or scenario.static_batch:
+        raise ScenarioError("scenario: KV tiers need the paged allocator and continuous batching")
+    if dep.grouped and scenario.tier_policy != "write-through":
+        groups = ", ".join(g.label() for g in dep.spec.groups)
+        why = GROUPED_POLICY_REFUSALS.get(scenario.tier_policy, "is modelled for models with one KV group only")
+        raise ScenarioError(f"scenario: tier_policy {scenario.tier_policy!r} with {scenario.model} (KV groups: {groups}): "
+                            f"{why}; use tier_policy 'write-through' (vLLM's OffloadingConnector, which offloads every group)")
+
+
+# Why a policy other than write-through is refused for a model with several KV groups (docs/TIERS.md).
+GROUPED_POLICY_REFUSALS = {
+    "lmcache": "vLLM's LMCache connectors do not support its hybrid KV cache manager (LMCacheConnectorV1 is no "
+               "SupportsHMA; vllm/config/vllm.py then turns the manager off, keeping sliding-window layers as full "
+               "attention, and hybrid state models fail at start-up)",
+    "on-eviction": "the victim-cache policy is modelled for pools with one KV group only (a GPU eviction names a "
+                   "block, not its group)",
+}
 
 
 class _Builder:
     """Makes each link and tier instance once, by name, so sharing is by construction."""
 
-    def __init__(self, fleet: TierFleet) -> None:
+    def __init__(self, fleet: TierFleet, weighted: bool = False) -> None:
         self.fleet = fleet
+        self.weighted = weighted
 
     def link(self, name: str, bw: float, latency: float) -> SharedLink:
         links = self.fleet.links
@@ -68,10 +85,10 @@ class _Builder:
             links[name] = SharedLink(name, bw, latency)
         return links[name]
 
-    def tier(self, name: str, gib: float) -> LRUTier:
-        tiers = self.fleet.tiers
-        if name not in tiers:
-            tiers[name] = LRUTier(name, int(gib * GiB) // self.fleet.chunk_bytes)
+    def tier(self, name: str, gib: float) -> TierContents:
+        tiers, units = self.fleet.tiers, int(gib * GiB) // self.fleet.chunk_bytes
+        if name not in tiers:  # a pool with several KV groups: blocks of several sizes, counted in pages
+            tiers[name] = WeightedLRUTier(name, units) if self.weighted else LRUTier(name, units)
         return tiers[name]
 
     def levels(self, i: int, sizes: dict[str, float], tp: int, host_bw: float, gpus_per_node: int = 8,
@@ -95,7 +112,7 @@ class _Builder:
             out.append(TierLevel(remote, self.tier("remote/fleet", sizes["remote"]), (nic_in, h2d), (nic_out,)))
         return out
 
-    def _cpu_tier(self, i: int, node: int, gib: float, cpu_per_node: dict[int, int] | None) -> LRUTier:
+    def _cpu_tier(self, i: int, node: int, gib: float, cpu_per_node: dict[int, int] | None) -> TierContents:
         """Replica i's CPU tier: its own, or its node's (cpu_per_node: replicas on each node) of
         `gib` x the replicas there (sim/core/tiers/scope.py)."""
         if cpu_per_node is None:
@@ -120,19 +137,27 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     _check(scenario, dep)
     policy = TIER_POLICIES.lookup(scenario.tier_policy)
     bytes_per_block = scenario.block_size * dep.bytes_per_token
+    group_pages: tuple[int, ...] = ()
+    if dep.grouped:  # units are the pool's pages; a block of group g is its pages (sim/core/tiers/grouped.py)
+        pool = dep.make_allocator()
+        bytes_per_block, group_pages = pool.page_bytes, tuple(m.pages for m in pool.managers)
     try:
         chunk_bytes = policy.chunk_blocks(scenario.block_size) * bytes_per_block
     except ValueError as exc:
         raise ScenarioError(f"scenario: {exc}") from None
     host_bw = host_link_bandwidth(scenario, dep.gpu.host_link_bandwidth)
     fleet = TierFleet(chunk_bytes=chunk_bytes)
-    build = _Builder(fleet)
+    build = _Builder(fleet, weighted=dep.grouped)
     per_node = scenario.gpus_per_node
     by_node = replicas_by_node(num_replicas, scenario.tp, per_node) if scenario.cpu_tier_scope == "node" else None
     for i in range(num_replicas):
+        levels = build.levels(i, sizes, scenario.tp, host_bw, per_node, by_node)
         try:
-            fleet.stacks.append(TierStack(policy, build.levels(i, sizes, scenario.tp, host_bw, per_node, by_node),
-                                          scenario.block_size, bytes_per_block))
+            if dep.grouped:
+                fleet.stacks.append(GroupedTierStack(policy, levels, scenario.block_size, bytes_per_block,
+                                                     group_pages=group_pages))
+            else:
+                fleet.stacks.append(TierStack(policy, levels, scenario.block_size, bytes_per_block))
         except ValueError as exc:
             raise ScenarioError(f"scenario: {exc}") from None
     return fleet

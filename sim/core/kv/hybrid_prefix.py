@@ -27,6 +27,7 @@ groups' held pages plus the free pages (clean + cached) are the pool. State grou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -34,6 +35,14 @@ from sim.core.kv.base import AllocationError
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.prefix_cache import PrefixCache
+from sim.core.kv.reporting_cache import ReportingPrefixCache
+
+
+class GroupTierHooks(Protocol):
+    """What the KV tiers below a per-group pool hear (sim/core/tiers/grouped.py)."""
+
+    def on_group_blocks(self, keys: Sequence[int], groups: Sequence[int]) -> None: ...
+
 
 Hit = tuple[int, list[tuple[int, list[int]]]]  # (hit tokens, per group (first block index, hit blocks))
 
@@ -70,6 +79,22 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._memo = (keys, out)
         return out
 
+    def group_keys(self, prefix_hashes: Sequence[int] | None) -> list[list[int]]:
+        """Each group's chained block keys for a request (what the KV tiers store and look up)."""
+        return self._group_keys(prefix_hashes)
+
+    def attach_tiers(self, tiers: GroupTierHooks) -> None:
+        """Tell `tiers` (sim/core/tiers/grouped.py) about every block this pool keys, with its group.
+        Called on an empty pool, before the run."""
+        if self.cache.registrations:
+            raise ValueError("hybrid prefix allocator: attach tiers before the first request")
+        groups = len(self.managers)
+
+        def report(keys: Sequence[int], blocks: Sequence[int]) -> None:
+            tiers.on_group_blocks(keys, [b % groups for b in blocks])  # a block's group: its id modulo groups
+
+        self.cache = ReportingPrefixCache(self.block_size, self.cache.prefix_block_size, report)
+
     def _find_hit(self, num_tokens: int, gkeys: list[list[int]]) -> Hit:
         """The longest prefix every group serves (whole blocks, the last token never a hit)."""
         groups = len(self.managers)
@@ -96,36 +121,40 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
         return self._find_hit(num_tokens, self._group_keys(prefix_hashes))[0]
 
-    def _kept(self, hit: Hit) -> list[tuple[int, list[int]]]:
+    def _kept(self, hit: Hit, computed: int = 0) -> list[tuple[int, list[int]]]:
         """Per group (first block the request holds, the hit blocks it takes): a window or chunk
-        group holds only what the next token attends to, i.e. from skipped_blocks(hit tokens)."""
+        group holds only what the next token attends to, i.e. from skipped_blocks(computed tokens):
+        the hit's, or more when KV loaded from a lower tier counts as computed (vLLM pads the
+        skipped blocks of external tokens with its null block: nothing is taken for them)."""
         tokens, found = hit
         hit_end = tokens // self.block_size
         out = []
         for m, (first, blocks) in zip(self.managers, found, strict=True):
-            first = max(first, int(m.skipped_blocks(tokens)))
+            first = max(first, int(m.skipped_blocks(max(tokens, computed))))
             out.append((first, blocks[len(blocks) - (hit_end - first):] if hit_end > first else []))
         return out
 
-    def _admission_pages(self, num_tokens: int, hit: Hit) -> int:
+    def _admission_pages(self, num_tokens: int, hit: Hit, computed: int = 0) -> int:
         """Pages a new request takes: its new blocks, plus hit blocks now cached-but-free."""
         hit_end = hit[0] // self.block_size
         need = 0
-        for m, (_, blocks) in zip(self.managers, self._kept(hit), strict=True):
-            new = int(m.blocks_for(num_tokens)) - hit_end
+        for m, (first, blocks) in zip(self.managers, self._kept(hit, computed), strict=True):
+            new = int(m.blocks_for(num_tokens)) - max(hit_end, first)
             need += m.pages * (max(new, 0) + len(blocks) - len(self._refs.keys() & blocks))  # hits not in use
         return need
 
-    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
+                     *, computed_tokens: int = 0) -> bool:
+        """computed_tokens: tokens already computed elsewhere (a KV tier's load), see `_kept`."""
         hit = self._find_hit(num_tokens, self._group_keys(prefix_hashes))
-        return self._admission_pages(num_tokens, hit) <= self._free_pages
+        return self._admission_pages(num_tokens, hit, computed_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
-                 prefix_hashes: Sequence[int] | None = None) -> int:
+                 prefix_hashes: Sequence[int] | None = None, *, computed_tokens: int = 0) -> int:
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
-        self._admit_check(req_id, num_tokens, self._admission_pages(num_tokens, hit))
-        tokens, kept = hit[0], self._kept(hit)
+        self._admit_check(req_id, num_tokens, self._admission_pages(num_tokens, hit, computed_tokens))
+        tokens, kept = hit[0], self._kept(hit, computed_tokens)
         for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
             for b in blocks:  # every group's hits first, so no new block evicts a hit (vLLM #33775)
                 self._claim(g, b)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from sim.core.request import LOADING, RequestTable
+from sim.core.tiers.grouped import GroupedTierStack, GroupHits
 from sim.core.tiers.stack import TierHits, TierStack
 
 if TYPE_CHECKING:
@@ -60,11 +61,14 @@ class TierHost(Protocol):
     def waiting(self) -> deque[int]: ...
 
 
-def lower_hits(sched: TierHost, r: int, hashes: Sequence[int]) -> tuple[int, TierHits] | None:
+def lower_hits(sched: TierHost, r: int, hashes: Sequence[int]) -> tuple[int, TierHits | GroupHits] | None:
     """(GPU hit tokens, lower-tier hits) for waiting request r, or None when no lower tier adds any."""
     stack, alloc, t = sched.tiers, sched.alloc, sched.t
     assert stack is not None
     total = int(t.prompt[r] + t.generated[r])
+    if isinstance(stack, GroupedTierStack):  # a pool with several KV groups (sim/core/tiers/grouped.py)
+        found = stack.lookup_groups(alloc, total, hashes)  # type: ignore[arg-type]  # the per-group pool (checked at build)
+        return None if found is None else (found.gpu_end * alloc.block_size, found)
     gpu_tokens = alloc.prefix_hit_tokens(total, hashes)
     keys = alloc.cache.chain_keys(hashes)  # type: ignore[attr-defined]  # the paged allocator (checked at build)
     bs = alloc.block_size
@@ -72,7 +76,7 @@ def lower_hits(sched: TierHost, r: int, hashes: Sequence[int]) -> tuple[int, Tie
     return (gpu_tokens, hits) if hits.total_blocks else None
 
 
-def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: int, hits: TierHits,
+def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: int, hits: TierHits | GroupHits,
                   now: float) -> bool:
     """Reserve r's blocks for its GPU and lower-tier hits and start the load (False: they do not fit
     now; the queue waits, as for any head request)."""
@@ -81,13 +85,15 @@ def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: in
     total = int(t.prompt[r] + t.generated[r])
     hold = gpu_tokens + hits.total_blocks * alloc.block_size
     need = total if sched.cfg.admit_whole_prompt else hold
-    if not alloc.can_allocate(need, int(t.reserve[r]), hashes):
+    # a per-group pool counts the loaded tokens as computed: no blocks for what its windows skip
+    loaded = {"computed_tokens": hold} if isinstance(hits, GroupHits) else {}
+    if not alloc.can_allocate(need, int(t.reserve[r]), hashes, **loaded):
         return False
     stack.now = now
-    ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # before the allocation: an exclusive tier gives its blocks up first
+    ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # type: ignore[arg-type]  # before the allocation: an exclusive tier gives its blocks up first
     stack.muted = True  # the loaded blocks came from the tiers: load() touched or moved them there
     try:
-        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes)
+        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, **loaded)
     finally:
         stack.muted = False
     sched.waiting.popleft()

@@ -10,6 +10,29 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from itertools import repeat
+from typing import Any, Protocol
+
+
+class TierContents(Protocol):
+    """What a TierStack reads and writes of one tier's contents: LRUTier (chunks of one size) or
+    sim/core/tiers/weighted_lru.py's WeightedLRUTier (blocks of several groups' sizes, in pages).
+    `len()` and `peak` count units (chunks or pages), `capacity_chunks` is in those units."""
+
+    name: str
+    capacity_chunks: int
+    stored: int
+    evicted: int
+    peak: int
+
+    def __contains__(self, key: object) -> bool: ...
+    def __len__(self) -> int: ...
+    @property
+    def contents(self) -> OrderedDict[int, Any]: ...
+    def touch(self, key: int) -> None: ...
+    def insert_many(self, new_keys: Any) -> tuple[int, list[int]]: ...
+    def resize(self, capacity_chunks: int) -> list[int]: ...
+    def remove(self, key: int) -> None: ...
+    def lru_order(self) -> list[int]: ...
 
 
 @dataclass

@@ -34,7 +34,7 @@ from itertools import takewhile
 
 from sim.core.link import SharedLink, schedule_over
 from sim.core.tiers.kinds import TierKind
-from sim.core.tiers.lru import LRUTier
+from sim.core.tiers.lru import TierContents
 from sim.core.tiers.policy import TierPolicy
 
 
@@ -43,7 +43,7 @@ class TierLevel:
     """One lower tier as a replica sees it: its (maybe shared) contents and the links of its paths."""
 
     kind: TierKind
-    lru: LRUTier
+    lru: TierContents  # an LRUTier, or a WeightedLRUTier for a pool with several KV groups
     load_path: tuple[SharedLink, ...]  # tier -> GPU pool
     store_path: tuple[SharedLink, ...]  # into the tier (write-through: from the GPU; on-eviction: from above)
 

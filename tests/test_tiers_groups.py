@@ -1,0 +1,96 @@
+"""KV tiers for models with several KV groups (sim/core/tiers/grouped.py): every group's blocks move
+at their own sizes, a sliding window loads only what it attends to, and the policies vLLM does not
+run with its hybrid KV cache manager are refused in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim.core.tiers.grouped import GroupedTierStack
+from sim.core.tiers.weighted_lru import WeightedLRUTier
+from sim.errors import ScenarioError
+from sim.fleet.replay import simulate
+from sim.run.deployment import Deployment
+from sim.run.tier_setup import build_tiers
+from sim.scenario import Scenario
+from sim.trace import load_trace
+
+# gemma-3-27b: 10 full-attention layers (81,920 B per token) and 52 sliding-window layers of 1,024
+# tokens (425,984 B per token); a block of 16 tokens is 1,310,720 B (full) and 6,815,744 B (sliding).
+GEMMA = Scenario(model="gemma-3-27b", gpu="h100-sxm", kv_budget_gib=1.0, prefix_caching=True, cpu_tier_gib=4.0)
+FULL_BLOCK, SLIDING_BLOCK = 16 * 81_920, 16 * 425_984
+A = [1, 2, 3, 4]  # 4 hash blocks of 512 tokens: a 2,048-token prompt
+
+
+@pytest.fixture
+def evict_then_repeat(tmp_path):
+    """A computes a 2,048-token prompt; B (2,100 tokens, other hashes) takes the 1 GiB pool and evicts
+    it from the GPU; A again: its prefix comes back from the CPU tier."""
+    rows = [{"timestamp": 0, "input_length": 2048, "output_length": 4, "hash_ids": A},
+            {"timestamp": 10_000, "input_length": 2100, "output_length": 4, "hash_ids": [5, 6, 7, 8, 9]},
+            {"timestamp": 20_000, "input_length": 2048, "output_length": 4, "hash_ids": A}]
+    path = tmp_path / "repeat.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return load_trace(path)
+
+
+def test_bytes_moved_are_blocks_moved_times_each_groups_block_bytes_by_hand(evict_then_repeat):
+    """The repeat of A hits (2,048 - 1) // 16 = 127 blocks below the GPU (the last token's block is
+    computed). Loads: the full group every block, 127 x 1,310,720 B; the sliding group only the
+    blocks the next token attends to, from block (2,032 - 1,023) // 16 = 63: 64 x 6,815,744 B.
+    Stores (write-through, every block the pool keys, once): A's 128 and B's 2,100 // 16 = 131 full
+    blocks in each group; the repeat stores nothing new."""
+    s = simulate(evict_then_repeat, GEMMA).summary
+    assert s["completed"] == 3 and s["prefix_cache_hit_rate"] == 0.0  # evicted from the GPU
+    assert s["tier_hit_tokens"]["cpu"] == 127 * 16
+    moved = s["tier_bytes_moved"]["cpu"]
+    assert moved["load"] == 127 * FULL_BLOCK + 64 * SLIDING_BLOCK == 602_669_056
+    assert moved["store"] == (128 + 131) * (FULL_BLOCK + SLIDING_BLOCK) == 2_104_754_176
+    assert s["tier_occupancy"]["cpu/replica0"]["end_bytes"] == moved["store"]  # nothing evicted: 4 GiB
+
+
+def _pool_and_stack(sc: Scenario):
+    dep = Deployment.resolve(sc)
+    stack = build_tiers(sc, dep, 1).stacks[0]
+    assert isinstance(stack, GroupedTierStack)
+    return dep, stack
+
+
+def test_a_sliding_window_needs_only_the_blocks_it_attends_to():
+    """A's blocks stored by one pool are looked up from a fresh one (GPU hit 0). Remove the sliding
+    group's block 126 from the tier: the window ending at 127 is broken, and the fixed point settles
+    on 126 blocks, whose window (blocks 62..125) is whole; the full group serves any length."""
+    dep, stack = _pool_and_stack(GEMMA)
+    first = dep.make_allocator(prefix_block_size=512)
+    first.attach_tiers(stack)
+    first.allocate(0, 2048, 2052, 0, A)
+    again = dep.make_allocator(prefix_block_size=512)
+    hits = stack.lookup_groups(again, 2048, A)
+    assert (hits.gpu_end, hits.end) == (0, 127)
+    per_group = [sum(1 for _, g, _ in hits.loads if g == i) for i in (0, 1)]
+    assert per_group == [127, 64]
+    stack.levels[0].lru.remove(again.group_keys(A)[1][126])
+    hits = stack.lookup_groups(again, 2048, A)
+    assert hits.end == 126 and [sum(1 for _, g, _ in hits.loads if g == i) for i in (0, 1)] == [126, 64]
+    assert hits.blocks == {"cpu": 126}
+
+
+def test_weighted_tier_evicts_by_pages_least_recent_first():
+    t = WeightedLRUTier("cpu", 10)
+    assert t.insert_many([(1, 5), (2, 2), (3, 2)]) == (9, [])
+    t.touch(1)
+    assert t.insert_many([(4, 5)]) == (5, [2, 3])  # 9 + 5 > 10: the two least recent go
+    assert t.lru_order() == [1, 4] and len(t) == 10 and t.peak == 10
+    assert t.insert_many([(9, 11)]) == (0, [9])  # larger than the tier: passes through
+
+
+@pytest.mark.parametrize("policy, why", [("lmcache", "SupportsHMA"), ("on-eviction", "one KV group")])
+def test_policies_vllm_does_not_run_with_several_groups_are_refused_in_one_line(policy, why):
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=1.0, prefix_caching=True, cpu_tier_gib=4.0,
+                  tier_policy=policy)
+    with pytest.raises(ScenarioError) as err:
+        build_tiers(sc, Deployment.resolve(sc), 1)
+    line = str(err.value)
+    assert "\n" not in line and "gpt-oss-20b" in line and "sliding(128)" in line and why in line
