@@ -23,21 +23,22 @@ from sim.memory.vllm_profile import accounting_for, vllm_memory_profile
 GiB = 1 << 30
 
 
-def test_rtx4090_run_pool_within_one_percent():
-    """The shared run (a trimmed copy is samples/vllm_run): vLLM 0.19 sized 2,588 blocks."""
+def test_rtx4090_run_pool_is_an_independent_check():
+    """The shared run (a trimmed copy is samples/vllm_run): vLLM 0.19 sized 2,588 blocks. No term is
+    fitted on it any more (the 0.65 GiB residual it used to set is gone, docs/CALIBRATION.md); the
+    0.18+ accounting predicts 2,853 (+10.2%): 0.52 GiB of its profile is not traced to a term."""
     run = load_run_dir("samples/vllm_run")
     p = predicted_pool(run)
     assert p["measured"] == 2588 and p["vllm_version"] == "0.19.0"
-    assert abs(p["error"]) < 0.01, p
+    assert p["predicted"] == 2853, p
 
 
-def test_article_000_budget_under_current_rules():
-    """Qwen2.5-7B on one H100: the article's 504/126/31/7 imply a KV budget in [55.125, 55.234) GiB;
-    the 0.32 accounting (CUDA graphs subtracted) lands in it, independent of the RTX 4090 run."""
+def test_article_000_budget_against_current_rules():
+    """Qwen2.5-7B on one H100: the article's 504/126/31/7 imply a KV budget in [55.125, 55.234) GiB.
+    The article states no vLLM version or max_num_seqs; the 0.32 accounting at 256 rows lands
+    0.51 GiB above the window (it sat inside while the 4090-fitted residual was in the sum)."""
     prof = vllm_memory_profile(load_spec("qwen2.5-7b"), get_gpu("h100-sxm"), vllm_version="0.32")
-    assert 55.125 <= prof.available_kv_bytes / GiB < 55.234
-    per_seq = 2048 * 57344
-    assert prof.available_kv_bytes // per_seq == 504
+    assert 55.234 < prof.available_kv_bytes / GiB < 55.234 + 0.52
 
 
 def test_terms_by_hand_llama_8b_rtx4090():

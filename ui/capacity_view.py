@@ -133,7 +133,7 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
              ("weights", -v["weights_bytes"], "parameter bytes / tp"),
              ("profile-run peak", -v["transient_peak_bytes"], v["sources"]["forward_peak"]),
              ("sampler buffer", -v["sampler_buffer_bytes"], v["sources"]["sampler"]),
-             ("runtime residual", -v["runtime_residual_bytes"], v["sources"]["runtime_residual"]),
+             ("non-torch memory", -v["non_torch_bytes"], v["sources"]["non_torch"]),
              ("CUDA graphs", -v["cudagraph_bytes"], v["sources"]["cudagraph"]),
              ("= KV pool", v["available_kv_bytes"], v["sources"]["num_gpu_blocks"])]
     return sentence, pd.DataFrame([{"term": t, "GiB": round(b / GiB, 2), "source": s} for t, b, s in terms])

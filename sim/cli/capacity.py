@@ -145,7 +145,7 @@ def _print_vllm(a: dict[str, Any]) -> None:
         return
     terms = " - ".join(f"{v[k] / GIB:.2f} {label}" for k, label in (
         ("weights_bytes", "weights"), ("transient_peak_bytes", "profile peak"), ("sampler_buffer_bytes", "sampler buffer"),
-        ("runtime_residual_bytes", "runtime"), ("cudagraph_bytes", "CUDA graphs")))
+        ("non_torch_bytes", "non-torch"), ("cudagraph_bytes", "CUDA graphs")))
     print(f"  vLLM {v['vllm_version']}: {v['cuda_total_bytes'] / GIB:.2f} GiB (CUDA) x {v['gpu_mem_util']:g} = "
           f"{v['requested_bytes'] / GIB:.2f} - {terms} = {v['available_kv_bytes'] / GIB:.2f} GiB "
           f"-> num_gpu_blocks {a['num_gpu_blocks']:,} of {v['bytes_per_block']:,} B")

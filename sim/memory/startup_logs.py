@@ -1,0 +1,175 @@
+"""Validate vLLM's KV pool (sim/memory/vllm_profile.py) against public vLLM start-up logs.
+
+Each row of tests/data/vllm_startup_logs.jsonl is one real vLLM V1 start-up, copied from a public
+thread or file (its `url` and the exact `lines` it came from), with the engine configuration it
+ran and what vLLM printed: "Available KV cache memory: X GiB" always, "GPU KV cache size: N
+tokens" and the memory breakdown (weights, peak activation, non-torch, CUDA graphs) where printed.
+
+vLLM sizes the pool as available // bytes per block (v1/core/kv_cache_utils.py), so the measured
+num_gpu_blocks is available // block, from the 2-decimal GiB figure (+-0.005 GiB, under 0.1% of
+any pool here); where the token line is printed and the model has one KV group, tokens //
+block_size is used instead and must agree. Rows where vLLM found no room for a pool (available
+<= 0: it refused to start) are compared on available memory only.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.cuda_memory import GiB
+from models.gpus import get_gpu
+from models.spec import load_spec
+from sim.memory.vllm_pool import pool_layout
+from sim.memory.vllm_profile import VllmMemoryProfile, vllm_memory_profile
+
+DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_startup_logs.jsonl"
+REQUIRED = ("id", "url", "lines", "vllm_version", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "gpu_mem_util",
+            "max_num_batched_tokens", "max_num_seqs", "block_size", "enforce_eager", "measured")
+
+
+class StartupLogError(ValueError):
+    """A row of the start-up log file is malformed (one line naming the row and field)."""
+
+
+@dataclass(frozen=True)
+class StartupLog:
+    """One public vLLM start-up: its configuration and the figures vLLM printed (GiB, 2 decimals)."""
+
+    id: str
+    url: str
+    lines: tuple[str, ...]
+    vllm_version: str
+    model: str
+    gpu: str
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    gpu_mem_util: float
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    block_size: int
+    enforce_eager: bool
+    measured: dict[str, float]
+    max_model_len: int | None = None
+    notes: str = ""
+    excluded: str = ""  # why the row is shown but left out of the error statistics ("" = counted)
+
+
+@dataclass(frozen=True)
+class PoolCheck:
+    """One row predicted: measured and predicted pool, and each logged term beside kvsim's."""
+
+    log: StartupLog
+    profile: VllmMemoryProfile
+    measured_blocks: int | None  # None: vLLM found no room for a pool
+    terms: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (logged GiB, kvsim GiB)
+
+    @property
+    def predicted_blocks(self) -> int:
+        return self.profile.num_gpu_blocks
+
+    @property
+    def error(self) -> float | None:
+        """predicted / measured - 1 on num_gpu_blocks; None where vLLM had no pool."""
+        if not self.measured_blocks:
+            return None
+        return self.predicted_blocks / self.measured_blocks - 1.0
+
+    @property
+    def measured_available_gib(self) -> float:
+        """vLLM's logged available KV memory; from the pool where only num_gpu_blocks was printed."""
+        m = self.log.measured
+        if "available_kv_gib" in m:
+            return m["available_kv_gib"]
+        return m["num_gpu_blocks"] * self.profile.bytes_per_block / GiB
+
+    @property
+    def available_error_gib(self) -> float:
+        return self.profile.available_kv_bytes / GiB - self.measured_available_gib
+
+
+def load_logs(path: Path = DATA) -> list[StartupLog]:
+    rows: list[StartupLog] = []
+    for n, text in enumerate(path.read_text().splitlines(), 1):
+        if not text.strip():
+            continue
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StartupLogError(f"{path.name} line {n}: not JSON ({exc.msg})") from None
+        missing = [k for k in REQUIRED if k not in raw]
+        if missing:
+            raise StartupLogError(f"{path.name} line {n} ({raw.get('id', '?')}): missing {', '.join(missing)}")
+        if not {"available_kv_gib", "num_gpu_blocks"} & set(raw["measured"]):
+            raise StartupLogError(f"{path.name} line {n} ({raw['id']}): measured needs available_kv_gib or num_gpu_blocks")
+        raw["lines"] = tuple(raw["lines"])
+        rows.append(StartupLog(**raw))
+    return rows
+
+
+def _measured_blocks(log: StartupLog, bytes_per_block: int, single_group: bool) -> int | None:
+    if "num_gpu_blocks" in log.measured:
+        return int(log.measured["num_gpu_blocks"])
+    avail = log.measured["available_kv_gib"]
+    if avail <= 0:
+        return None
+    tokens = log.measured.get("kv_cache_tokens")
+    if tokens and single_group:
+        return int(tokens) // log.block_size
+    return int(avail * GiB // bytes_per_block)
+
+
+def check(log: StartupLog) -> PoolCheck:
+    spec, gpu = load_spec(log.model), get_gpu(log.gpu)
+    prof = vllm_memory_profile(
+        spec, gpu, tp=log.tp, weight_dtype=log.weight_dtype, kv_dtype=log.kv_dtype, gpu_mem_util=log.gpu_mem_util,
+        max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs, block_size=log.block_size,
+        enforce_eager=log.enforce_eager, vllm_version=log.vllm_version)
+    layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)
+    m = log.measured
+    terms = {}
+    if "weights_gib" in m:
+        terms["weights"] = (m["weights_gib"], prof.weights_bytes / GiB)
+    if "peak_activation_gib" in m:
+        terms["activation"] = (m["peak_activation_gib"], (prof.transient_peak_bytes + prof.sampler_buffer_bytes) / GiB)
+    if "non_torch_gib" in m:
+        terms["non_torch"] = (m["non_torch_gib"], prof.non_torch_bytes / GiB)
+    if "cuda_total_gib" in m:
+        terms["cuda_total"] = (m["cuda_total_gib"], prof.cuda_total_bytes / GiB)
+    return PoolCheck(log, prof, _measured_blocks(log, prof.bytes_per_block, len(layout.groups) == 1), terms)
+
+
+def summary(checks: list[PoolCheck]) -> dict[str, Any]:
+    """Median and worst |error| on num_gpu_blocks over the counted rows with a pool, and on available
+    GiB over all counted rows (rows with `excluded` set are shown, not counted)."""
+    counted = [c for c in checks if not c.log.excluded]
+    errs = [abs(c.error) for c in counted if c.error is not None]
+    gib = [abs(c.available_error_gib) for c in counted]
+    return {"rows": len(checks), "excluded": len(checks) - len(counted), "rows_with_pool": len(errs),
+            "median_abs_error": statistics.median(errs) if errs else None, "worst_abs_error": max(errs, default=None),
+            "median_abs_available_gib": statistics.median(gib) if gib else None,
+            "worst_abs_available_gib": max(gib, default=None)}
+
+
+def table(checks: list[PoolCheck]) -> str:
+    head = (f"{'row':36} {'vLLM':7} {'GPU':10} {'TP':>2} {'measured':>9} {'kvsim':>9} {'error':>8} "
+            f"{'avail GiB':>9} {'kvsim':>7}  terms logged/kvsim GiB")
+    out = [head, "-" * len(head)]
+    for c in checks:
+        err = f"{c.error:+.1%}" if c.error is not None else "no pool"
+        err += "*" if c.log.excluded else ""
+        meas = f"{c.measured_blocks:,}" if c.measured_blocks else "-"
+        terms = " ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b) in c.terms.items())
+        out.append(f"{c.log.id:36} {c.log.vllm_version:7} {c.log.gpu:10} {c.log.tp:>2} {meas:>9} "
+                   f"{c.predicted_blocks:>9,} {err:>8} {c.measured_available_gib:>9.2f} "
+                   f"{c.profile.available_kv_bytes / GiB:>7.2f}  {terms}")
+    s = summary(checks)
+    out.extend(f"* {c.log.id}: not counted, {c.log.excluded}" for c in checks if c.log.excluded)
+    out.append(f"{s['rows']} logs ({s['excluded']} not counted), {s['rows_with_pool']} counted with a pool: median |error| {s['median_abs_error']:.2%}, "
+               f"worst {s['worst_abs_error']:.2%}; available memory median |error| "
+               f"{s['median_abs_available_gib']:.2f} GiB, worst {s['worst_abs_available_gib']:.2f} GiB")
+    return "\n".join(out)

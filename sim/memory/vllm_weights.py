@@ -1,0 +1,57 @@
+"""The weight bytes one TP rank holds after vLLM loads a model ("Model loading took X GiB").
+
+kvsim's ModelSpec.weight_bytes counts every parameter at the chosen dtype. vLLM differs in two
+places that public start-up logs show (docs/CALIBRATION.md, "Validation on public start-up logs"):
+
+- quantised checkpoints (fp8, int8, int4) keep the token embedding and the lm_head in the model
+  dtype: VocabParallelEmbedding / ParallelLMHead are never quantised (compressed-tensors lists
+  lm_head in `ignore`, fp8 block checkpoints in `modules_to_not_convert`). Llama-3.3-70B FP8 at
+  TP2 logs 33.88 GiB; all-fp8 counting gives 32.85, with bf16 embeddings 33.83.
+- mxfp4 experts (gpt-oss) are stored padded to the MoE kernel's tile
+  (model_executor/layers/fused_moe/oracle/mxfp4.py `mxfp4_round_up_hidden_size_and_intermediate_size`):
+  Marlin (GPUs before Hopper, and Hopper before vLLM 0.11) rounds the expert width up to 128
+  and the hidden size to 256; the Triton kernels vLLM uses on Hopper from 0.11 round the expert
+  width to 256 (gpt-oss-120b logs 64.38 GiB on an H100 at 0.11.0 and 0.14.1, 65.97 GiB with
+  Marlin at 0.10.1). Blackwell's native paths are taken unpadded here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from models.spec import ModelSpec
+from models.weight_dtypes import WEIGHT_BYTES
+
+QUANTISED = ("fp8", "int8", "int4")  # weight dtypes whose checkpoints leave embeddings in 16 bits
+HOPPER = ("h100-sxm", "h100-pcie", "h200", "h20")  # SM 9.0 in the GPU catalog
+BLACKWELL = ("b200", "b300", "gb200", "rtx-5090", "rtx-pro-6000")  # SM 10.x / 12.x
+TRITON_MXFP4_FROM = (0, 11)  # first vLLM with the Triton mxfp4 MoE on Hopper (see the module docstring)
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def mxfp4_expert_dims(hidden: int, inter: int, gpu: str, version: tuple[int, int]) -> tuple[int, int]:
+    """(hidden, expert width) as vLLM stores mxfp4 experts on this GPU and version."""
+    if gpu in BLACKWELL:
+        return hidden, inter
+    if gpu in HOPPER and version >= TRITON_MXFP4_FROM:
+        return hidden, _round_up(inter, 256)
+    return _round_up(hidden, 256), _round_up(inter, 128)  # Marlin
+
+
+def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, gpu: str,
+                      version: tuple[int, int]) -> int:
+    """Weight bytes per TP rank as vLLM holds them (dtype / expert_dtype already resolved)."""
+    total = float(spec.weight_bytes(dtype, expert_dtype))
+    if dtype in QUANTISED:
+        parts = spec.param_breakdown()
+        embed = parts["embedding"] + parts["lm_head"]
+        total += embed * (WEIGHT_BYTES["bf16"] - WEIGHT_BYTES[dtype])
+    if expert_dtype == "mxfp4" and spec.moe is not None:
+        moe = spec.moe
+        h, i = mxfp4_expert_dims(spec.hidden_size, moe.expert_intermediate, gpu, version)
+        extra = 3 * (h * i - spec.hidden_size * moe.expert_intermediate) * moe.num_experts * moe.moe_layers
+        total += extra * WEIGHT_BYTES["mxfp4"]
+    return math.ceil(total / tp)
