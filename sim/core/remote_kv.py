@@ -10,6 +10,12 @@ become schedulable, with those tokens counted as computed. When every known toke
 elsewhere, the last one is recomputed so that a token can be sampled (vLLM: "num_computed_tokens
 == num_tokens: -1"); here its slot is not reserved at the hold, the recompute step appends it.
 
+The receiving replica's own prefix cache is asked first, as vLLM's scheduler does (get_computed_blocks
+before the connector's get_num_new_matched_tokens(request, num_local_computed_tokens)): its local hit
+is shared, and only the rest comes from elsewhere (NixlConnector: "Partial prefix cache hit: just
+read uncomputed blocks", the blocks allocated without a hash). `source(r, tokens, now)` is told the
+tokens that move, and the reserved blocks get their prefix keys, so later requests hit them here.
+
 On the sending side vLLM's `request_finished` returns delay_free_blocks: the prefill replica keeps
 a finished request's blocks until the send completes. `hold` / `release_at` are that.
 
@@ -30,7 +36,7 @@ from sim.core.request import LOADING, RUNNING, RequestTable
 
 if TYPE_CHECKING:
     from collections import deque
-    from collections.abc import Collection
+    from collections.abc import Collection, Sequence
 
     from sim.core.interfaces import Allocator
 
@@ -47,7 +53,8 @@ class RemoteKV:
     held: set[int] = field(default_factory=set)  # finished requests still holding their blocks
     source: KVSource | None = None  # None: the KV is ready the moment the blocks are reserved
     loads: int = 0
-    loaded_tokens: int = 0
+    loaded_tokens: int = 0  # tokens that came from elsewhere
+    local_hit_tokens: int = 0  # tokens of remote requests found in this replica's own prefix cache
     blocked: set[int] = field(default_factory=set)  # requests whose blocks did not fit at their first try
 
     @property
@@ -95,6 +102,9 @@ class RemoteHost(Protocol):
     def remote(self) -> RemoteKV: ...
 
     @property
+    def prefix_hashes(self) -> Callable[[int], Sequence[int] | None]: ...
+
+    @property
     def running(self) -> Collection[int]: ...
 
     @property
@@ -114,7 +124,7 @@ def head_fits(sched: RemoteHost, r: int) -> bool:
     """Could the remote request at the head be given its blocks now? Blocks for all its known
     tokens must be free (vLLM reserves the whole prompt for a remote prefill)."""
     t = sched.t
-    return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]))
+    return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]), sched.prefix_hashes(r))
 
 
 def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
@@ -123,10 +133,11 @@ def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
         sched.remote.blocked.add(r)
         return False
     t, books = sched.t, sched.remote
-    tokens = books.expected.pop(r)
-    hold = held_tokens(sched, r, tokens)
+    known = books.expected.pop(r)
+    hold = held_tokens(sched, r, known)
     sched.waiting.popleft()
-    sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]))
+    local = sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), sched.prefix_hashes(r))
+    tokens = known - local  # what the local prefix cache lacks moves (the hit is whole blocks < hold)
     if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission
         t.admitted_s[r] = now
     t.status[r] = LOADING
@@ -134,6 +145,7 @@ def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
     heapq.heappush(books.loading, (max(ready, now), r, hold))
     books.loads += 1
     books.loaded_tokens += tokens
+    books.local_hit_tokens += local
     return True
 
 

@@ -17,10 +17,12 @@ The handoff follows vLLM's P/D with the NIXL connector (vllm/distributed/kv_tran
    token (prefill queue + prefill + wait for decode blocks + transfer + one decode-side step), and
    TPOT is the decode replica's alone.
 
-Transfer bytes (`transfer_bytes`) are the KV the decode replica holds for the prompt: per KV group
-`per_sequence_bytes(prompt, kv_dtype, decode_tp)` on each of decode_tp ranks (a sliding window
-sends its window, MLA its latent, a state group its state; heads replicated when TP exceeds the kv
-heads are sent to each rank that holds a copy). Time (sim/core/link.py): each replica has one NIC
+Transfer bytes (`transfer_bytes`) are the KV the decode replica holds for the prompt, less the
+leading blocks its own prefix cache already has (vLLM asks the local cache first and the NIXL
+connector reads only the blocks allocated without a hit; sim/core/remote_kv.py): per KV group the
+kept tokens past the local hit on each of decode_tp ranks (a sliding window sends its window, MLA
+its latent, a state group its state; heads replicated when TP exceeds the kv heads are sent to each
+rank that holds a copy). Time (sim/core/link.py): each replica has one NIC
 per GPU, so a replica's link is tp x the link's bandwidth; a transfer holds the prefill replica's
 sending side and the decode replica's receiving side, FIFO on each, at the slower one's rate, and
 completes latency after its data end. Pools differing in TP re-shard: each decode rank reads its
@@ -42,6 +44,7 @@ import numpy as np
 
 from models.links import get_link
 from sim.core.link import SharedLink, schedule_over
+from sim.core.remote_kv import RemoteKV
 from sim.core.request import REJECTED
 from sim.core.routing.registry import ROUTERS
 from sim.core.routing.routers import RouterParams
@@ -63,10 +66,14 @@ POOL_ROUTER = "least-outstanding"
 TRANSFERS_SHOWN = 500  # the first transfers, for the fleet view's timeline
 
 
-def transfer_bytes(dep: Deployment, tokens: int) -> int:
-    """KV bytes of `tokens` prompt tokens as the deployment holds them, all TP ranks together."""
+def transfer_bytes(dep: Deployment, tokens: int, cached: int = 0) -> int:
+    """KV bytes of a `tokens`-token prompt as the deployment holds them, all TP ranks together, less
+    what its prefix cache already holds (the first `cached` tokens, whole blocks): per KV group the
+    kept tokens from `cached` on (a window keeps its last tokens, so it sends min(window, tokens -
+    cached)) plus any fixed state (a state is the prompt's end state: always sent)."""
     tp, dtype = dep.scenario.tp, dep.scenario.kv_dtype
-    return tp * sum(g.per_sequence_bytes(tokens, dtype, tp) for g in dep.spec.groups)
+    return tp * sum(min(g.tokens_kept(tokens), tokens - cached) * g.bytes_per_token(dtype, tp) + g.state_bytes(tp)
+                    for g in dep.spec.groups)
 
 
 @dataclass
@@ -166,8 +173,8 @@ class PDFleet:
 
     def _source(self, drep: Replica) -> Callable[[int, int, float], float]:
         def start(r: int, tokens: int, now: float) -> float:
-            p = self.source_of[r]
-            total = transfer_bytes(self.dep_d, int(self.decode.s.table.prompt[r]))
+            p, prompt = self.source_of[r], int(self.decode.s.table.prompt[r])
+            total = transfer_bytes(self.dep_d, prompt, prompt - tokens)  # tokens: what its cache lacks
             booked = -(-total // self.layers) if self.scenario.kv_layer_pipelined else total
             tr = schedule_over((self.nic_p[p], self.nic_d[drep.index]), now, booked)
             done = tr.done + (self.reads - 1) * self.nic_d[drep.index].latency_s
@@ -202,6 +209,7 @@ class PDFleet:
                 s[key] = p_res.summary[key]
         s.update(self.log.summary())
         s["pd_waited_for_blocks"] = sum(_blocked(rep) for rep in self.decode.s.replicas)
+        s["pd_decode_hit_tokens"] = sum(_remote(rep).local_hit_tokens for rep in self.decode.s.replicas)
         s["gpus"] = fleet_gpus(self.layout)
         s["routing_imbalance"] = p_res.summary["routing_imbalance"]
         s["fleet"] = {"router": self.prefill.router_name, "decode_router": self.scenario.decode_router, "kv_link": self.scenario.kv_link,
@@ -216,9 +224,13 @@ class PDFleet:
         return metrics.SimResult(res.requests, res.steps, s, self.scenario, trace_digest)
 
 
-def _blocked(rep: Replica) -> int:
+def _remote(rep: Replica) -> RemoteKV:
     sched: Scheduler = rep.sched  # type: ignore[assignment]
-    return len(sched.remote.blocked)
+    return sched.remote
+
+
+def _blocked(rep: Replica) -> int:
+    return len(_remote(rep).blocked)
 
 
 def _pool(role: str, dep: Deployment, res: metrics.SimResult) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""P/D decode side asks its own prefix cache first (vLLM's scheduler, then the NIXL connector for
+the rest): only the blocks the decode replica lacks move, per KV group (sim/core/remote_kv.py,
+sim/fleet/pd.py transfer_bytes)."""
+
+from __future__ import annotations
+
+from sim.fleet.pd import transfer_bytes
+from sim.fleet.replay import simulate
+from sim.run.deployment import Deployment
+from sim.scenario import Scenario
+from sim.trace.model import Trace
+
+PER_TOKEN = 32 * 8 * 128 * 2 * 2  # llama-3.1-8b bf16: layers x kv heads x head dim x (K, V) x bytes
+SC = Scenario(model="llama-3.1-8b", gpu="h100-sxm", max_model_len=4096, prefix_caching=True, pd="1:1")
+
+
+def turns(second_arrival: float = 5.0) -> Trace:
+    """A 64-token prompt, then (after it finished) a 96-token prompt that begins with it (16-token hash blocks)."""
+    return Trace.build([0.0, second_arrival], [64, 96], [4, 4], format="mooncake", source="turns.jsonl",
+                       prefix_hashes=[[1, 2, 3, 4], [1, 2, 3, 4, 5, 6]], prefix_block_size=16)
+
+
+def test_decode_replica_receives_only_the_blocks_it_lacks():
+    res = simulate(turns(), SC)
+    rows = dict(res_rows(res))
+    # request 0: nothing cached on the decode side, all 64 tokens move. Its 4 blocks are cached there
+    # (keys given at the reservation; the last block fills with the recomputed last token), freed, parked.
+    assert rows[0] == 64 * PER_TOKEN == 8_388_608
+    # request 1: its first 4 blocks (64 tokens) hit locally; tokens 64..95 move
+    assert rows[1] == (96 - 64) * PER_TOKEN == 4_194_304
+    assert res.summary["kv_transfer_bytes"] == 12_582_912
+    assert res.summary["pd_decode_hit_tokens"] == 64
+    assert res.summary["completed"] == 2
+
+
+def test_without_prefix_caching_the_whole_prompt_moves():
+    res = simulate(turns(), SC.replace(prefix_caching=False))
+    assert res.summary["kv_transfer_bytes"] == (64 + 96) * PER_TOKEN
+    assert res.summary["pd_decode_hit_tokens"] == 0
+
+
+def test_transfer_bytes_per_kv_group_past_the_local_hit():
+    """gpt-oss-20b: full-attention layers send every token past the hit; the 128-token sliding-window
+    layers send their window's tokens past the hit (min(128, prompt - hit))."""
+    dep = Deployment.resolve(Scenario(model="gpt-oss-20b", gpu="h100-sxm", max_model_len=32768))
+    full = sum(g.bytes_per_token("bf16", 1) for g in dep.spec.groups if g.window_tokens is None)
+    window = [g for g in dep.spec.groups if g.window_tokens is not None]
+    assert window and all(g.window_tokens == 128 for g in window)
+    slide = sum(g.bytes_per_token("bf16", 1) for g in window)
+    assert transfer_bytes(dep, 20000, 19968) == 32 * full + 32 * slide
+    assert transfer_bytes(dep, 20000, 16000) == 4000 * full + 128 * slide
+    assert transfer_bytes(dep, 20000, 0) == transfer_bytes(dep, 20000) == 20000 * full + 128 * slide
+
+
+def res_rows(res):
+    return [(t["req"], t["bytes"]) for t in res.summary["fleet"]["transfers"]]
