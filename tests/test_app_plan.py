@@ -109,3 +109,19 @@ def test_drill_down_link_opens_the_same_run_on_simulate():
     assert row["binds"] == "kv" and 0.5 < level < 2  # the 4090 at bf16: KV-bound near the recorded rate
     assert digest == DEFAULT_SCENARIO.replace(speedup=level).digest()
     assert {m.label: m.value for m in sim.metric} == drill
+
+
+@pytest.mark.slow
+def test_tier_sizes_are_a_dimension_and_the_answer_prices_them():
+    """A 64 GiB CPU tier per replica: 64 x 2^30 / 1e9 GB x $10 / 36 per GB-month / 730 h = $0.02615
+    per GPU-hour on one GPU, shown in the table and in the answer; prefix caching is on for the row."""
+    at = page(PLAN, plan_gpus="h100-sxm", plan_kv="bf16", plan_cpu_tier_gib="64", trace_first="60")
+    assert not at.exception and not at.error
+    df = at.dataframe[0].value
+    assert df["tiers $ per GPU-h"].tolist() == [pytest.approx(64 * 2**30 / 1e9 * 10 / 36 / 730)]
+    answer = "\n".join(m.value for m in at.markdown)
+    assert "KV tiers: CPU 64 GiB per replica; their DRAM and NVMe add $0.0261 per GPU-hour" in answer
+    bad = page(PLAN, plan_gpus="h100-sxm", plan_kv="bf16", plan_cpu_tier_gib="lots")
+    assert not bad.exception
+    shown = [e.value.replace("\\", "") for e in bad.error]  # markdown-escaped by public_error
+    assert shown == ["CPU tier sizes (GiB per replica): 'lots' is not a comma list of numbers"]

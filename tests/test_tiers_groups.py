@@ -94,3 +94,14 @@ def test_policies_vllm_does_not_run_with_several_groups_are_refused_in_one_line(
         build_tiers(sc, Deployment.resolve(sc), 1)
     line = str(err.value)
     assert "\n" not in line and "gpt-oss-20b" in line and "sliding(128)" in line and why in line
+
+
+def test_plan_tier_grid_turns_on_prefix_caching_and_says_bad_input_in_one_line():
+    from sim.plan.tier_grid import swept_tier_fields, tier_grid
+
+    grid = tier_grid({"cpu_tier_gib": "0, 500, 1000", "nvme_tier_gib": "0"})
+    assert grid == {"cpu_tier_gib": [0.0, 500.0, 1000.0], "nvme_tier_gib": [0.0], "prefix_caching": [True]}
+    assert swept_tier_fields(grid) == ("cpu_tier_gib",)
+    assert tier_grid({"cpu_tier_gib": "0", "nvme_tier_gib": ""}) == {}  # no tier: the grid is left alone
+    with pytest.raises(ScenarioError, match=r"^NVMe tier sizes \(GiB per node\): -1 is outside 0 to"):
+        tier_grid({"nvme_tier_gib": "-1"})

@@ -23,6 +23,7 @@ from sim.plan.grid import expand
 from sim.plan.prices import default_price
 from sim.plan.rank import CRITERIA, best_row
 from sim.plan.slo import SloError, parse_slo
+from sim.plan.tier_grid import TIER_FIELDS, swept_tier_fields, tier_grid
 from sim.plan.workload import Workload
 from sim.report.plan_answer import answer_lines, plan_answer, rate_words
 from sim.report.plan_charts import pareto_figure, row_label, varied_fields
@@ -69,6 +70,7 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
     e2e = c3.number_input("E2E p99 (s, 0 = none)", 0.0, 36000.0, 0.0, key="plan_e2e", bind=BIND)
     goodput = c4.number_input("Goodput (0 = none)", 0.0, 1.0, 0.0, step=0.01, key="plan_goodput", bind=BIND)
     fleet = fleet_grid(st.columns(3))
+    tier_texts = tier_inputs(st.columns(2))
     if not (gpus and tps and kv_dtypes and allocators and fleet["router"]):
         st.info("Pick at least one GPU, tensor-parallel size, KV dtype and allocator.")
         return None
@@ -77,13 +79,14 @@ def search_form() -> tuple[list[Scenario], SearchOptions] | None:
                                                      ("goodput", goodput)) if value > 0]
     try:
         slo = parse_slo(",".join(parts))
+        tiers = tier_grid(tier_texts)
         configs = expand(DEFAULT_SCENARIO.replace(model=model), {"gpu": gpus, "tp": tps, "kv_dtype": kv_dtypes,
-                                                                 "allocator": allocators, **fleet})
+                                                                 "allocator": allocators, **fleet, **tiers})
     except (SloError, ScenarioError) as exc:
         st.error(public_error(exc))
         return None
     swept = tuple(k for k, v in (("allocator", allocators), ("router", fleet["router"]), ("pd", fleet["pd"]))
-                  if len(v) > 1 and k not in ALWAYS_SHOWN)
+                  if len(v) > 1 and k not in ALWAYS_SHOWN) + swept_tier_fields(tiers)
     return configs, SearchOptions(slo, target_rate=target or None, prices=prices, shown=ALWAYS_SHOWN + swept)
 
 
@@ -100,6 +103,15 @@ def fleet_grid(cols: Any) -> dict[str, list[Any]]:
                                  help="every P:D with P + D = replicas, next to the aggregated fleet")
     splits: list[Any] = [None] + ([f"{p}:{n - p}" for p in range(1, n)] if pd_splits and n >= 2 else [])
     return {"replicas": [n], "router": routers, "pd": splits}
+
+
+def tier_inputs(cols: Any) -> dict[str, str]:
+    """KV tier sizes to sweep (docs/TIERS.md): comma lists of GiB, priced as DRAM and NVMe beside the
+    GPU-hour (sim/plan/tier_prices.py); sim/plan/tier_grid.py turns them into grid entries."""
+    helps = {"cpu_tier_gib": "CPU DRAM below each replica's GPU pool, e.g. 0, 500, 1000 (0 = none)",
+             "nvme_tier_gib": "local NVMe per node of 8 GPUs, e.g. 0, 4000 (0 = none)"}
+    return {field: str(col.text_input(label, "0", key=f"plan_{field}", bind=BIND, max_chars=200, help=helps[field]))
+            for col, (field, label) in zip(cols, TIER_FIELDS.items(), strict=True)}
 
 
 MODEL_SOURCES = ("catalog", "upload config.json")
@@ -144,11 +156,12 @@ def plan_table(plan: dict[str, Any]) -> pd.DataFrame:
                          if r.get("max_rate_interval") else None),
         "tok/s per GPU": r["tok_s_per_gpu"],
         "tok/s per user": r.get("tok_s_per_user"), "GPUs for target": r.get("gpus_for_target"),
-        "$ per M tokens": r.get("cost_per_mtok"), "binds": r["binding"], "SLO met": r.get("slo_met_at_max"),
+        "$ per M tokens": r.get("cost_per_mtok"), "tiers $ per GPU-h": r.get("tier_usd_per_gpu_hour"),
+        "binds": r["binding"], "SLO met": r.get("slo_met_at_max"),
         "preemptions": r.get("num_preemptions"), "step times": r.get("step_time_source"),
         "peak KV usage %": None if r.get("kv_usage_peak") is None else 100 * float(r["kv_usage_peak"]),
     } for r in rows])
-    empty = [c for c in ("GPUs for target", "$ per M tokens", "90% interval") if table[c].isna().all()]
+    empty = [c for c in ("GPUs for target", "$ per M tokens", "tiers $ per GPU-h", "90% interval") if table[c].isna().all()]
     return table.drop(columns=empty)
 
 
@@ -191,6 +204,7 @@ def show_plan(plan: dict[str, Any], key: str = "plan") -> dict[str, Any]:
                                 "tok/s per GPU": st.column_config.NumberColumn(format="%.0f"),
                                 "tok/s per user": st.column_config.NumberColumn(format="%.1f"),
                                 "$ per M tokens": st.column_config.NumberColumn(format="%.3f"),
+                                "tiers $ per GPU-h": st.column_config.NumberColumn(format="%.4f"),
                                 "peak KV usage %": st.column_config.NumberColumn(format="%.0f")})
     if plan.get("step_times"):
         st.caption(plan["step_times"])

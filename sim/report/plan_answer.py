@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.plan.slo import SloError, parse_slo
+from sim.plan.tier_prices import TIER_USD_PER_GB_MONTH
 from sim.report.plan_charts import row_label, varied_fields
 from sim.report.served import BINDING_WORDS
 
@@ -45,6 +46,7 @@ class PlanAnswer:
     tolerance: float
     rate_interval: tuple[float, float] | None = None  # per replica, 90% (sim/timing/intervals.py rate_bounds)
     interval_method: str | None = None
+    tiers: str | None = None  # the KV tiers and what they cost per GPU-hour, in words (sim/plan/tier_prices.py)
 
 
 def slo_words(plan: Mapping[str, Any]) -> str:
@@ -80,7 +82,25 @@ def plan_answer(plan: Mapping[str, Any], row: int | None = None) -> PlanAnswer |
                       tuple(str(m) for m in r.get("missed_above") or ()), float(target) if target else None,
                       exact, needed, gpus, low, r.get("workload"), r.get("level"),
                       str(plan.get("step_times") or r.get("step_time_source") or ""), tolerance,
-                      _per_replica(r.get("max_rate_interval"), replicas), r.get("interval_method"))
+                      _per_replica(r.get("max_rate_interval"), replicas), r.get("interval_method"),
+                      tier_words(r))
+
+
+def tier_words(r: Mapping[str, Any]) -> str | None:
+    """'KV tiers: CPU 1000 GiB per replica; their DRAM and NVMe add $0.410 per GPU-hour ...' (None: no tier)."""
+    sc = r.get("scenario") or {}
+    sizes = [f"{name} {float(sc.get(field) or 0):g} GiB per {per}" for name, field, per in
+             (("CPU", "cpu_tier_gib", "replica"), ("NVMe", "nvme_tier_gib", "node"), ("remote", "remote_tier_gib", "run"))
+             if float(sc.get(field) or 0) > 0]
+    if not sizes:
+        return None
+    price = r.get("tier_usd_per_gpu_hour")
+    gpu = r.get("usd_per_gpu_hour")
+    cost = (f"; their DRAM and NVMe add ${float(price):.4f} per GPU-hour (included in the ${float(gpu):.3f} "
+            f"per GPU-hour behind the cost per token; DRAM ${TIER_USD_PER_GB_MONTH['cpu']:.3f} and NVMe "
+            f"${TIER_USD_PER_GB_MONTH['nvme']:.4f} per GB-month, docs/TIERS.md)"
+            if price and gpu else "; no GPU price, so no cost")
+    return "KV tiers: " + ", ".join(sizes) + cost + "."
 
 
 def _per_replica(bounds: Any, replicas: int) -> tuple[float, float] | None:
@@ -106,6 +126,8 @@ def answer_lines(a: PlanAnswer) -> list[str]:
             text += (f" The rate is found to within {a.tolerance:.0%}, and at {a.tolerance:.0%} more per replica "
                      f"{a.gpus_low} GPUs would do: the count sits on that margin.")
         lines.append(text)
+    if a.tiers:
+        lines.append(a.tiers)
     if a.workload:
         load = f" (load factor x{a.load_factor:g} of the trace's own rate)" if a.load_factor else ""
         lines.append(f"Workload: {a.workload}{load}.")
@@ -124,7 +146,8 @@ def alternatives(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"config": row_label(r, varied), "max req/s": r.get("max_rate_per_s"),
              "GPUs for target": r.get("gpus_for_target"), "binds": r.get("binding"),
              "missed above": ", ".join(str(m) for m in r.get("missed_above") or []),
-             "$ per M tokens": r.get("cost_per_mtok"), "step times": r.get("step_time_source")} for r in rows]
+             "$ per M tokens": r.get("cost_per_mtok"), "tiers $ per GPU-h": r.get("tier_usd_per_gpu_hour"),
+             "step times": r.get("step_time_source")} for r in rows]
 
 
 def drilled_row(plan: Mapping[str, Any], scenario: Mapping[str, Any]) -> int | None:
