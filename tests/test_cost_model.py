@@ -284,3 +284,27 @@ def test_gpu_backend_rows_map_to_v2_shapes():
     out = shapes_from_v1_rows(rows)
     assert out[0].tolist() == [32, 16000, 0, 0, 0, 0, 0.01]
     assert out[1].tolist() == [0, 0, 512, 0, 512 * 513 // 2, 1, 0.05]
+
+
+@pytest.mark.parametrize("model_name", ["llama-3-8b", "gpt-oss-20b"])
+def test_measured_table_memo_gives_the_computed_floats(model_name):
+    """MeasuredTable keeps the pieces of a general step that depend on one integer of its shape
+    (tokens, sequences, a chunk and its cached prefix): a step timed from the memo is the very float
+    timed with the memo empty, for prefill, mixed and chunked shapes, bounded in size."""
+    from sim.timing import measured_table
+
+    cm = cost_of(Scenario(model=model_name, gpu="h100-sxm", cost_source="measured-db"))
+    assert cm.table is not None
+    shapes = [(0, 0, 512, 0, 512 * 513 // 2, 1), (7, 7 * 900, 300, 0, 300 * 301 // 2, 1),
+              (31, 31 * 2000, 2048, 4096, 2048 * 4096 + 2048 * 2049 // 2, 1), (3, 3000, 700, 128, 90_000, 2),
+              (0, 0, 1, 0, 1, 1), (255, 255 * 70_000, 8000, 0, 8000 * 8001 // 2, 1)]
+    fresh = []
+    for shape in shapes:
+        cm.table._memo.clear()
+        fresh.append(cm.step_time(*shape))
+    assert cm.table._memo  # filled by the last one
+    assert [cm.step_time(*shape) for shape in shapes] == fresh  # warm memo, shape after shape
+    assert [cm.step_time(*shape) for shape in shapes] == fresh
+    for i in range(measured_table.MEMO_LIMIT + 10):
+        cm.table._remember(("probe", i), i)
+    assert len(cm.table._memo) <= measured_table.MEMO_LIMIT

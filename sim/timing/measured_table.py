@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +24,7 @@ SEQS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 256, 320, 384, 512, 7
 CONTEXTS = (16, 64, 128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768, 65536,
             131072)
 PREFIXES = (0, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+MEMO_LIMIT = 1 << 16  # entries of MeasuredTable._memo
 
 
 class RooflinePart(Protocol):
@@ -72,6 +73,10 @@ class MeasuredTable:
     # "" = measured as asked; else how the table was derived from the nearest measured one (a KV
     # dtype without kernels: the measured dtype's tables, decode attention scaled by bytes read).
     derived: str = ""
+    # Pieces of a general step that depend on one integer of its shape alone (the tokens, the
+    # sequences, a prompt chunk's size and cached prefix), kept as computed: a replay asks for the
+    # same few thousand values again and again. Same floats as computing them (pure functions).
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def decode_parts(self, d: float) -> tuple[float, np.ndarray | None]:
         """A pure-decode step of d sequences: (GPU seconds apart from decode attention, the decode
@@ -103,7 +108,12 @@ class MeasuredTable:
     def _prefill_attention(self, p: float, kp: float, pp: float, np_: float, maximum: Callable[[Any, Any], Any]) -> Any:
         q, cached = p / np_, kp / np_
         if not self.attn_groups:
-            return np_ * _interp2_scalar(TOKENS, PREFIXES, self.ctx_attn, q, cached)
+            key = (p, kp, np_)
+            attn = self._memo.get(key)
+            if attn is None:
+                attn = np_ * _interp2_scalar(TOKENS, PREFIXES, self.ctx_attn, q, cached)
+                self._remember(key, attn)
+            return attn
         layer = np_ * _interp2_scalar(TOKENS, PREFIXES, self.ctx_attn, q, cached)
         total = 0.0
         for g in self.attn_groups:
@@ -118,12 +128,10 @@ class MeasuredTable:
         """GPU seconds of a step shape; d and the prefill arguments are scalars, kd may be an array."""
         t = d + p
         if p > 0:
-            other = _interp1_scalar(TOKENS, self.ctx_other, t)
-            comm = _interp1_scalar(TOKENS, self.ctx_comm, t)
+            other, comm = self._other_comm(t, True)
             attn = self._prefill_attention(p, kp, pp, np_, maximum)
         else:
-            other = _interp1_scalar(SEQS, self.gen_other, d)
-            comm = _interp1_scalar(SEQS, self.gen_comm, d)
+            other, comm = self._other_comm(d, False)
             attn = 0.0
         if d > 0:
             if self.gen_attn is None:
@@ -137,10 +145,35 @@ class MeasuredTable:
             else:
                 attn = attn + _interp2_scalar(SEQS, CONTEXTS, self.gen_attn, d, kd / d)
         s = d + np_
-        logits = _interp1_scalar(SEQS, self.logits, s) if s > 0 else 0.0
+        logits = self._logits(s) if s > 0 else 0.0
         if self.roofline_allreduce:
             comm = self.roofline.allreduce(t)
         return other + attn + logits + comm
+
+    def _other_comm(self, n: Any, prefill: bool) -> tuple[Any, Any]:
+        """(non-attention ops, all-reduces) of a step of n tokens (prefill) or n sequences (decode)."""
+        key = (prefill, n)
+        pair = self._memo.get(key)
+        if pair is None:
+            if prefill:
+                pair = (_interp1_scalar(TOKENS, self.ctx_other, n), _interp1_scalar(TOKENS, self.ctx_comm, n))
+            else:
+                pair = (_interp1_scalar(SEQS, self.gen_other, n), _interp1_scalar(SEQS, self.gen_comm, n))
+            self._remember(key, pair)
+        return pair
+
+    def _logits(self, s: Any) -> Any:
+        key = ("logits", s)
+        v = self._memo.get(key)
+        if v is None:
+            v = _interp1_scalar(SEQS, self.logits, s)
+            self._remember(key, v)
+        return v
+
+    def _remember(self, key: Any, value: Any) -> None:
+        if len(self._memo) >= MEMO_LIMIT:  # bounded (prefix-cached chunks make many keys): start over
+            self._memo.clear()
+        self._memo[key] = value
 
 
 # --- interpolation: identical float operations on scalars and arrays -------------------------------
