@@ -4,7 +4,8 @@ sim/fleet/pd.py transfer_bytes)."""
 
 from __future__ import annotations
 
-from sim.fleet.pd import transfer_bytes
+from sim.core.routing.routers import RoundRobin
+from sim.fleet.pd import PDFleet, transfer_bytes
 from sim.fleet.replay import simulate
 from sim.run.deployment import Deployment
 from sim.scenario import Scenario
@@ -54,3 +55,22 @@ def test_transfer_bytes_per_kv_group_past_the_local_hit():
 
 def res_rows(res):
     return [(t["req"], t["bytes"]) for t in res.summary["fleet"]["transfers"]]
+
+
+def test_decode_pool_runs_the_decode_router():
+    """The decode pool's own simulation is built with --decode-router (one router object, asked at
+    each handoff; a state-free one pre-routes nothing): kv-precise sends the second turn to the decode
+    replica that caches the first, round-robin to the other one, which receives the whole prompt."""
+    sc = SC.replace(pd="1:2")
+    fleet = PDFleet(turns(), sc.replace(decode_router="round-robin"))
+    assert fleet.decode.router_name == "round-robin" and isinstance(fleet.decode.router, RoundRobin)
+    assert all(rep.arrivals == [] for rep in fleet.decode.s.replicas)  # nothing pre-split before the clock
+    rr = simulate(turns(), sc.replace(decode_router="round-robin"))
+    kv = simulate(turns(), sc.replace(decode_router="kv-precise"))
+    assert [p["router"] for p in rr.summary["fleet"]["pools"]] == ["round-robin", "round-robin"]
+    assert [p["router"] for p in kv.summary["fleet"]["pools"]] == ["round-robin", "kv-precise"]
+    assert [t["decode"] for t in rr.summary["fleet"]["transfers"]] == [0, 1]
+    assert [t["decode"] for t in kv.summary["fleet"]["transfers"]] == [0, 0]
+    assert (rr.summary["pd_decode_hit_tokens"], kv.summary["pd_decode_hit_tokens"]) == (0, 64)
+    assert rr.summary["kv_transfer_bytes"] == (64 + 96) * PER_TOKEN
+    assert kv.summary["kv_transfer_bytes"] == (64 + 32) * PER_TOKEN

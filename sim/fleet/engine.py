@@ -33,6 +33,8 @@ from sim.trace.model import Trace
 class FleetSimulation(Simulation):
     """engine.Simulation with a router in the loop (module docstring)."""
 
+    routes_the_trace = True  # False: arrivals come from elsewhere (P/D handoffs); feeds start empty
+
     def __init__(self, setup: Setup, trace: Trace, *, skip_ahead: bool = True, step_limit: int | None = None,
                  progress: Callable[[float], None] | None = None) -> None:
         super().__init__(setup, skip_ahead=skip_ahead, step_limit=step_limit, progress=progress)
@@ -45,7 +47,7 @@ class FleetSimulation(Simulation):
         self.routing_done = False
         self.request_of = _request_source(trace, setup.table.prompt)
         self.samples = fleet_metrics.ReplicaSamples(len(setup.replicas))
-        if kind.name == "round-robin":  # build() already split the trace round-robin
+        if kind.name == "round-robin" and self.routes_the_trace:  # build() already split the trace round-robin
             for rep, slot in zip(setup.replicas, self.slots, strict=True):
                 slot.routed = len(rep.arrivals)
                 slot.routed_prompt = int(setup.table.prompt[rep.arrivals].sum())
@@ -54,7 +56,7 @@ class FleetSimulation(Simulation):
         self._order, self._seen = _arrival_order(setup)
         for rep in setup.replicas:  # the router fills the feeds
             rep.arrivals, rep.times = [], []
-        if self.state_free:
+        if self.state_free and self.routes_the_trace:
             self._route_all_now()
 
     # --- routing --------------------------------------------------------------------------------

@@ -46,8 +46,6 @@ from models.links import get_link
 from sim.core.link import SharedLink, schedule_over
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import REJECTED
-from sim.core.routing.registry import ROUTERS
-from sim.core.routing.routers import RouterParams
 from sim.core.scheduler import Scheduler
 from sim.fleet import fleet_metrics
 from sim.fleet.engine import FleetSimulation
@@ -60,9 +58,6 @@ from sim.run.engine import Replica, build
 from sim.scenario import Scenario
 from sim.trace.model import Trace
 
-# The decode pool's own simulation routes nothing (PDFleet._handoff picks with scenario.decode_router);
-# a state-dependent router there keeps its feeds empty until handoffs fill them.
-POOL_ROUTER = "least-outstanding"
 TRANSFERS_SHOWN = 500  # the first transfers, for the fleet view's timeline
 
 
@@ -106,7 +101,12 @@ class PrefillPool(FleetSimulation):
 
 
 class DecodePool(FleetSimulation):
-    """The decode replicas: requests arrive from the prefill pool with their prompt's KV remote."""
+    """The decode replicas: requests arrive from the prefill pool with their prompt's KV remote. Its
+    router is the scenario's decode_router, asked at each handoff (PDFleet._handoff), never before
+    the clock: feeds start empty, and even a state-free router's choices are made one by one."""
+
+    routes_the_trace = False
+    plain_engine_for_pre_split = False
 
     expected = 0  # requests the prefill pool will hand over
     received = 0
@@ -131,7 +131,7 @@ class PDFleet:
         (n_p, tp_p), (n_d, tp_d) = (prefill.replicas, prefill.tp), (decode.replicas, decode.tp)
         self.scenario = scenario
         self.dep_p = Deployment.resolve(scenario.replace(tp=tp_p, replicas=n_p, pd=None))
-        self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=POOL_ROUTER))
+        self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=scenario.decode_router))
         setup_p, setup_d = build(trace, self.dep_p), build(trace, self.dep_d)
         _reject_in_both(setup_p, setup_d)
         setup_p.table.output[setup_p.table.status != REJECTED] = 1  # the proxy's max_tokens=1
@@ -142,7 +142,6 @@ class PDFleet:
         self.decode.env = self.prefill.env
         self.decode.expected = int((setup_d.table.status != REJECTED).sum())
         self.decode.routing_done = self.decode.expected == 0
-        self.decode_router = ROUTERS.lookup(scenario.decode_router).make(RouterParams(n_d, scenario.seed, scenario.router_kv_weight))
         link = get_link(scenario.kv_link)
         self.nic_p = [SharedLink(f"prefill{i}", link.effective_bandwidth * tp_p, link.latency_s) for i in range(n_p)]
         self.nic_d = [SharedLink(f"decode{i}", link.effective_bandwidth * tp_d, link.latency_s) for i in range(n_d)]
@@ -160,7 +159,7 @@ class PDFleet:
         """Prefill of r ended on `prep` at t: pick a decode replica and queue r there."""
         d = self.decode
         views = [LiveView(rep, d.slots[rep.index], d.s.table, t) for rep in d.s.replicas]
-        rep = d.s.replicas[self.decode_router.choose(d.request_of(r, t), views)]
+        rep = d.s.replicas[d.router.choose(d.request_of(r, t), views)]
         self.source_of[r] = prep.index
         self.handed_at[r] = t
         d.assign(rep, r, t)
@@ -235,7 +234,7 @@ def _blocked(rep: Replica) -> int:
 
 def _pool(role: str, dep: Deployment, res: metrics.SimResult) -> dict[str, Any]:
     fl = res.summary["fleet"]
-    return {"role": role, "replicas": len(fl["replicas"]), "tp": dep.scenario.tp,
+    return {"role": role, "router": fl["router"], "replicas": len(fl["replicas"]), "tp": dep.scenario.tp,
             "routing_imbalance": res.summary["routing_imbalance"],
             "kv_usage_mean": fleet_metrics.mean([r["kv_usage_mean"] for r in fl["replicas"]]),
             "num_steps": res.summary["num_steps"]}
