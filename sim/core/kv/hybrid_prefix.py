@@ -34,8 +34,7 @@ import numpy as np
 from sim.core.kv.base import AllocationError
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.hybrid import HybridPagedAllocator
-from sim.core.kv.prefix_cache import PrefixCache
-from sim.core.kv.reporting_cache import ReportingPrefixCache
+from sim.core.kv.run_cache import RunPrefixCache
 
 
 class GroupTierHooks(Protocol):
@@ -58,7 +57,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             raise ValueError(f"prefix caching is not modelled for state (Mamba / linear-attention) groups "
                              f"({', '.join(state)}); switch it off")
         self.prefix_caching = True
-        self.cache = PrefixCache(self.block_size, prefix_block_size)
+        self.cache = RunPrefixCache(self.block_size, prefix_block_size)
         self._tables: list[dict[int, list[int]]] = [{} for _ in self.managers]
         self._refs: dict[int, int] = {}  # blocks in use -> refcount (>= 1)
         self._shared = [0] * len(self.managers)  # per group: sum of (refcount - 1) over blocks in use
@@ -93,7 +92,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         def report(keys: Sequence[int], blocks: Sequence[int]) -> None:
             tiers.on_group_blocks(keys, [b % groups for b in blocks])  # a block's group: its id modulo groups
 
-        self.cache = ReportingPrefixCache(self.block_size, self.cache.prefix_block_size, report)
+        self.cache.on_register = report
 
     def _find_hit(self, num_tokens: int, gkeys: list[list[int]]) -> Hit:
         """The longest prefix every group serves (whole blocks, the last token never a hit)."""
@@ -211,13 +210,11 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         and parked at once (`_park_new`); (3) take the new blocks that stay."""
         rows = self._moves(ids, new, firsts, ends)
         for g, r, f0, e0, f1, _, keys, full in rows:
-            table = self._tables[g][r]
-            if keys:
-                self._offer(g, r, min(full, e0))
+            keyed = self._offer(g, r, min(full, e0)) if keys else 0
             stop = min(f1, e0)
             if stop > f0:
-                self._release(g, table[f0:stop])
-                table[f0:stop] = [-1] * (stop - f0)
+                self._release(g, r, f0, stop, keyed)
+                self._tables[g][r][f0:stop] = [-1] * (stop - f0)
         for g, r, _, e0, f1, e1, keys, full in rows:
             if f1 > e0:
                 self._tables[g][r].extend([-1] * (min(f1, e1) - e0))
@@ -250,9 +247,9 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def free(self, req_id: int) -> None:
         self._check(req_id)
         for g in range(len(self.managers)):
-            table = self._tables[g].pop(req_id)
-            first = int(self._first[g][req_id])
-            self._release(g, table[:first - 1 if first else None:-1])  # tail first: the tail is evicted first
+            first, end = int(self._first[g][req_id]), int(self._end[g][req_id])
+            self._release(g, req_id, first, end, self._nreg[g].get(req_id, 0), reverse=True)  # the tail is evicted first
+            self._tables[g].pop(req_id)
             self._nreg[g].pop(req_id, None)
             self._first[g][req_id] = self._end[g][req_id] = 0
         self._gkeys.pop(req_id, None)
@@ -298,9 +295,10 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._make_clean(count * pages)
         groups, start = len(self.managers), self._next_id
         self._next_id += count
-        blocks = range(start * groups + g, (start + count) * groups, groups)
-        self.cache.register_many(keys[len(keys) - count:], blocks)  # the newest ones, if not all fit
-        self.cache.park_many(blocks)
+        blocks = list(range(start * groups + g, (start + count) * groups, groups))
+        newest = keys[len(keys) - count:]  # the newest ones, if not all fit
+        self.cache.register_many(newest, blocks)
+        self.cache.park(blocks, newest)
         self._parked_pages += count * pages
 
     def _claim(self, g: int, block: int) -> None:
@@ -314,33 +312,51 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._free_pages -= self.managers[g].pages
         self._refs[block] = 1
 
-    def _release(self, g: int, blocks: Sequence[int]) -> None:
-        """Drop one reference to each block of group g: shared ones stay in use, the rest free
-        their pages, cached ones parked (evictable) in the order given."""
-        refs, pages = self._refs, self.managers[g].pages
-        freed: list[int] = []
-        for block in blocks:
-            count = refs[block]
-            if count > 1:
-                refs[block] = count - 1
-                self._shared[g] -= 1
-            else:
-                freed.append(block)
-        for block in freed:
-            del refs[block]
-        cached = self.cache.cached_of(freed)
-        self.cache.park_many(cached)
-        self._free_pages += len(freed) * pages
+    def _release(self, g: int, r: int, lo: int, hi: int, keyed: int, reverse: bool = False) -> None:
+        """Drop one reference to request r's blocks lo .. hi - 1 of group g (from hi - 1 down if
+        `reverse`): shared ones stay in use, the rest free their pages; those below `keyed` (the
+        request's registered blocks) are cached and park, in the order released."""
+        refs, pages, table = self._refs, self.managers[g].pages, self._tables[g][r]
+        keys = self._gkeys[r][g] if r in self._gkeys else []
+        top = min(hi, keyed)
+        if not self._shared[g]:  # every block in use has one user: all are freed
+            for block in table[lo:hi]:
+                del refs[block]
+            freed = hi - lo
+            cached, ckeys = table[lo:top], keys[lo:top]
+            if reverse:
+                cached.reverse()
+                ckeys = ckeys[::-1]
+        else:
+            freed, cached, ckeys = 0, [], []
+            order = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
+            for j in order:
+                block = table[j]
+                count = refs[block]
+                if count > 1:
+                    refs[block] = count - 1
+                    self._shared[g] -= 1
+                    continue
+                del refs[block]
+                freed += 1
+                if j < top:
+                    cached.append(block)
+                    ckeys.append(keys[j])
+        if cached:
+            self.cache.park(cached, list(ckeys))
+        self._free_pages += freed * pages
         self._parked_pages += len(cached) * pages
 
-    def _offer(self, g: int, r: int, upto: int) -> None:
-        """Register the request's held blocks nreg .. upto - 1 of group g, now full."""
+    def _offer(self, g: int, r: int, upto: int) -> int:
+        """Register the request's held blocks nreg .. upto - 1 of group g, now full; return how
+        many leading blocks are registered now (held ones below it are keyed)."""
         keys, table = self._gkeys[r][g], self._tables[g][r]
         lo = self._nreg[g].get(r, 0)
         if upto <= lo:
-            return
+            return lo
         held = [j for j in range(lo, upto) if table[j] >= 0]
         self.cache.register_many([keys[j] for j in held], [table[j] for j in held])
+        return upto
 
     def _register(self, r: int) -> None:
         full = int(self._ntok[r]) // self.block_size
@@ -374,9 +390,9 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         refs = self._table_refs()
         if refs != self._refs:
             raise AssertionError("hybrid prefix allocator: refcounts disagree with the tables")
-        parked = self.cache.parked_blocks()
-        if any(b in refs or not self.cache.is_cached(b) for b in parked):
+        if any(b in refs or not self.cache.holds(k, b) for b, k in self.cache.parked()):
             raise AssertionError("hybrid prefix allocator: a parked block is in use or has no key")
+        parked = self.cache.parked_blocks()
         groups = len(self.managers)
         pages = lambda blocks: sum(self.managers[b % groups].pages for b in blocks)  # noqa: E731
         if pages(parked) != self._parked_pages or pages(refs) + self._free_pages != self.num_blocks:

@@ -1,0 +1,103 @@
+"""The LRU of cached free blocks as a queue of runs (vLLM V1's free queue, hashed blocks only).
+
+A hybrid model's prefix cache parks blocks in runs: a sliding-window group leaves whole stretches
+of a long prompt behind at once, and a finished request releases its table in one go. Keeping one
+dict entry per parked block (an OrderedDict) made every park and eviction a hash-table operation
+on a table of ~10^5 entries; here a park appends one run (a list of blocks and the list of their
+keys) and an eviction takes whole runs from the head with list slices, so the per-block work is
+done inside list operations.
+
+A hit takes a parked block back into use from anywhere in the queue (`unpark`). Instead of
+finding it, the block is noted with the serial of the next run (`_claimed`): an entry of a run
+whose serial is below that note is stale and skipped when the run reaches the head; the block's
+later park (a run with a serial at or above the note) is its live entry. The order of live entries
+is exactly the order of parks, as in an OrderedDict with the unparked entries deleted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+
+class RunLRU:
+    """Parked (cached, free) blocks with their keys, least recently parked first."""
+
+    def __init__(self) -> None:
+        self._runs: deque[list] = deque()  # [serial, blocks, keys, first index not yet taken, unparks when checked]
+        self._serial = 0  # serial of the next run
+        self._claimed: dict[int, int] = {}  # unparked block -> serial of the next run at that moment
+        self._unparks = 0  # unparks so far: a run checked since the last one has no stale entry
+        self.num_parked = 0
+
+    def park(self, blocks: list[int], keys: list[int]) -> None:
+        """Park `blocks` (holding `keys`, in the same order), most recently used at the end."""
+        if blocks:
+            self._runs.append([self._serial, blocks, keys, 0, self._unparks])
+            self._serial += 1
+            self.num_parked += len(blocks)
+
+    def unpark(self, block: int) -> None:
+        """A hit takes a parked block back into use (the caller knows it is parked)."""
+        self._claimed[block] = self._serial
+        self._unparks += 1
+        self.num_parked -= 1
+
+    def evict(self, count: int) -> tuple[list[int], list[int]]:
+        """Take the `count` least recently parked blocks out: (blocks, their keys), oldest first."""
+        if count > self.num_parked:
+            raise ValueError(f"cannot evict {count} of {self.num_parked} parked blocks")
+        blocks: list[int] = []
+        keys: list[int] = []
+        runs, need = self._runs, count
+        while need:
+            run = runs[0]
+            if run[4] != self._unparks:
+                self._drop_stale(run)
+            serial, rb, rk, i, _ = run
+            take = min(need, len(rb) - i)
+            blocks += rb[i : i + take]
+            keys += rk[i : i + take]
+            need -= take
+            if i + take == len(rb):
+                runs.popleft()
+            else:
+                run[3] = i + take
+        self.num_parked -= count
+        return blocks, keys
+
+    def _drop_stale(self, run: list) -> None:
+        """Rewrite the head run without the entries of blocks unparked since it was parked (and
+        forget the notes of its live blocks: their next unpark writes a new one)."""
+        serial, blocks, keys, i, _ = run
+        claimed = self._claimed
+        run[4] = self._unparks
+        if not claimed or claimed.keys().isdisjoint(blocks[i:]):
+            return
+        live_b, live_k = [], []
+        for b, k in zip(blocks[i:], keys[i:], strict=True):
+            at = claimed.get(b)
+            if at is None or at <= serial:
+                if at is not None:
+                    del claimed[b]
+                live_b.append(b)
+                live_k.append(k)
+        run[1], run[2], run[3] = live_b, live_k, 0  # nothing live left: the caller pops it
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        """(block, key) of the parked blocks, least recently parked first (tests, invariants)."""
+        for serial, blocks, keys, i, _ in self._runs:
+            for b, k in zip(blocks[i:], keys[i:], strict=True):
+                at = self._claimed.get(b)
+                if at is None or at <= serial:
+                    yield b, k
+
+    def head(self, count: int) -> list[int]:
+        """The blocks `evict(count)` would take now (no side effects)."""
+        out: list[int] = []
+        for b, _ in self:
+            if len(out) == count:
+                break
+            out.append(b)
+        return out
+
