@@ -8,9 +8,10 @@ import pytest
 
 from sim.core.kv.paged import PagedAllocator
 from sim.core.request import RequestTable
-from sim.core.routing.routers import TIER_HIT_COST, KVAwarePrecise, RouterParams
+from sim.core.routing.routers import KVAwarePrecise, RouterParams
 from sim.core.routing.view import RoutedRequest
 from sim.core.scheduler import Scheduler, SchedulerConfig
+from sim.core.tiers.kinds import TIERS
 from sim.fleet.live_view import LiveView, Slot
 from sim.run.engine import Replica
 from tests.test_tiers import BPT, BS, stack
@@ -40,7 +41,7 @@ def test_kv_precise_picks_the_replica_whose_cpu_tier_holds_the_prompt():
     assert holder.levels[0].lru.lru_order() == order and holder.hit_tokens["cpu"] == 0  # the query moved nothing
     router = KVAwarePrecise(RouterParams(replicas=2, kv_weight=1.0))
     assert router.uncached_blocks(req, views[0]) == 5  # recompute all five
-    assert router.uncached_blocks(req, views[1]) == pytest.approx(1 + 4 * TIER_HIT_COST["cpu"])
+    assert router.uncached_blocks(req, views[1]) == pytest.approx(1 + 4 * TIERS.lookup("cpu").hit_cost)
     assert router.choose(req, views) == 1  # the holder, not the tie-break's replica 0
 
 

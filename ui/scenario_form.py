@@ -57,13 +57,18 @@ SERVING = ("aggregated", "disaggregated P/D")
 MODEL_PATH = "model_path"  # session_state: the uploaded config.json's kept path
 
 
+def _kv_weight(sb: Any, out: dict[str, Any]) -> None:
+    """The KV-aware weight w, shown when a chosen router's registry entry reads it (kv_weighted)."""
+    out["router_kv_weight"] = float(bounded.number(sb, "KV-aware weight w", 0.0, 1000.0, DEFAULT.router_kv_weight,
+                                                   step=0.5, key="kv_w"))
+
+
 def _fleet_fields(sb: Any) -> dict[str, Any]:
     """The fleet knobs (docs/FLEET.md): the router, and a prefill/decode split when disaggregated."""
     sb.subheader("Fleet")
     out: dict[str, Any] = {"router": _choice(sb, "Router", "router", key="router")}
-    if out["router"].startswith("kv-"):
-        out["router_kv_weight"] = float(bounded.number(sb, "KV-aware weight w", 0.0, 1000.0, DEFAULT.router_kv_weight,
-                                                       step=0.5, key="kv_w"))
+    if CHOICES["router"].lookup(out["router"]).kv_weighted:
+        _kv_weight(sb, out)
     bounded.choice("serving", SERVING)
     if sb.radio("Serving", SERVING, key="serving", horizontal=True, bind=BIND) == SERVING[1]:
         c1, c2 = sb.columns(2)
@@ -76,6 +81,8 @@ def _fleet_fields(sb: Any) -> dict[str, Any]:
         out["pd"] = f"{int(n_p)}:{int(n_d)}"
         out["kv_link"] = _choice(sb, "KV link", "kv_link", key="kv_link")
         out["decode_router"] = _choice(sb, "Decode router", "decode_router", key="decode_router")
+        if CHOICES["decode_router"].lookup(out["decode_router"]).kv_weighted and "router_kv_weight" not in out:
+            _kv_weight(sb, out)
         out["kv_layer_pipelined"] = sb.checkbox("Layer-pipelined KV send", False, key="kv_pipe", bind=BIND)
     return out
 

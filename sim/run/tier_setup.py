@@ -22,7 +22,7 @@ from sim.core.tiers.grouped import GroupedTierStack
 from sim.core.tiers.kinds import LOWER_TIERS, TIERS
 from sim.core.tiers.lru import LRUTier, TierContents
 from sim.core.tiers.policy import TIER_POLICIES
-from sim.core.tiers.scope import node_of
+from sim.core.tiers.scope import TIER_SCOPES, node_of
 from sim.core.tiers.stack import TierLevel, TierStack
 from sim.core.tiers.weighted_lru import WeightedLRUTier
 from sim.errors import ScenarioError
@@ -149,7 +149,8 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     fleet = TierFleet(chunk_bytes=chunk_bytes)
     build = _Builder(fleet, weighted=dep.grouped)
     per_node = scenario.gpus_per_node
-    by_node = replicas_by_node(num_replicas, scenario.tp, per_node) if scenario.cpu_tier_scope == "node" else None
+    shared = TIER_SCOPES.lookup(scenario.cpu_tier_scope).per_node
+    by_node = replicas_by_node(num_replicas, scenario.tp, per_node) if shared else None
     for i in range(num_replicas):
         levels = build.levels(i, sizes, scenario.tp, host_bw, per_node, by_node)
         try:

@@ -32,11 +32,12 @@ class RouterKind:
     make: Callable[[RouterParams], Router]
     state_free: bool
     description: str
+    kv_weighted: bool = False  # reads RouterParams.kv_weight (--router-kv-weight): forms show that knob
 
 
 def _kind(name: str, cls: Any) -> tuple[str, RouterKind]:
     doc = " ".join((inspect.getdoc(cls) or name).split())
-    return name, RouterKind(name, cls, bool(cls.state_free), doc)
+    return name, RouterKind(name, cls, bool(cls.state_free), doc, bool(getattr(cls, "uses_kv_weight", False)))
 
 
 ROUTERS: Registry[RouterKind] = Registry("router", (

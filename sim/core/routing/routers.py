@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from sim.core.routing.view import ReplicaView, RoutedRequest, outstanding
+from sim.core.tiers.kinds import TIERS
 
 
 @dataclass(frozen=True)
@@ -123,14 +124,6 @@ class PowerOfTwo:
         return b if outstanding(views[b]) < outstanding(views[a]) else a
 
 
-# Cost of one prompt block found in a lower KV tier, as a share of one recomputed block: the load
-# time of a block over the tier's path against the prefill time it saves, for the reference case
-# (Llama-3-8B bf16 on an H100, 16-token blocks of 2 MiB; prefill 2 x 8e9 x 16 FLOP at ~60% of
-# 989 TFLOP/s = 0.43 ms): CPU over PCIe Gen5 64 GB/s 33 us (0.08), remote over a 50 GB/s NIC then
-# PCIe 42 us (0.10), NVMe at 13 GB/s 161 us (0.38); rounded up. docs/FLEET.md says why fixed.
-TIER_HIT_COST = {"cpu": 0.1, "remote": 0.15, "nvme": 0.4}
-
-
 class KVAwarePrecise:
     """Lowest cost = w x prefill blocks + decode blocks, NVIDIA Dynamo's KV router cost in its units
     (lib/llm/src/kv_router/scheduler.rs: logit = overlap_score_weight x potential_prefill_block +
@@ -141,21 +134,22 @@ class KVAwarePrecise:
     plus this prompt's full blocks that no request there holds (its `new_blocks`: blocks shared
     with a running request are counted once). The cache is read from the replica's real prefix
     cache at arrival, evictions included (Dynamo's KV events; llm-d's precise prefix-cache scorer).
-    A block found in a lower KV tier counts as TIER_HIT_COST[tier] of a recomputed block."""
+    A block found in a lower KV tier counts as its TIERS entry's hit_cost of a recomputed block."""
 
     state_free = False
+    uses_kv_weight = True  # w: the registry entry's kv_weighted, the forms' "KV-aware weight w"
 
     def __init__(self, p: RouterParams) -> None:
         self.w = p.kv_weight
 
     def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> float:
-        """Prompt blocks to compute on this replica, a lower-tier hit counting TIER_HIT_COST of one."""
+        """Prompt blocks to compute on this replica, a lower-tier hit counting its tier's hit_cost of one."""
         missing = req.prompt_tokens - v.cached_prompt_tokens(req)
         lower = v.tier_hit_tokens(req)
         if not lower:
             return missing / v.block_size
         missing -= sum(lower.values())
-        return (missing + sum(TIER_HIT_COST[n] * t for n, t in lower.items())) / v.block_size
+        return (missing + sum(TIERS.lookup(n).hit_cost * t for n, t in lower.items())) / v.block_size
 
     def decode_blocks(self, req: RoutedRequest, v: ReplicaView, backlog_tokens: int) -> int:
         """Blocks its outstanding requests hold or will hold, with this prompt's (Dynamo's

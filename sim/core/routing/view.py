@@ -9,7 +9,7 @@ requests routed there and not yet running (`waiting`), running ones, KV blocks i
 progress included), and how many of this prompt's leading tokens its prefix cache holds now.
 `cached_prompt_tokens` is the GPU tier's hit; `tier_hit_tokens` the lower KV tiers' hits from where
 it ends (sim/core/tiers/stack.py TierStack.lookup), which kv-precise counts cheaper than recompute
-and dearer than a GPU hit (routers.py TIER_HIT_COST).
+and dearer than a GPU hit (each tier kind's `hit_cost`, sim/core/tiers/kinds.py).
 """
 
 from __future__ import annotations

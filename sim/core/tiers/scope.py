@@ -19,11 +19,13 @@ from models.registry import Registry
 class TierScope:
     name: str
     description: str
+    per_node: bool = False  # one tier for the replicas of a node (tier_setup hands them the same object)
 
 
 TIER_SCOPES: Registry[TierScope] = Registry("CPU tier scope", ((s.name, s) for s in (
     TierScope("replica", "one CPU tier per replica (its GPUs' pinned host memory); `cpu_tier_gib` each"),
-    TierScope("node", "one CPU tier per node, shared by its replicas; `cpu_tier_gib` x the replicas on the node"),
+    TierScope("node", "one CPU tier per node, shared by its replicas; `cpu_tier_gib` x the replicas on the node",
+              per_node=True),
 )))
 
 
