@@ -21,3 +21,18 @@ def test_growth_from_headroom_equals_blocks_to_grow():
     assert headroom is not None
     for steps in range(0, 80):
         assert _growth_at(headroom, steps, 16) == alloc.blocks_to_grow(ids, tokens + steps), steps
+
+
+def test_growth_when_every_headroom_is_under_one_block():
+    """The divmod form (every request within a block of its next boundary, a paged pool's usual
+    state) equals blocks_to_grow at every step, past many block boundaries."""
+    rng = np.random.default_rng(11)
+    alloc = PagedAllocator(num_blocks=8000, block_size=16, bytes_per_token=1)
+    ids = np.arange(50, dtype=np.int64)
+    lengths = rng.integers(1, 500, size=ids.size)
+    for r, n in zip(ids.tolist(), lengths.tolist(), strict=True):
+        alloc.allocate(r, n, n)
+    headroom = _sorted_headroom(alloc, ids, lengths)
+    assert headroom is not None and headroom[-1] < 16 and headroom[0] < headroom[-1]
+    for steps in range(0, 200):
+        assert _growth_at(headroom, steps, 16) == alloc.blocks_to_grow(ids, lengths + steps), steps

@@ -11,6 +11,8 @@ its exactness: a replica in a decode run when a request is routed to it cuts the
 step that ends at or after the arrival (any prefix of a valid run is a valid run: the contract of
 sim/core/decode_run.py), which is the step after which stepping would have admitted it; an idle
 replica wakes at the arrival. tests/test_fleet.py checks skip-ahead and stepping give equal frames.
+A cut only moves the run's end timer (`_arm`): the engine sleeps on one event per run and resumes
+once, at the run's end, however often it was cut.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class FleetSimulation(Simulation):
         rep.arrivals.append(r)
         rep.times.append(t)
         slot = self.slots[rep.index]
+        slot.epoch += 1
         slot.routed += 1
         slot.routed_prompt += int(self.s.table.prompt[r])
         slot.prefilling.append(r)
@@ -98,18 +101,30 @@ class FleetSimulation(Simulation):
     def wake(self, rep: Replica, t: float, arrival: bool = False) -> None:
         """Something for `rep` at time t: an idle engine wakes; a decode run is cut at the first step
         ending at or after t, except for an arrival behind a blocked queue (it only queues, as the
-        decode run contract's rule 5 says: book_run admits it before the run's last step)."""
+        decode run contract's rule 5 says: book_run admits it before the run's last step). A cut
+        moves the run's end timer; the engine sleeps on until the (new) end."""
         slot = self.slots[rep.index]
+        slot.epoch += 1  # the caller may have changed the replica's state (a P/D release)
+        if slot.mode == "run":
+            if arrival and rep.sched.num_waiting:
+                return
+            run = slot.run
+            assert run is not None
+            cut = _cut(run, max(t, self.env.now))
+            if cut is not run:
+                slot.run = cut
+                self._arm(slot, cut.ends[-1])
+            return
         wake: Any = slot.wake
-        if not slot.mode or wake is None:
-            return  # a general step in flight: the engine looks at everything when it ends
-        if arrival and slot.mode == "run" and rep.sched.num_waiting:
-            return
-        if wake.triggered:  # woken already at this instant: the earliest time wins
-            slot.cut_at = t if slot.cut_at is None else min(slot.cut_at, t)
-            return
-        slot.cut_at = t
-        wake.succeed()
+        if slot.mode == "idle" and not wake.triggered:
+            wake.succeed()
+
+    def _arm(self, slot: Slot, end: float) -> None:
+        """(Re)set the run's end timer: the latest one armed ends the run (Slot.timer_fired)."""
+        timer = self.env.timeout(end - self.env.now)
+        slot.timer = timer
+        timer.callbacks.append(slot.timer_fired)
+        self.events += 1
 
     # --- the engine process of one replica -----------------------------------------------------
     plain_engine_for_pre_split = True  # a pool whose replicas wait on other pools sets False
@@ -139,6 +154,7 @@ class FleetSimulation(Simulation):
                 slot.mode, slot.wake = "idle", env.event()
                 waits = [slot.wake] if t_event is None else [slot.wake, env.timeout(max(t_event - env.now, 0.0))]
                 self.events += 1
+                slot.epoch += 1
                 yield env.any_of(waits)
                 slot.mode = ""
                 self.record_idle(rep, env.now)
@@ -146,14 +162,17 @@ class FleetSimulation(Simulation):
                 continue
             t_end = self.executor.execute(plan, rep.t)
             self.events += 1
+            slot.epoch += 1
             yield env.timeout(t_end - rep.t)
             rep.t = t_end
             self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
+        slot.epoch += 1
         rep.done = True
 
     def _cuttable_run(self, rep: Replica, slot: Slot, limit: int):
-        """A decode run that an arrival routed here (or a remote-KV event) cuts short."""
-        env, sched = self.env, rep.sched
+        """A decode run that an arrival routed here (or a remote-KV event) cuts short: wake() moves
+        its end timer, so the engine resumes once, at the run's (possibly cut) end."""
+        sched = rep.sched
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=self.rec.next_grid,
                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
@@ -161,13 +180,12 @@ class FleetSimulation(Simulation):
         if t_event is not None:
             run = _cut(run, t_event)
         slot.run, slot.run_ids, slot.mode = run, _running_ids(sched), "run"
-        while env.now < run.ends[-1]:
-            slot.wake, slot.cut_at = env.event(), None
-            self.events += 1
-            yield env.any_of([env.timeout(run.ends[-1] - env.now), slot.wake])
-            if slot.cut_at is not None:  # woken: end at the first step that reaches the wake time
-                run = slot.run = _cut(run, max(slot.cut_at, env.now))
-        slot.run = slot.run_ids = None
+        slot.done = done = self.env.event()
+        self._arm(slot, run.ends[-1])
+        slot.epoch += 1
+        yield done
+        run = slot.run
+        slot.run = slot.run_ids = slot.timer = None
         slot.mode = ""
         self.book_run(rep, run)
 

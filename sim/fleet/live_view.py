@@ -35,12 +35,21 @@ class Slot:
     run: DecodeRun | None = None
     run_ids: np.ndarray | None = None
     mode: str = ""  # "idle", "run" (may be cut), "" (a general step or nothing to wake)
-    wake: object = None  # a simpy Event while the engine sleeps or runs (cut or woken by it)
-    cut_at: float | None = None
+    wake: object = None  # a simpy Event while the engine sleeps idle (woken by it)
+    done: object = None  # a simpy Event the engine waits on during a run: its end timer fired
+    timer: object = None  # the run's end timer armed last (a cut arms an earlier one)
     growth_memo: tuple[object, float, list[int] | None] | None = None  # (run_ids, first end, headroom)
     prefilling: list[int] = field(default_factory=list)  # routed here, no first token yet (pruned lazily)
+    epoch: int = 0  # bumped whenever the replica's state may have changed (engine yields, assign, wake)
+    pending_memo: tuple[int, int] = (-1, 0)  # (epoch, pending prefill tokens) as last computed
     routed_prompt: int = 0  # prompt tokens routed here
     routed: int = 0
+
+
+    def timer_fired(self, timer: object) -> None:
+        """A run's end timer callback: only the timer armed last ends the run."""
+        if timer is self.timer:
+            self.done.succeed()  # type: ignore[attr-defined]
 
 
 class LiveView:
@@ -64,13 +73,17 @@ class LiveView:
         return sched.num_running + (len(loading.loading) if loading is not None else 0)
 
     def pending_prefill_tokens(self) -> int:
-        t, slot = self.table, self.slot
+        slot = self.slot
+        if slot.pending_memo[0] == slot.epoch:  # nothing changed on the replica since it was summed
+            return slot.pending_memo[1]
+        t = self.table
         first, prompt, computed = t.first_token_s, t.prompt, t.computed
         slot.prefilling = [r for r in slot.prefilling if first[r] != first[r]]  # NaN: none yet
         total = 0
         for r in slot.prefilling:  # a handful at most: Python beats numpy's per-call cost
             p = int(prompt[r])
             total += p - min(int(computed[r]), p)
+        slot.pending_memo = (slot.epoch, total)
         return total
 
     def _growth_blocks(self) -> int:
@@ -90,7 +103,9 @@ class LiveView:
         return _growth_at(headroom, steps, self.block_size)
 
     def used_blocks(self) -> int:
-        return self.rep.alloc.num_used_blocks + self._growth_blocks()
+        alloc = self.rep.alloc
+        used = alloc.num_blocks - alloc.num_free_blocks
+        return used if self.slot.run is None else used + self._growth_blocks()
 
     def cached_prompt_tokens(self, req: RoutedRequest) -> int:
         alloc = self.rep.alloc
@@ -120,8 +135,10 @@ class LiveView:
     def tier_hit_tokens(self, req: RoutedRequest) -> dict[str, int]:
         """The replica's lower-tier hits for `req` from where its GPU hit ends, as admission would
         look them up now (TierStack.lookup: no side effects; the last prompt token never hits)."""
+        if req.prefix_hashes is None:
+            return {}
         stack = getattr(self.rep.sched, "tiers", None)
-        if stack is None or req.prefix_hashes is None:
+        if stack is None:
             return {}
         alloc, bs = self.rep.alloc, self.block_size
         keys = alloc.cache.chain_keys(req.prefix_hashes)  # type: ignore[attr-defined]  # tiers need paged
@@ -137,10 +154,15 @@ def _sorted_headroom(alloc: object, ids: np.ndarray, tokens: np.ndarray) -> list
 
 def _growth_at(headroom: list[int], steps: int, block_size: int) -> int:
     """blocks_to_grow after `steps` tokens each, from the sorted headroom (PagedAllocator.token_headroom):
-    a request with headroom h < steps takes ceil((steps - h) / block_size) blocks."""
+    a request with headroom h < steps takes ceil((steps - h) / block_size) blocks. When every
+    headroom is under one block (a paged pool's usual case) that sum is n x q + #{h < r} for
+    steps = q x block_size + r: each request crosses q block boundaries, and one more if h < r."""
     k = bisect_left(headroom, steps)
     if k == 0:
         return 0
     if steps - headroom[0] <= block_size:  # each crossing request takes exactly one block
         return k
+    if headroom[-1] < block_size:  # then steps > block_size > every headroom: k is every request
+        q, r = divmod(steps, block_size)
+        return k * q + bisect_left(headroom, r)
     return sum(-(-(steps - h) // block_size) for h in headroom[:k])
