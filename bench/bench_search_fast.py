@@ -1,10 +1,10 @@
 """The Plan search's answer time (issue 30): 8 configurations of llama-3.1-70b (TP4 and TP8 on
 h100-sxm and h200, bf16 and fp8 KV) on the Azure conversation trace under ttft_p99=2,tpot_p99=0.1
 (the Plan page's default SLO), searched twice:
-- full: every probe runs out, every configuration starts at x1 (SearchOptions early_stop=False,
-  reuse=False), in this process;
+- full: every probe runs out, every configuration starts at x1 and bisects (SearchOptions
+  early_stop=False, reuse=False, guided=False), in this process;
 - fast: the defaults (probes stop once they must miss, a chain's configurations start near the last
-  answer) on one worker per core.
+  answer, the next level is read off the passes' margins) on one worker per core.
 Prints wall and CPU seconds (this process + its workers) and probes of each, and every rate side by
 side; exit 1 if a fast rate differs from the full one by more than the tolerance (2%) or the fast
 search's wall time is over 15 s (on a shared machine the wall time says little: read the CPU time).
@@ -64,7 +64,7 @@ def main() -> int:
     out = {"fast": fast}
     bad = [] if fast["wall_s"] <= TARGET_WALL_S else [f"fast search wall {fast['wall_s']} s > {TARGET_WALL_S} s"]
     if not args.skip_full:
-        full = timed(workload, SearchOptions(slo, TOLERANCE, early_stop=False, reuse=False), 1)
+        full = timed(workload, SearchOptions(slo, TOLERANCE, early_stop=False, reuse=False, guided=False), 1)
         out["full"] = full
         for name, a, b in zip(full["configs"], full["rates"], fast["rates"], strict=True):
             if abs(b / a - 1) > TOLERANCE:

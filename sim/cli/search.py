@@ -24,9 +24,9 @@ BOOL_FIELDS = ("prefix_caching", "chunked_prefill")
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser("search", help="largest rate per configuration under an SLO, cost and what binds",
                               description="For every configuration in the grid (scenario flags as comma lists), find "
-                              "the largest arrival rate whose run meets every SLO (bracketing + bisection to 2%%, same "
-                              "seed at every probe) and report tokens/s per GPU and per user, GPUs for --target-rate, "
-                              "cost per million output tokens and the binding constraint (docs/PLAN.md).")
+                              "the largest arrival rate whose run meets every SLO (bracketing, then levels read off the "
+                              "measured margins or bisection, to 2%%; same seed at every probe) and report tokens/s per "
+                              "GPU and per user, GPUs for --target-rate, cost per million output tokens and the binding constraint (docs/PLAN.md).")
     add_trace_args(p)
     g = p.add_argument_group("scenario grid (each flag takes one value or a comma list)")
     d = Scenario()
@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--slo", required=True, help="objectives, e.g. ttft_p99=1.0,tpot_p99=0.05[,e2e_p99=30,goodput=0.99]")
     p.add_argument("--target-rate", type=float, metavar="R", help="requests/s to serve: GPUs needed per configuration")
     p.add_argument("--price", metavar="GPU=USD,...", help="USD per GPU-hour (defaults with sources: docs/PLAN.md)")
-    p.add_argument("--tolerance", type=float, default=0.02, help="bisection stops at hi/lo <= 1 + this (default 0.02)")
+    p.add_argument("--tolerance", type=float, default=0.02, help="the search stops at hi/lo <= 1 + this (default 0.02)")
     p.add_argument("--workers", type=int, default=None,
                    help="local worker processes (default: one per CPU core, at most one per configuration; 1: in this process)")
     p.add_argument("--ray", metavar="auto|ADDRESS", help="run probes as Ray tasks: 'auto' joins a running cluster "

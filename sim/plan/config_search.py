@@ -24,6 +24,7 @@ from sim.fleet.layout import fleet_gpus
 from sim.fleet.replay import simulate
 from sim.plan.bracket import largest_passing
 from sim.plan.early_stop import ProbeMissed, simulate_or_stop
+from sim.plan.guided import guided_largest_passing
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.slo import Slo
 from sim.plan.tier_prices import tier_usd_per_gpu_hour
@@ -47,6 +48,7 @@ class SearchOptions:
     shown: tuple[str, ...] = ALWAYS_SHOWN  # scenario fields copied into each row
     early_stop: bool = True  # a probe stops once it must miss (sim.plan.early_stop); False: every probe runs out
     reuse: bool = True  # a configuration's search starts near the previous one's answer (sim.plan.executors chains)
+    guided: bool = True  # the next level read off the probes' margins (sim.plan.guided); False: bisection
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,20 @@ class Probe:
     @property
     def met(self) -> bool:
         return not self.violations
+
+    def margin(self, slo: Slo) -> float | None:
+        """The tightest latency objective's value / limit (<= 1: all met), for a probe that met the SLO;
+        None for a miss (it may have stopped early: read only from passes, the search probes the same
+        levels with and without early stop) or an SLO with a goodput part (not read off the latencies)."""
+        if not self.met or slo.goodput is not None:
+            return None
+        ratios = []
+        for metric, stat, limit in slo.targets:
+            value = (self.summary.get(f"{metric}_s") or {}).get(stat)
+            if value is None:
+                return None
+            ratios.append(float(value) / limit)
+        return max(ratios, default=None)
 
 
 def probe(workload: Workload, dep: Deployment, level: float, slo: Slo, early_stop: bool = False) -> Probe:
@@ -95,9 +111,13 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         dep = Deployment.resolve(scenario)  # once: every probe runs this deployment
     except SpecError as exc:
         return unfit_row(scenario, options, str(exc))
-    found = largest_passing(lambda level: probe(workload, dep, level, options.slo, options.early_stop),
-                            lambda p: p.met, near or workload.start_level, options.tolerance,
-                            floor=workload.min_level, near=near is not None)
+    run = lambda level: probe(workload, dep, level, options.slo, options.early_stop)  # noqa: E731
+    start, floor = near or workload.start_level, workload.min_level
+    if options.guided:
+        found = guided_largest_passing(run, lambda p: p.met, lambda p: p.margin(options.slo), start,
+                                       options.tolerance, floor, near=near is not None)
+    else:
+        found = largest_passing(run, lambda p: p.met, start, options.tolerance, floor=floor, near=near is not None)
     at = found.lo_probe if found.lo_probe is not None else found.hi_probe
     assert at is not None
     if at.stopped:  # no level passed: the row shows the lowest level's full run
