@@ -105,3 +105,30 @@ def test_plan_tier_grid_turns_on_prefix_caching_and_says_bad_input_in_one_line()
     assert tier_grid({"cpu_tier_gib": "0", "nvme_tier_gib": ""}) == {}  # no tier: the grid is left alone
     with pytest.raises(ScenarioError, match=r"^NVMe tier sizes \(GiB per node\): -1 is outside 0 to"):
         tier_grid({"nvme_tier_gib": "-1"})
+
+
+def test_mla_latents_move_at_the_latents_size(evict_then_repeat):
+    """deepseek-v3 keeps one latent of 512 + 64 values per token and layer (bf16, 61 layers): 70,272 B
+    per token, for all heads, not K and V per head. Every block moved is 16 x 70,272 B: A's 128 and
+    B's 131 blocks stored; the repeat loads the blocks past its GPU hit (a 238-block pool kept some)."""
+    s = simulate(evict_then_repeat, Scenario(model="deepseek-v3", gpu="h200", kv_budget_gib=0.25, prefix_caching=True,
+                                             cpu_tier_gib=4.0)).summary
+    block = 16 * 61 * 576 * 2
+    assert s["bytes_per_token"] * 16 == block
+    moved = s["tier_bytes_moved"]["cpu"]
+    assert moved["store"] == (128 + 131) * block
+    assert moved["load"] == s["tier_hit_tokens"]["cpu"] // 16 * block > 0
+
+
+def test_the_html_report_carries_the_tiers_occupancy_hits_and_ttft_split(evict_then_repeat):
+    from sim.report.html_report import html_report
+
+    res = simulate(evict_then_repeat, GEMMA)
+    page = html_report(res)
+    section = page[page.index("<h2>KV tiers</h2>"):]
+    assert '<figure id="chart-tiers"><svg' in section  # the stacked occupancy, as on the dashboard
+    assert "<td>cpu</td><td>32.80%</td><td>0.603</td><td>2.105</td>" in section  # 602,669,056 B loaded
+    split = res.summary["ttft_split_s"]
+    assert f"<td>load</td><td>admission -&gt; KV loaded from a lower tier</td><td>{split['load']['mean'] * 1e3:,.1f}</td>" in section
+    plain = html_report(simulate(evict_then_repeat, GEMMA.replace(cpu_tier_gib=0.0)))
+    assert "KV tiers" not in plain

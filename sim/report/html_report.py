@@ -18,6 +18,7 @@ from sim.report.interval_words import interval_line, log_bounds
 from sim.report.plan_answer import answer_html, drilled_row
 from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.report.svg import figure_svg
+from sim.report.tier_report import tier_section
 
 GIB = float(1 << 30)
 
@@ -238,6 +239,7 @@ figure {{ margin: 1rem 0; }}
 <h2>Charts</h2>
 {svgs}
 {fleet_section(result.summary)}
+{tier_section(result.summary, result.steps)}
 <h2>What the words mean</h2>
 <ul>{"".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>" for k, v in KV_PARTS + KV_BYTES)}</ul>
 <p class="small">Trace digest <code>{html.escape(str(result.trace_digest))}</code>, scenario digest
