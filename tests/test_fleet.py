@@ -61,13 +61,14 @@ def test_unknown_router_is_one_line():
 
 
 def test_compare_presets_routing_and_pd_name_every_router_and_every_split():
-    from sim.cli.compare import parse_variants, presets
+    from sim.plan.compare_presets import COMPARE_PRESETS
 
-    base = BASE.replace(replicas=4)
-    routing = parse_variants(presets(base)["routing"], base)
-    assert [sc.router for _, sc in routing] == list(ROUTERS) and all(sc.replicas == 4 for _, sc in routing)
-    pd = parse_variants(presets(base)["pd"], base)
-    assert [sc.pd for _, sc in pd] == [None, "1:3", "2:2", "3:1"]
+    base = BASE.replace(replicas=4, router="session")
+    routing = COMPARE_PRESETS.lookup("routing").variants(base)
+    assert [sc.router for sc in routing.values()] == list(ROUTERS) and all(sc.replicas == 4 for sc in routing.values())
+    pd = COMPARE_PRESETS.lookup("pd").variants(base)
+    assert [sc.pd for sc in pd.values()] == [None, "1:3", "2:2", "3:1"]
+    assert {sc.router for sc in pd.values()} == {"session"}  # the aggregated baseline keeps the base's router
 
 
 def test_sim_compare_routing_preset_runs_and_reports_imbalance(capsys):
@@ -76,7 +77,7 @@ def test_sim_compare_routing_preset_runs_and_reports_imbalance(capsys):
     rc = main(["compare", "--synthetic", "n=60,rate=20", "--model", "llama-3-8b", "--kv-budget-gib", "1",
                "--replicas", "2", "--preset", "routing", "--no-progress"])
     out = capsys.readouterr().out
-    assert rc == 0 and "imbalance" in out and "router=kv-precise" in out
+    assert rc == 0 and "imbalance" in out and "kv-precise" in out
 
 
 def test_a_router_registered_from_outside_runs_in_the_fleet():
@@ -101,3 +102,21 @@ def test_a_router_registered_from_outside_runs_in_the_fleet():
         assert res.summary["routing_imbalance"] == pytest.approx(3.0)
     finally:
         ROUTERS.unregister("test-last")
+
+
+def test_cli_and_page_run_the_same_pd_preset(capsys):
+    """One definition (sim/plan/compare_presets.py): `sim compare --preset pd` runs the Compare page's
+    variants, labels and all; the aggregated baseline keeps the base's router on both."""
+    import json
+
+    from sim.__main__ import main
+    from sim.core.routing.pd_split import every_split
+    from ui.presets import PRESETS, preset_variants
+
+    assert every_split(4) == ["1:3", "2:2", "3:1"] and every_split(1) == []
+    rc = main(["compare", "--synthetic", "n=20,rate=10", "--model", "llama-3-8b", "--kv-budget-gib", "1",
+               "--replicas", "3", "--router", "least-kv", "--preset", "pd", "--json", "--no-progress"])
+    rows = json.loads(capsys.readouterr().out)
+    page = preset_variants(PRESETS[5], BASE.replace(replicas=3, router="least-kv"))
+    assert rc == 0 and [r["variant"] for r in rows] == list(page) == ["aggregated x3", "P/D 1:2", "P/D 2:1"]
+    assert [(r["scenario"]["pd"], r["scenario"]["router"]) for r in rows] == [(sc.pd, sc.router) for sc in page.values()]

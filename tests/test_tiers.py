@@ -190,14 +190,15 @@ def test_swapped_out_kv_takes_room_from_the_cpu_tier_and_gives_it_back():
 
 
 def test_offload_presets_turn_on_prefix_caching_and_set_the_tiers():
-    from sim.cli.compare import presets
+    from sim.plan.compare_presets import COMPARE_PRESETS
     from sim.scenario import Scenario
-    from ui.presets import PRESETS, preset_variants
+    from ui.presets import preset_variants
 
-    variants = preset_variants(PRESETS[-1], Scenario())
+    offload = COMPARE_PRESETS.lookup("offload")
+    variants = preset_variants(offload.title, Scenario())
     assert [(v.prefix_caching, v.cpu_tier_gib, v.nvme_tier_gib) for v in variants.values()] == [
         (True, 0.0, 0.0), (True, 1000.0, 0.0), (True, 250.0, 2000.0)]
-    assert presets()["offload"].split(";")[2] == "prefix_caching=true,cpu_tier_gib=250,nvme_tier_gib=2000"
+    assert variants == offload.variants(Scenario())  # the page and the CLI read the one definition
 
 
 def test_tier_chart_stacks_the_gpu_pool_and_each_tier():

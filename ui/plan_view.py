@@ -16,6 +16,7 @@ import streamlit as st
 
 from models.gpus import list_gpus
 from models.spec import list_catalog
+from sim.core.routing.pd_split import every_split
 from sim.guard.text import public_error
 from sim.memory.capacity import TP_CHOICES
 from sim.plan.config_search import ALWAYS_SHOWN, SearchOptions
@@ -101,7 +102,7 @@ def fleet_grid(cols: Any) -> dict[str, list[Any]]:
                                   bind=BIND)
     pd_splits = cols[2].checkbox("Also disaggregated P/D splits", False, key="plan_pd", bind=BIND,
                                  help="every P:D with P + D = replicas, next to the aggregated fleet")
-    splits: list[Any] = [None] + ([f"{p}:{n - p}" for p in range(1, n)] if pd_splits and n >= 2 else [])
+    splits: list[Any] = [None] + (every_split(n) if pd_splits else [])
     return {"replicas": [n], "router": routers, "pd": splits}
 
 

@@ -1,5 +1,6 @@
 """`python -m sim compare (--trace|--synthetic) ... --variants "k=v,k=v;k=v"`: one trace, several
-scenarios, one table. Each variant overrides the base scenario flags; presets name common sets."""
+scenarios, one table. Each variant overrides the base scenario flags; presets name common sets
+(sim/plan/compare_presets.py, the Compare page's too)."""
 
 from __future__ import annotations
 
@@ -10,32 +11,8 @@ from typing import Any
 from sim.cli.common import CliError, print_json
 from sim.cli.run import simulate_with_progress
 from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_from_args, trace_from_args
-from sim.scenario import CHOICES, Scenario
-
-
-def presets(base: Scenario | None = None) -> dict[str, str]:
-    """Named variant sets; the option sweeps read the registries, so a registered option joins them.
-    `routing` runs every router on the base's replicas (at least 2); `pd` puts the base's GPUs
-    (replicas x tp, at least 2) in one aggregated fleet and in every prefill:decode split of them."""
-    def sweep(field: str, fixed: str = "") -> str:
-        return ";".join(f"{fixed}{field}={name}" for name in CHOICES[field])
-
-    replicas = max(2, base.replicas if base is not None else 4)
-    return {
-        "reserve": sweep("reserve", "allocator=contiguous,") + ";allocator=paged",
-        "placement": sweep("placement", "allocator=contiguous,reserve=pow2,") + ";allocator=paged",
-        "preemption": sweep("preemption"),
-        "batching": "static_batch=8;static_batch=32;allocator=paged",
-        "routing": sweep("router", f"replicas={replicas},"),
-        "pd": f"replicas={replicas},router=least-outstanding;"
-              + ";".join(f"pd={p}:{replicas - p}" for p in range(1, replicas)),
-        "offload": ";".join(f"prefix_caching=true,{tiers}" for tiers in OFFLOAD_TIERS.values()),
-    }
-
-
-# KV tiers of the `offload` preset (docs/TIERS.md): none, a CPU tier, a CPU and an NVMe tier
-OFFLOAD_TIERS = {"none": "cpu_tier_gib=0", "CPU 1,000 GiB": "cpu_tier_gib=1000",
-                 "CPU 250 GiB + NVMe 2,000 GiB": "cpu_tier_gib=250,nvme_tier_gib=2000"}
+from sim.plan.compare_presets import COMPARE_PRESETS
+from sim.scenario import Scenario
 
 COLUMNS = (("variant", "{}"), ("steps", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
            ("ttft_p50_s", "{:.3f}"), ("tpot_p99_s", "{:.4f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"),
@@ -50,8 +27,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_scenario_args(p)
     v = p.add_mutually_exclusive_group(required=True)
     v.add_argument("--variants", help='";"-separated variants of "field=value,..." (Scenario field names)')
-    v.add_argument("--preset", choices=sorted(presets()), help="a named set of variants (routing: every router on "
-                   "--replicas; pd: --replicas GPUs aggregated vs every P:D split)")
+    v.add_argument("--preset", choices=COMPARE_PRESETS.names(), help="a named set of variants, the Compare page's "
+                   "(sim/plan/compare_presets.py; routing: every router on --replicas; pd: --replicas GPUs "
+                   "aggregated vs every P:D split)")
     p.add_argument("--json", action="store_true", help="print a JSON list of {variant, scenario, summary, "
                    "step_time_source, step_times (the comparison's one source, in words)}")
     p.add_argument("--no-progress", action="store_true")
@@ -115,7 +93,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     base = scenario_from_args(args)
-    variants = parse_variants(presets(base)[args.preset] if args.preset else args.variants, base)
+    variants = (list(COMPARE_PRESETS.lookup(args.preset).variants(base).items()) if args.preset
+                else parse_variants(args.variants, base))
     trace = trace_from_args(args)
     from sim.plan.one_source import one_source
 

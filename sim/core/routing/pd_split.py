@@ -14,3 +14,9 @@ def parse_pd(text: str) -> tuple[int, int]:
     if not (1 <= p <= MAX_POOL and 1 <= d <= MAX_POOL):
         raise ValueError(f"P and D must each be between 1 and {MAX_POOL}")
     return p, d
+
+
+def every_split(replicas: int) -> list[str]:
+    """Every "P:D" of `replicas` replicas, prefill-light first: 1:n-1 .. n-1:1 (none below 2). The
+    Compare preset, the Plan page and the search's aggregated-or-disaggregated question all sweep it."""
+    return [f"{p}:{replicas - p}" for p in range(1, replicas)]
