@@ -72,6 +72,8 @@ def check_run_equals_steps(sched: Scheduler, k: int, now: float) -> None:
         finished_stepping = twin.complete_step(plan, now + k if j == k - 1 else now + j + 1)
         assert not finished_stepping or j == k - 1, "a request finished before the run's last step"
     assert sched.advance_decode(k, now + k) == finished_stepping
+    sched.sync_generated()  # both write generated when asked (Scheduler.sync_generated)
+    twin.sync_generated()
     for col in TABLE_COLUMNS:
         np.testing.assert_array_equal(getattr(sched.t, col), getattr(twin.t, col), err_msg=col)
     assert sched.running == twin.running and sched.peak_used_blocks == twin.peak_used_blocks

@@ -154,6 +154,7 @@ def test_cached_decode_batch_always_matches_the_table(mode, alloc):
         batch = sched._decode_batch
         if batch is None or batch.run is not sched.running_ids():
             return
+        sched.sync_generated()  # a tracked batch's steps write computed only (Scheduler.sync_generated)
         run = batch.run
         assert ((t.prompt[run] + t.generated[run] - t.computed[run]) == 1).all() and (t.generated[run] >= 1).all()
         assert batch.min_remaining == int((t.output[run] - t.generated[run]).min())

@@ -30,7 +30,8 @@ What must be booked for the k steps, so that the result is identical to stepping
 - times: step j ends at the end of step j-1 plus `cost.decode_time(b, ctx + j*b)` (b members,
   ctx the summed K/V tokens at the start), summed sequentially: the very floats that k single
   steps give (`step_ends`; `CostModel.decode_step_times` is bit-identical to `decode_time`);
-- tokens: every member computes and samples k tokens (`computed`, `generated` += k); the members
+- tokens: every member computes and samples k tokens (`computed` += k; `generated` follows it,
+  written by the scheduler when it stops tracking the batch: `DecodeBatch.write_generated`); the members
   whose last token is sampled at the last step finish at its end (`finish_s`, status, K/V freed
   in running order) and are returned to the caller;
 - KV growth: the allocator grows every member by k tokens at once (`grow_by`), the same books as
@@ -97,7 +98,10 @@ class DecodeBatch:
     finishes all replace it); the scheduler carries it across admissions and finishes. A decode
     step adds one token to every member, so the summed context moves by a known amount and each
     member's last step is known in advance: `finishes` is a heap of (clock value at which the
-    member samples its last token, request id), so finding who finishes needs no scan."""
+    member samples its last token, request id), so finding who finishes needs no scan. Its steps
+    add to the table's `computed` only: a decoding member has generated = computed - prompt + 1,
+    so `generated` is written once, when the scheduler stops tracking the batch (or a member
+    finishes, or a reader asks: Scheduler.sync_generated), not once per step."""
 
     run: np.ndarray  # the running ids it describes
     context: int  # summed K/V tokens of the members (cost model input)
@@ -142,6 +146,14 @@ class DecodeBatch:
         done = [r for r in running if r in gone]
         running[:] = [r for r in running if r not in gone]
         return done
+
+    def write_generated(self, t: RequestTable) -> None:
+        """Members' `generated` from their `computed` (prompt + generated - 1 while decoding): the
+        steps of a tracked batch add to computed only, and the scheduler writes generated once, when
+        it stops tracking the batch (or a reader asks: Scheduler.sync_generated)."""
+        run = self.run
+        if run.size:
+            t.generated[run] = t.computed[run] - t.prompt[run] + 1
 
     def carried(self, run: np.ndarray, context: int) -> DecodeBatch:
         """This batch after some members left: `run` the rest, `context` their summed K/V."""
@@ -259,9 +271,10 @@ def grow(sched: DecodeRunHost, k: int) -> None:
         alloc.grow_by(run, k)
     sched.peak_used_blocks = max(sched.peak_used_blocks, alloc.num_used_blocks)
     t.computed[run] += k
-    t.generated[run] += k
     if batch is not None:
-        batch.advance(k)
+        batch.advance(k)  # its members' generated follows computed (DecodeBatch)
+    else:
+        t.generated[run] += k
 
 
 def _grow_past_releases(sched: DecodeRunHost, run: np.ndarray, k: int) -> None:

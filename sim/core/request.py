@@ -30,7 +30,7 @@ class RequestTable:
     prompt: np.ndarray  # int64, input tokens
     output: np.ndarray  # int64, output tokens to generate (after max_model_len clamping)
     computed: np.ndarray  # int64, tokens with K/V written
-    generated: np.ndarray  # int64, output tokens sampled so far
+    generated: np.ndarray  # int64, output tokens sampled so far (a running decoder's may lag: Scheduler.sync_generated)
     status: np.ndarray  # int8, codes above
     admitted_s: np.ndarray
     first_token_s: np.ndarray

@@ -132,8 +132,25 @@ class Scheduler(interfaces.Scheduler):
         batch = self._decode_batch
         if batch is not None and batch.run is run:
             return batch
+        self._drop_batch()
         self._decode_batch = DecodeBatch.from_table(self.t, run)
         return self._decode_batch
+
+    def sync_generated(self) -> None:
+        """Write `generated` of the decode batch's members into the table. While a batch is
+        tracked its steps add to `computed` only: a decoding member has computed = prompt +
+        generated - 1, so generated is written from it when the batch stops being tracked (and here,
+        for a reader of the table mid-run). Idempotent."""
+        batch = self._decode_batch
+        if batch is not None and batch.run is self._run_arr:
+            batch.write_generated(self.t)
+
+    def _drop_batch(self) -> None:
+        """Stop tracking the decode batch: its members' `generated` written first (sync_generated)."""
+        batch = self._decode_batch
+        if batch is not None:
+            batch.write_generated(self.t)
+            self._decode_batch = None
 
     def add_request(self, r: int) -> None:
         self.t.status[r] = WAITING
@@ -186,6 +203,7 @@ class Scheduler(interfaces.Scheduler):
                 plan.decode_ids, plan.decode_context, plan.decode_kv = run, c, batch.context
                 budget -= run.size
             else:
+                self._drop_batch()  # the per-request path reads (and preempts) every member
                 budget = self._schedule_running_slow(plan, budget)
         if not plan.preempted:
             budget = self._resume_swapped(plan, budget)
@@ -351,11 +369,14 @@ class Scheduler(interfaces.Scheduler):
         t = self.t
         d = plan.decode_ids
         batch = self._decode_batch if self._decode_batch is not None and d is self._decode_batch.run else None
+        if batch is None:
+            self._drop_batch()  # e.g. swapped-out requests resumed beside it: every decoder stepped alike below
         if d.size:
             t.computed[d] += 1
-            t.generated[d] += 1
             if batch is not None:
-                batch.advance(1)
+                batch.advance(1)  # its members' generated follows computed (sync_generated)
+            else:
+                t.generated[d] += 1
         all_done = not plan.preempted and (batch is not None or len(self.running) == len(plan.prefill_ids))
         for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):
             if t.status[r] != RUNNING:  # preempted later in the same step (not possible today)
@@ -369,8 +390,10 @@ class Scheduler(interfaces.Scheduler):
             else:
                 all_done = False
         if plan.prefill_ids:
-            self._decode_batch = (decode_run.joined(batch, t, self.running_ids(), plan.prefill_ids, plan.prefill_end)
-                                  if all_done else None)
+            if all_done:
+                self._decode_batch = decode_run.joined(batch, t, self.running_ids(), plan.prefill_ids, plan.prefill_end)
+            else:
+                self._drop_batch()
         return self._finish_done(t_end)
 
     def _finish_done(self, t_end: float) -> list[int]:
@@ -379,6 +402,7 @@ class Scheduler(interfaces.Scheduler):
         batch = self._decode_batch
         if batch is not None and batch.run is run:
             return self._finish_batch(batch, t_end)
+        self._drop_batch()
         if not run.size:
             return []
         rem = t.output[run] - t.generated[run]
@@ -409,13 +433,14 @@ class Scheduler(interfaces.Scheduler):
             return []
         t, context = self.t, batch.context
         for r in done:  # running order: frees happen in this order
+            t.generated[r] = t.output[r]  # its last token (the batch's steps add to computed only)
             t.finish_s[r] = t_end
             t.status[r] = FINISHED
             context -= int(t.computed[r])
             self._free_finished(r)
         self._run_arr = None
-        if self.running:
-            self._decode_batch = batch.carried(self.running_ids(), context)
+        # the rest are carried; with nobody left it is dropped (each leaver's generated is written)
+        self._decode_batch = batch.carried(self.running_ids(), context) if self.running else None
         return done
 
     # --- admission test for the decode fast path ---------------------------------------------------
