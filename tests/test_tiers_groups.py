@@ -132,3 +132,10 @@ def test_the_html_report_carries_the_tiers_occupancy_hits_and_ttft_split(evict_t
     assert f"<td>load</td><td>admission -&gt; KV loaded from a lower tier</td><td>{split['load']['mean'] * 1e3:,.1f}</td>" in section
     plain = html_report(simulate(evict_then_repeat, GEMMA.replace(cpu_tier_gib=0.0)))
     assert "KV tiers" not in plain
+
+
+def test_a_state_model_with_tiers_is_refused_in_one_line_naming_model_and_group():
+    with pytest.raises(ScenarioError) as err:
+        Deployment.resolve(Scenario(model="qwen3-next-80b-a3b", gpu="h200", tp=2, prefix_caching=True, cpu_tier_gib=50.0))
+    line = str(err.value)
+    assert "\n" not in line and "qwen3-next-80b-a3b" in line and "state group" in line and "'align'" in line

@@ -164,7 +164,17 @@ def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_bl
     try:
         return make_group_allocator(kv_layout(scenario), groups, budget, prefix_block_size)
     except ValueError as exc:
-        raise ScenarioError(str(exc)) from None
+        raise ScenarioError(str(exc) + _state_tiers_note(scenario, spec)) from None
+
+
+def _state_tiers_note(scenario: Scenario, spec: ModelSpec) -> str:
+    """Why KV tiers cannot help a model with a state group (docs/TIERS.md, "Per KV group"), said in
+    the prefix-caching refusal's line when the scenario asks for tiers."""
+    if not any(getattr(scenario, f"{t}_tier_gib", 0) for t in ("cpu", "nvme", "remote")):
+        return ""
+    state = ", ".join(g.label() for g in spec.groups if g.kind == "state")
+    return (f" (KV tiers on {scenario.model}: they reuse prefix-cached blocks, and its {state} group is cached and "
+            "offloaded by vLLM only in Mamba's 'align' mode, which kvsim does not model)")
 
 
 def _max_model_len(scenario: Scenario, spec: ModelSpec) -> int:
