@@ -14,7 +14,7 @@ from sim.plan import early_stop
 from sim.plan.bracket import largest_passing
 from sim.plan.config_search import SearchOptions
 from sim.plan.early_stop import certain_misses
-from sim.plan.executors import chains
+from sim.plan.executors import chains, groups
 from sim.plan.grid import expand, parse_grid
 from sim.plan.search import search
 from sim.plan.slo import parse_slo
@@ -106,6 +106,19 @@ def test_chains_are_runs_of_neighbours_differing_in_one_field():
     assert got == [[0, 1], [2, 3], [4, 5], [6, 7]]
     assert all(a.kv_dtype != b.kv_dtype for (_, a), (_, b) in (c for c in chains(configs)))
     assert [len(c) for c in chains(expand(Scenario(), parse_grid({"max_num_seqs": "8,16,32"})))] == [3]
+
+
+def test_sibling_chains_pair_up_in_a_snake_while_two_tasks_remain():
+    grid = parse_grid({"model": "llama-3.1-70b", "tp": "4,8", "gpu": "h100-sxm,h200", "kv_dtype": "bf16,fp8"})
+    got = groups(expand(Scenario(), grid))
+    assert [[i for i, _ in g] for g in got] == [[0, 1, 3, 2], [4, 5, 7, 6]]
+    for g in got:  # every configuration follows a neighbour differing in one field
+        assert all(sum(getattr(a, f) != getattr(b, f) for f in ("gpu", "kv_dtype")) == 1
+                   for (_, a), (_, b) in zip(g, g[1:], strict=False))
+    two = expand(Scenario(), parse_grid({"gpu": "h100-sxm,h200", "kv_dtype": "bf16,fp8"}))
+    assert [[i for i, _ in g] for g in groups(two)] == [[0, 1], [2, 3]]  # two chains: both cores keep one each
+    mixed = expand(Scenario(), parse_grid({"gpu": "h100-sxm,h200", "tp": "1,2", "kv_dtype": "bf16,fp8,int8"}))
+    assert len(groups(mixed)) == 2 and all(len(g) == 6 for g in groups(mixed))
 
 
 @pytest.mark.slow

@@ -71,7 +71,7 @@ class InlineExecutor(_Base):
         self.workload, self.options = workload, options
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
-        for chain in chains(configs):
+        for chain in groups(configs) if self.options.reuse else [[job] for job in enumerate(configs)]:
             rows: list[dict[str, Any]] = []
             for i, scenario in chain:
                 rows.append(search_config(self.workload, scenario, self.options, next_start(rows, self.options)))
@@ -115,6 +115,39 @@ def chains(configs: list[Scenario]) -> list[list[tuple[int, Scenario]]]:
     return out
 
 
+MIN_TASKS = 2  # groups(): chains are paired only while this many tasks remain (both cores of a small machine busy)
+
+
+def groups(configs: list[Scenario]) -> list[list[tuple[int, Scenario]]]:
+    """The tasks of a search with reuse: chains (above), paired where two neighbouring chains are
+    siblings (member by member they differ in one field, the same one: the grid's second-fastest),
+    the second walked backwards so every configuration still follows a neighbour differing in one
+    field (a snake: h100 bf16, h100 fp8, h200 fp8, h200 bf16). A pair's second chain then starts near
+    the first one's answer rather than at the workload's start. Pairs are formed only from at least
+    2 x MIN_TASKS chains, so a grid keeps MIN_TASKS tasks to run side by side; like chains, the cut
+    depends on the grid alone."""
+    cut = chains(configs)
+    if len(cut) < 2 * MIN_TASKS:
+        return cut
+    out: list[list[tuple[int, Scenario]]] = []
+    i = 0
+    while i < len(cut):
+        if i + 1 < len(cut) and _siblings(cut[i], cut[i + 1]):
+            out.append(cut[i] + cut[i + 1][::-1])
+            i += 2
+        else:
+            out.append(cut[i])
+            i += 1
+    return out
+
+
+def _siblings(a: list[tuple[int, Scenario]], b: list[tuple[int, Scenario]]) -> bool:
+    if len(a) != len(b):
+        return False
+    diffs = [_differing(x, y) for (_, x), (_, y) in zip(a, b, strict=True)]
+    return len(diffs[0]) == 1 and all(d == diffs[0] for d in diffs)
+
+
 def _differing(a: Scenario, b: Scenario) -> set[str]:
     return {f.name for f in fields(a) if getattr(a, f.name) != getattr(b, f.name)}
 
@@ -132,7 +165,7 @@ class PoolExecutor(_Base):
         if not self.reuse:
             yield from self.pool.imap_unordered(_pool_task, list(enumerate(configs)))
             return
-        for rows in self.pool.imap_unordered(_pool_chain, chains(configs)):
+        for rows in self.pool.imap_unordered(_pool_chain, groups(configs)):
             yield from rows
 
     def cancel(self) -> None:
@@ -196,7 +229,7 @@ class RayExecutor(_Base):
 
     def run(self, configs: list[Scenario]) -> Iterator[tuple[int, dict[str, Any]]]:
         task = self.ray.remote(_ray_chain)
-        jobs = chains(configs) if self.reuse else [[job] for job in enumerate(configs)]
+        jobs = groups(configs) if self.reuse else [[job] for job in enumerate(configs)]
         self.pending = {task.remote(self.refs, job): job[0][0] for job in jobs}
         while self.pending:
             done, _ = self.ray.wait(list(self.pending), num_returns=1)
