@@ -77,6 +77,9 @@ class GroupedTierStack(TierStack):
         if length <= gpu_end:
             return None
         held = [lv.lru.contents for lv in self.levels]
+        full = [g for g, m in enumerate(pool.managers) if m.kind == "full"]
+        if full and not any(gkeys[full[0]][gpu_end] in h for h in held):
+            return None  # full attention needs the block right after the GPU hit: no tier has it
         finders = [self._finder(set(keys[:gpu_end]), held) for keys in gkeys]
         while True:  # the GPU prefix cache's fixed point: each group accepts or shortens the length
             start = length
@@ -90,9 +93,11 @@ class GroupedTierStack(TierStack):
 
     @staticmethod
     def _finder(gpu: set[int], held: list[Any]) -> Any:
-        def find(key: int) -> int | None:
-            return 1 if key in gpu or any(key in h for h in held) else None
-        return find
+        """A manager's lookup: 1 for a key before the GPU hit's end or in a tier, else None."""
+        if len(held) == 1:
+            only = held[0]
+            return lambda key: 1 if key in gpu or key in only else None
+        return lambda key: 1 if key in gpu or any(key in h for h in held) else None
 
     def _plan(self, pool: GroupedPool, gkeys: list[list[int]], gpu_end: int, end: int, held: list[Any]) -> GroupHits:
         bs, n = pool.block_size, end - gpu_end
