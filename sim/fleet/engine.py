@@ -26,7 +26,7 @@ from sim.core.routing.registry import ROUTERS
 from sim.core.routing.routers import RouterParams
 from sim.core.routing.view import RoutedRequest
 from sim.fleet import fleet_metrics
-from sim.fleet.live_view import LiveView, Slot
+from sim.fleet.live_view import UNSET, LiveView, Slot
 from sim.run import metrics
 from sim.run.engine import Replica, Setup, Simulation
 from sim.trace.model import Trace
@@ -179,7 +179,7 @@ class FleetSimulation(Simulation):
         t_event = _next_event(sched)
         if t_event is not None:
             run = _cut(run, t_event)
-        slot.run, slot.run_ids, slot.mode = run, _running_ids(sched), "run"
+        slot.run, slot.run_ids, slot.mode, slot.headroom = run, _running_ids(sched), "run", UNSET
         slot.done = done = self.env.event()
         self._arm(slot, run.ends[-1])
         slot.epoch += 1

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from sim.run.engine import Replica
 
 
+UNSET = object()  # Slot.headroom of a run no view has read yet
+
+
 @dataclass
 class Slot:
     """The fleet engine's per-replica state beside engine.Replica: the run in flight, the wake-up."""
@@ -38,7 +41,7 @@ class Slot:
     wake: object = None  # a simpy Event while the engine sleeps idle (woken by it)
     done: object = None  # a simpy Event the engine waits on during a run: its end timer fired
     timer: object = None  # the run's end timer armed last (a cut arms an earlier one)
-    growth_memo: tuple[object, float, list[int] | None] | None = None  # (run_ids, first end, headroom)
+    headroom: object = UNSET  # the run's sorted token headroom once a view asked for it
     prefilling: list[int] = field(default_factory=list)  # routed here, no first token yet (pruned lazily)
     epoch: int = 0  # bumped whenever the replica's state may have changed (engine yields, assign, wake)
     pending_memo: tuple[int, int] = (-1, 0)  # (epoch, pending prefill tokens) as last computed
@@ -92,15 +95,16 @@ class LiveView:
         run, ids = slot.run, slot.run_ids
         if run is None or ids is None:
             return 0
-        steps = min(len(run.ends), 1 + bisect_right(run.ends, self.now))
-        memo = slot.growth_memo
-        if memo is None or memo[0] is not ids or memo[1] != run.ends[0]:  # once per run (a cut keeps
-            # its first end; the scheduler reuses one ids array while the batch stays the same)
-            memo = slot.growth_memo = (ids, run.ends[0], _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids]))
-        headroom = memo[2]
+        ends = run.ends
+        steps = 1 + bisect_right(ends, self.now)
+        if steps > len(ends):
+            steps = len(ends)
+        headroom = slot.headroom
+        if headroom is UNSET:  # once per run (a cut keeps the batch and its tokens at the start)
+            headroom = slot.headroom = _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids])
         if headroom is None:
             return int(self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps))
-        return _growth_at(headroom, steps, self.block_size)
+        return _growth_at(headroom, steps, self.block_size)  # type: ignore[arg-type]
 
     def used_blocks(self) -> int:
         alloc = self.rep.alloc
@@ -108,9 +112,9 @@ class LiveView:
         return used if self.slot.run is None else used + self._growth_blocks()
 
     def cached_prompt_tokens(self, req: RoutedRequest) -> int:
-        alloc = self.rep.alloc
         if req.prefix_hashes is None:
             return 0
+        alloc = self.rep.alloc
         hit = alloc.prefix_hit_tokens(req.prompt_tokens, req.prefix_hashes)
         if not hit or self.slot.run is None or not isinstance(alloc, PagedAllocator):
             return hit

@@ -30,6 +30,9 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 _ROOT_KEY = 0x5EED  # parent key of block 0; any fixed int
+# The last keys computed for each (block size, hash block size): every replica of a fleet asks for
+# the same arriving prompt's keys (the router reads each replica's cache), and they are the same.
+_LAST_KEYS: dict[tuple[int, int], tuple[Sequence[int], list[int]]] = {}
 
 
 class TierHooks(Protocol):
@@ -67,6 +70,10 @@ class PrefixCache:
         if prefix_hashes is self._memo_hashes:
             return self._memo_keys
         bs, hb = self.block_size, self.prefix_block_size
+        shared = _LAST_KEYS.get((bs, hb))
+        if shared is not None and shared[0] is prefix_hashes:
+            self._memo_hashes, self._memo_keys = shared
+            return shared[1]
         hashes = [int(h) for h in prefix_hashes]
         keys: list[int] = []
         parent = _ROOT_KEY
@@ -81,6 +88,7 @@ class PrefixCache:
                 parent = hash((parent, *hashes[first : last + 1]))
                 keys.append(parent)
         self._memo_hashes, self._memo_keys = prefix_hashes, keys
+        _LAST_KEYS[bs, hb] = (prefix_hashes, keys)
         return keys
 
     # --- lookup and registration ---------------------------------------------------------------

@@ -163,7 +163,15 @@ class KVAwarePrecise:
         return self.w * prefill + self.decode_blocks(req, v, backlog)
 
     def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
-        return min(views, key=lambda v: (self.cost(req, v), v.index)).index
+        """min over (cost, index) without a key function and a tuple per replica (asked for every
+        replica at every arrival)."""
+        cost = self.cost
+        best, best_cost = views[0], cost(req, views[0])
+        for v in views[1:]:
+            c = cost(req, v)
+            if c < best_cost or (c == best_cost and v.index < best.index):
+                best, best_cost = v, c
+        return best.index
 
 
 class KVAwareApprox(KVAwarePrecise):
