@@ -139,3 +139,27 @@ def test_a_state_model_with_tiers_is_refused_in_one_line_naming_model_and_group(
         Deployment.resolve(Scenario(model="qwen3-next-80b-a3b", gpu="h200", tp=2, prefix_caching=True, cpu_tier_gib=50.0))
     line = str(err.value)
     assert "\n" not in line and "qwen3-next-80b-a3b" in line and "state group" in line and "'align'" in line
+
+
+def test_a_kv_aware_router_sees_a_grouped_replicas_lower_tier_hits():
+    """The fleet's live view asks the stack as admission would (sim/core/tiers/grouped.py): a fresh
+    replica pool whose CPU tier holds A's blocks of both groups scores 127 blocks of A there."""
+    import numpy as np
+
+    from sim.core.request import RequestTable
+    from sim.core.routing.view import RoutedRequest
+    from sim.core.scheduler import Scheduler, SchedulerConfig
+    from sim.fleet.live_view import LiveView, Slot
+    from sim.run.engine import Replica
+
+    dep, stack = _pool_and_stack(GEMMA)
+    first = dep.make_allocator(prefix_block_size=512)
+    first.attach_tiers(stack)
+    first.allocate(0, 2048, 2052, 0, A)
+    table = RequestTable.create(np.zeros(1), np.array([2048]), np.array([4]))
+    pool = dep.make_allocator(prefix_block_size=512)
+    sched = Scheduler(table, pool, SchedulerConfig(max_num_seqs=4, max_batched_tokens=8192), lambda r: A)
+    sched.tiers = stack
+    view = LiveView(Replica(0, pool, sched, [], []), Slot(), table, 0.0)
+    assert view.tier_hit_tokens(RoutedRequest(0, 0.0, 2048, A, None)) == {"cpu": 127 * 16}
+    assert stack.hit_tokens["cpu"] == 0  # the query moved nothing

@@ -144,10 +144,8 @@ class LiveView:
         stack = getattr(self.rep.sched, "tiers", None)
         if stack is None:
             return {}
-        alloc, bs = self.rep.alloc, self.block_size
-        keys = alloc.cache.chain_keys(req.prefix_hashes)  # type: ignore[attr-defined]  # tiers need paged
-        hits = stack.lookup(keys, self.cached_prompt_tokens(req) // bs, (req.prompt_tokens - 1) // bs)
-        return {name: n * bs for name, n in hits.blocks.items() if n}
+        blocks = stack.hit_blocks(self.rep.alloc, req.prompt_tokens, req.prefix_hashes, self.cached_prompt_tokens(req))
+        return {name: n * self.block_size for name, n in blocks.items() if n}  # a per-group pool: sim/core/tiers/grouped.py
 
 
 def _sorted_headroom(alloc: object, ids: np.ndarray, tokens: np.ndarray) -> list[int] | None:

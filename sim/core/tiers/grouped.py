@@ -91,6 +91,11 @@ class GroupedTierStack(TierStack):
             return None
         return self._plan(pool, gkeys, gpu_end, length, held)
 
+    def hit_blocks(self, pool: Any, total: int, hashes: Sequence[int], gpu_tokens: int) -> dict[str, int]:
+        """The router's query for a per-group pool: lookup_groups' positions per tier (its own GPU hit)."""
+        hits = self.lookup_groups(pool, total, hashes)
+        return {} if hits is None else hits.blocks
+
     @staticmethod
     def _finder(gpu: set[int], held: list[Any]) -> Any:
         """A manager's lookup: 1 for a key before the GPU hit's end or in a tier, else None."""

@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
+from typing import Any
 
 from sim.core.link import SharedLink, schedule_over
 from sim.core.tiers.kinds import TierKind
@@ -112,6 +113,11 @@ class TierStack:
             blocks[levels[where].kind.name] += min(hi, max_blocks) - max(lo, first_block)
             i += run
         return TierHits(blocks, runs)
+
+    def hit_blocks(self, pool: Any, total: int, hashes: Sequence[int], gpu_tokens: int) -> dict[str, int]:
+        """Blocks of a `total`-token request each lower tier would add past a GPU hit of `gpu_tokens`
+        (no side effects): what a KV-aware router scores. `pool` is the replica's paged allocator."""
+        return self.lookup(pool.cache.chain_keys(hashes), gpu_tokens // self.block_size, (total - 1) // self.block_size).blocks
 
     # --- loads ----------------------------------------------------------------------------------------
     def load(self, hits: TierHits, r: int = -1, *, count_hits: bool = True) -> float:
