@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from sim.plan.bracket import largest_passing
 from sim.plan.config_search import Probe, SearchOptions
 from sim.plan.grid import expand, parse_grid
-from sim.plan.guided import edge_estimate, guided_largest_passing
+from sim.plan.guided import SLOPE, edge_estimate, guided_largest_passing
 from sim.plan.search import search
 from sim.plan.slo import parse_slo
 from sim.plan.workload import Workload
@@ -81,10 +81,10 @@ def test_edge_estimate_reads_the_line_through_the_nearest_points():
     points = [(0.2, 2.6), (0.5, 2.0), (0.9, 1.2)]
     assert edge_estimate(points) == pytest.approx(1.0)
     assert edge_estimate([]) is None
-    one = edge_estimate([(0.9, 1.2)])  # one point: the usual slope (6 edges per unit) through it
-    assert one == pytest.approx(0.9 / (1 - 0.2 / 6))
+    one = edge_estimate([(0.9, 1.2)])  # one point: the usual slope (SLOPE per edge) through it
+    assert one == pytest.approx(0.9 / (1 - 0.2 / SLOPE))
     # a rising pair is noise, not a line: the usual slope through the point nearest the edge
-    assert edge_estimate([(0.5, 1.5), (0.9, 1.6)]) == pytest.approx(0.5 / (1 - 0.5 / 6))
+    assert edge_estimate([(0.5, 1.5), (0.9, 1.6)]) == pytest.approx(0.5 / (1 - 0.5 / SLOPE))
 
 
 def test_probe_margin_is_the_tightest_objective_of_a_pass():

@@ -8,13 +8,15 @@ capacity the inverse margin 1 / g falls about linearly with the load level, as a
 line through two passes put the edge within ~1.5% of the bisection's. So:
 - the edge estimate is where the line through the two passes nearest 1 / g = 1 crosses it (one
   pass: a line of the usual slope through it, SLOPE);
-- the next level sits just below the estimate (expected to pass), or one tolerance step above the
-  largest pass when the estimate lies within 1.5 steps of it (expected to fail: the bracket closes),
-  or one step below the smallest failure when the estimate lies that close to it (expected to pass);
+- the next level sits one tolerance step below the estimate (expected to pass), or one step above
+  the largest pass when the estimate lies within 1.5 steps of it (expected to fail: the bracket
+  closes), or one step below the smallest failure when the estimate lies that close to it;
 - when the bracket is within two tolerance steps, one probe placed between hi / (1 + tol) and
   lo x (1 + tol) closes it whichever way it goes;
 - without an estimate, or once probes went the other way than the estimate said (twice in a row;
-  once for a one-pass estimate), the step is the classic one: double, halve or bisect.
+  once for a one-pass estimate), the step is the classic one: double, halve or bisect (the first
+  step down from a failing start is / 1.5: a trace's x1 is often just over the edge, and misses
+  stop early, so they are cheap).
 The answer is a bracket of probes that ran (lo passed, hi failed, hi / lo <= 1 + tol), as the
 bisection's: only the levels probed differ, so the rate agrees with the bisection's within tol.
 """
@@ -29,12 +31,17 @@ from sim.plan.bracket import MAX_DOUBLINGS, MAX_HALVINGS, Bracket
 from sim.plan.workload import round_level
 
 P = TypeVar("P")
-# The inverse margin's slope in units of the edge, -d(1 / g) / d(x / T): 3.2-5.1 measured (Azure
-# conversation trace, llama-3.1-70b TP4 and TP8 on h100-sxm and h200, lines from a point 0.3-0.6 of
-# the edge). One point is read with SLOPE, past the steep end: a far point's estimate comes out low,
-# where the next probe passes and adds a point; a two-point line outside SLOPES is taken for noise.
-SLOPE = 6.0
+# The inverse margin's slope in units of the edge, -d(1 / g) / d(x / T): 3.3-5.4 measured through
+# a point 0.3-0.6 of the edge and the edge (Azure conversation trace, llama-3.1-70b TP4 and TP8 on
+# h100-sxm and h200). One point is read with SLOPE; a two-point line outside SLOPES is taken for
+# noise. The constants below were chosen on those eight configurations' measured margins
+# (docs/PERFORMANCE.md, "Plan search"); any values give a true bracket, only the probe count moves.
+SLOPE = 5.0
 SLOPES = (2.0, 10.0)
+AIM = 1.0  # the guided probe sits AIM tolerance steps below the estimate (estimates were within ~1.5%)
+CLOSE = 1.5  # an estimate within CLOSE steps of lo (hi) sends the closing probe lo x up (hi / up)
+STEP = 2.0  # the classic bracketing factor up
+DOWN = 1.5  # the first step down from a failing start (a trace's x1 is often just over the edge; misses stop early)
 
 
 def guided_largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool],
@@ -68,7 +75,7 @@ def guided_largest_passing(probe: Callable[[float], P], passed: Callable[[P], bo
         if hi is None and lo is not None and lo >= round_level(first * 2 ** MAX_DOUBLINGS):
             break  # capped: passes at every level tried
         est = edge_estimate(inverse) if surprises < (2 if len(inverse) > 1 else 1) else None
-        level = next_level(lo, hi, est, up, near and len(out.probes) == 1)
+        level = next_level(lo, hi, est, up, near and len(out.probes) == 1, len(out.probes) == 1)
         if (lo is None and level < floor) or not (lo or 0.0) < level < (hi or math.inf):
             break
         run(level)
@@ -99,27 +106,28 @@ def edge_estimate(inverse: list[tuple[float, float]]) -> float | None:
     return x0 / share if share > 0 else None
 
 
-def next_level(lo: float | None, hi: float | None, est: float | None, up: float, near_first: bool) -> float:
+def next_level(lo: float | None, hi: float | None, est: float | None, up: float, near_first: bool,
+               first: bool = False) -> float:
     """The next level to probe (module doc); the caller checks it lies strictly inside the bracket."""
     if lo is not None and hi is not None and hi / lo <= up * up:
         # one probe closes it either way: a level in [hi / up, lo x up], as near the estimate as allowed
-        x = math.sqrt(lo * hi) if est is None else est / math.sqrt(up)
+        x = math.sqrt(lo * hi) if est is None else est / up ** AIM
         return _inside(x, hi / up, lo * up, lo, hi, up)
     if est is None:
         if hi is None:
             assert lo is not None
-            x = lo * (up if near_first else 2.0)
+            x = lo * (up if near_first else STEP)
             return _inside(x, x, x, lo, hi, up)
         if lo is None:
-            x = hi / (up if near_first else 2.0)
+            x = hi / (up if near_first else DOWN if first else STEP)
             return _inside(x, x, x, lo, hi, up)
         return _inside(math.sqrt(lo * hi), lo * up, hi / up, lo, hi, up)
-    if lo is not None and est <= lo * up ** 1.5:
+    if lo is not None and est <= lo * up ** CLOSE:
         x = lo * up  # expected to fail: closes the bracket
-    elif hi is not None and est >= hi / up ** 1.5:
+    elif hi is not None and est >= hi / up ** CLOSE:
         x = hi / up  # expected to pass: closes the bracket
     else:
-        x = est / math.sqrt(up)  # just below the edge: expected to pass, then lo x up closes
+        x = est / up ** AIM  # just below the edge: expected to pass, then lo x up closes
     low = lo * up if lo is not None else hi / 2  # type: ignore[operator]
     high = hi / up if hi is not None else lo * 2  # type: ignore[operator]
     return _inside(x, low, high, lo, hi, up)
