@@ -121,6 +121,16 @@ def test_tier_sizes_are_a_dimension_and_the_answer_prices_them():
     assert df["tiers $ per GPU-h"].tolist() == [pytest.approx(64 * 2**30 / 1e9 * 10 / 36 / 730)]
     answer = "\n".join(m.value for m in at.markdown)
     assert "KV tiers: CPU 64 GiB per replica; their DRAM and NVMe add $0.0261 per GPU-hour" in answer
+    from urllib.parse import parse_qsl
+
+    link = next(m.value for m in at.markdown if "Open this run on the Simulate page" in m.value)
+    query = dict(parse_qsl(link.split('href="simulate?', 1)[1].split('"', 1)[0]))
+    assert (query["prefix"], query["cpu_tier"], query["nvme_tier"]) == ("true", "64", "0")  # the row's tiers travel
+    sim = AppTest.from_file(str(ROOT / "app_pages" / "simulate.py"), default_timeout=240)
+    sim.query_params.update(query)
+    sim.run()
+    assert not sim.exception and not sim.error
+    assert {m.label: m.value for m in sim.metric} == {m.label: m.value for m in at.metric}  # the same run
     bad = page(PLAN, plan_gpus="h100-sxm", plan_kv="bf16", plan_cpu_tier_gib="lots")
     assert not bad.exception
     shown = [e.value.replace("\\", "") for e in bad.error]  # markdown-escaped by public_error

@@ -241,6 +241,9 @@ SIMULATE_KEYS = {"model": "model", "gpu": "gpu", "tp": "tp", "kv_dtype": "kv_dty
                  "cost_source": "cost_src"}  # the row's step-time source (the whole comparison's, sim.plan.one_source)
 
 
+SIMULATE_TIER_KEYS = {"prefix_caching": "prefix", "cpu_tier_gib": "cpu_tier", "nvme_tier_gib": "nvme_tier"}
+
+
 def simulate_query(row: dict[str, Any], current: dict[str, str]) -> dict[str, str] | None:
     """URL state that opens the Simulate page on this row's run (same trace picker state, the row's
     scenario, load x its level); None when the row has no passing level or the level is outside the
@@ -252,6 +255,10 @@ def simulate_query(row: dict[str, Any], current: dict[str, str]) -> dict[str, st
         return None
     query = {k: v for k, v in current.items() if k.startswith("trace_")}
     query.update({key: str(row["scenario"][field]) for field, key in SIMULATE_KEYS.items()})
+    scenario = row["scenario"]
+    if any(scenario.get(field) for field in TIER_FIELDS):  # a tier row: its tiers and the prefix caching they need
+        query.update({key: ("true" if scenario[field] else "false") if isinstance(scenario[field], bool)
+                      else f"{scenario[field]:g}" for field, key in SIMULATE_TIER_KEYS.items()})
     query["load"] = f"{level:g}"
     return query
 
