@@ -19,9 +19,10 @@ SLIDING = SlidingWindow(1, num_kv_heads=1, head_dim=4, window=6)  # a hit needs 
 CHUNKED = ChunkedLocal(1, num_kv_heads=1, head_dim=4, chunk=8)  # two blocks per chunk
 
 
-def make(num_pages: int, groups=(SLIDING, FULL)) -> HybridPrefixAllocator:
+def make(num_pages: int, groups=(SLIDING, FULL), prefix_block_size: int = BS) -> HybridPrefixAllocator:
     page = page_bytes_for(groups, BS, "bf16", 1)
-    return HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page) for g in groups], num_pages, BS, page)
+    return HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page) for g in groups], num_pages, BS, page,
+                                 prefix_block_size)
 
 
 def test_a_freed_prefix_is_hit_by_every_group():
@@ -132,7 +133,8 @@ def test_long_random_runs_share_and_evict(seed):
                     "append": ("append", rng.randint(0, 50), rng.randint(0, 9)),
                     "grow": ("grow", [rng.randint(0, 50) for _ in range(4)], rng.randint(0, 12)),
                     "free": ("free", rng.randint(0, 50))}[kind])
-    a = make(rng.randint(20, 60), groups=(SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL))
+    a = make(rng.randint(20, 60), groups=(SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL),
+             prefix_block_size=BS * (1 + seed % 3))  # one, two or three KV blocks per hash block
     run_ops(a, ops)
     assert sum(a.hit_blocks.values()) > 0 and a.cache.evictions > 0  # the run did exercise the cache
 
@@ -181,3 +183,50 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
         a.free(r)
     check(a)
     assert a.num_free_blocks == num_pages and a.breakdown().free == a.capacity_bytes
+
+
+class ChainKeyed(HybridPrefixAllocator):
+    """Each KV block its own cache entry, keyed by its chained key salted per group (hash((group,
+    key))), whatever the hash block size: the reference the per-hash-block entries must agree with."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.cache.per, self.cache._salts, self.cache._none = 1, [0], [None]
+
+    def _group_keys(self, prefix_hashes):
+        if prefix_hashes is None or len(prefix_hashes) == 0:
+            return []
+        keys = self.cache.chain_keys(prefix_hashes)
+        return [[hash((g, k)) for k in keys] for g in range(len(self.managers))]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_keys_per_hash_block_hit_as_keys_chained_per_kv_block(seed):
+    """Hash blocks of two KV blocks: the cache entries per hash block (a slot per KV block) give the
+    same hits, evictions and free pages as one entry per KV block keyed by the per-block chain."""
+    rng = random.Random(seed)
+    groups = (SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL)
+    page = page_bytes_for(groups, BS, "bf16", 1)
+    managers = lambda: [make_manager(g, BS, "bf16", 1, page) for g in groups]  # noqa: E731
+    num_pages = rng.randint(20, 60)
+    fast = HybridPrefixAllocator(managers(), num_pages, BS, page, prefix_block_size=2 * BS)
+    ref = ChainKeyed(managers(), num_pages, BS, page, prefix_block_size=2 * BS)
+    live: list[int] = []
+    for r in range(300):
+        if live and rng.random() < 0.4:
+            gone = live.pop(rng.randrange(len(live)))
+            fast.free(gone)
+            ref.free(gone)
+        elif live and rng.random() < 0.3:
+            k = rng.randint(1, 9)
+            assert fast.append(live[0], k) == ref.append(live[0], k)
+        else:
+            n, hashes = rng.randint(1, 40), PREFIXES[rng.randrange(len(PREFIXES))]
+            assert fast.hit_by_group(n, hashes) == ref.hit_by_group(n, hashes)
+            if fast.can_allocate(n, 0, hashes):
+                assert fast.allocate(r, n, n, prefix_hashes=hashes) == ref.allocate(r, n, n, prefix_hashes=hashes)
+                live.append(r)
+        assert (fast.num_free_blocks, fast.cached_bytes) == (ref.num_free_blocks, ref.cached_bytes)
+        assert (fast.cache.evictions, fast.cache.registrations) == (ref.cache.evictions, ref.cache.registrations)
+        fast.check_invariants()
+    assert fast.cache.evictions > 0 and sum(fast.hit_blocks.values()) > 0

@@ -2,7 +2,7 @@
 a Mooncake sample through the simulator: every block is registered at most once, when it fills,
 and cached blocks are evicted only when no clean page is left, no more than the shortfall needs
 (vLLM's block pool: cache_full_blocks once per full block; a cached block is evicted only when the
-free queue hands it out). Counters: PrefixCache.registrations / evictions."""
+free queue hands it out). Counters: the pool cache's registrations / evictions."""
 
 from __future__ import annotations
 

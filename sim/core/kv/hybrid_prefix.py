@@ -3,7 +3,10 @@
 The count-only books of sim/core/kv/hybrid.py cannot share a block, so this subclass adds block
 ids on top of them: per group and request a table of block ids (-1 for the leading blocks a
 sliding or chunked group dropped or never needed), a refcount per block in use, and one
-PrefixCache (sim/core/kv/prefix_cache.py) for all groups, each group's keys salted with its index.
+cache for all groups (sim/core/kv/run_cache.py: the prefix cache's rules, kept per trace hash
+block, a request's node keys salted per group; parked blocks kept as runs). A request's held
+blocks below its registered count (`_nreg`) are exactly its keyed ones, so a release parks a run
+of (blocks, positions) without asking the cache which blocks are keyed.
 The parent's per-request counts (`first`, `end`, tokens) still describe what each request holds,
 so its decode-run arithmetic (blocks_to_grow, steps_until_free_rises) is reused.
 
@@ -43,6 +46,8 @@ class GroupTierHooks(Protocol):
     def on_group_blocks(self, keys: Sequence[int], groups: Sequence[int]) -> None: ...
 
 
+_ROOT_KEY = 0x5EED  # parent key of hash block 0
+
 Hit = tuple[int, list[tuple[int, list[int]]]]  # (hit tokens, per group (first block index, hit blocks))
 
 
@@ -63,24 +68,39 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         self._shared = [0] * len(self.managers)  # per group: sum of (refcount - 1) over blocks in use
         self._parked_pages = 0  # pages of cached blocks nobody uses (part of _free_pages)
         self._next_id = 0
-        self._gkeys: dict[int, list[list[int]]] = {}  # request -> its block keys, per group
+        self._gkeys: dict[int, list[list[int]]] = {}  # request -> its node keys, per group
         self._nreg: list[dict[int, int]] = [{} for _ in self.managers]  # leading blocks offered to the cache
         self._memo: tuple[object, list[list[int]]] = (None, [])
         self.hit_blocks = {m.label: 0 for m in self.managers}  # blocks reused from the cache, per group
+        self._group_salts = [hash((0x6A0, g)) for g in range(len(self.managers))]  # fixed: int tuples
+        self._most_pages = max(m.pages for m in self.managers)
+        self._uniform_pages = all(m.pages == self._most_pages for m in self.managers)  # no per-block page sum
 
     # --- hits ------------------------------------------------------------------------------------
     def _group_keys(self, prefix_hashes: Sequence[int] | None) -> list[list[int]]:
-        """The request's chained block keys salted per group (memoised on the last hash list)."""
-        keys = self.cache.chain_keys(prefix_hashes)
-        if keys is self._memo[0]:
+        """The request's node keys (sim/core/kv/run_cache.py), one list per group: the chained key
+        of each trace hash block, salted per group (memoised on the last hash list, which the
+        scheduler asks about step after step). When KV blocks straddle hash blocks, each KV block
+        is a node: its chained key (prefix_cache.py's), salted per group."""
+        if prefix_hashes is None or len(prefix_hashes) == 0:  # may be a numpy array: no truthiness
+            return []
+        if prefix_hashes is self._memo[0]:
             return self._memo[1]
-        out = [[hash((g, k)) for k in keys] for g in range(len(self.managers))] if keys else []
-        self._memo = (keys, out)
+        if self.cache.per == 1 and self.cache.prefix_block_size != self.block_size:  # straddling blocks
+            keys = self.cache.chain_keys(prefix_hashes)
+            out = [[hash((g, k)) for k in keys] for g in range(len(self.managers))]
+        else:
+            parent, chain = _ROOT_KEY, []
+            for h in prefix_hashes:
+                parent = hash((parent, int(h)))
+                chain.append(parent)
+            out = [[c ^ salt for c in chain] for salt in self._group_salts]
+        self._memo = (prefix_hashes, out)
         return out
 
     def group_keys(self, prefix_hashes: Sequence[int] | None) -> list[list[int]]:
-        """Each group's chained block keys for a request (what the KV tiers store and look up)."""
-        return self._group_keys(prefix_hashes)
+        """Each group's KV block keys for a request (what the KV tiers store and look up)."""
+        return [self.cache.block_keys(nodes) for nodes in self._group_keys(prefix_hashes)]
 
     def attach_tiers(self, tiers: GroupTierHooks) -> None:
         """Tell `tiers` (sim/core/tiers/grouped.py) about every block this pool keys, with its group.
@@ -99,13 +119,13 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         groups = len(self.managers)
         if num_tokens <= 1 or not gkeys:
             return 0, [(0, [])] * groups
-        length = min((num_tokens - 1) // self.block_size, len(gkeys[0]))
+        length = min((num_tokens - 1) // self.block_size, len(gkeys[0]) * self.cache.per)
+        rows = [self.cache.row(nodes, length) for nodes in gkeys]  # block or None per position
         found: list[tuple[int, list[int]]] = [(0, [])] * groups
-        lookup = self.cache.lookup
         while True:
             start = length
             for g, m in enumerate(self.managers):
-                n, first, blocks = m.longest_hit(lookup, gkeys[g], length)
+                n, first, blocks = m.longest_hit(rows[g].__getitem__, range(len(rows[g])), length)
                 found[g] = (first, blocks)
                 length = min(length, n)
             if length == start:
@@ -178,11 +198,18 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         pages do not come back): added to the parent's need, which assumes every drop frees."""
         if not any(self._shared):
             return 0
-        pages = 0
+        pages, refs = 0, self._refs
+        if len(ids) == 1:  # one request (a prefill chunk): plain ints
+            r = int(ids[0])
+            for g, m in enumerate(self.managers):
+                lo, stop = int(self._first[g][r]), min(int(firsts[g][0]), int(self._end[g][r]))
+                if self._shared[g] and stop > lo:
+                    pages += m.pages * sum(1 for b in self._tables[g][r][lo:stop] if refs[b] > 1)
+            return pages
         for g, m in enumerate(self.managers):
             if not self._shared[g]:
                 continue
-            tables, first, refs = self._tables[g], self._first[g], self._refs
+            tables, first = self._tables[g], self._first[g]
             stop = np.minimum(firsts[g], self._end[g][ids])
             for k in np.flatnonzero(stop > first[ids]).tolist():  # only requests that drop blocks
                 r = int(ids[k])
@@ -218,27 +245,27 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         for g, r, _, e0, f1, e1, keys, full in rows:
             if f1 > e0:
                 self._tables[g][r].extend([-1] * (min(f1, e1) - e0))
-                self._park_new(g, keys[e0:min(f1, e1, full)])
+                self._park_new(g, keys, e0, min(f1, e1, full))
         for g, r, _, e0, f1, e1, keys, full in rows:
             table = self._tables[g][r]
             start = max(e0, f1)
             table.extend(self._take(g, e1 - start))
             if full > start:
-                self.cache.register_many(keys[start:min(e1, full)], table[start:min(e1, full)])
+                self.cache.register(keys, start, table[start:min(e1, full)])
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
             self._first[g][r], self._end[g][r] = f1, e1
         self._ntok[ids] = new
 
     def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[tuple]:
-        """(group, request, old first, old end, new first, new end, its keys, full keyed blocks)
+        """(group, request, old first, old end, new first, new end, its node keys, full keyed blocks)
         for every request and group whose blocks change or fill up."""
-        rows = []
+        rows, per = [], self.cache.per
         for g in range(len(self.managers)):
             first, end, nreg = self._first[g], self._end[g], self._nreg[g]
             for k, r in enumerate(ids.tolist()):
                 f0, e0, f1, e1 = int(first[r]), int(end[r]), int(firsts[g][k]), int(ends[g][k])
                 keys = self._gkeys[r][g] if r in self._gkeys else []
-                full = min(len(keys), int(new[k]) // self.block_size)
+                full = min(len(keys) * per, int(new[k]) // self.block_size)
                 if f0 != f1 or e0 != e1 or full > nreg.get(r, 0):
                     rows.append((g, r, f0, e0, f1, e1, keys, full))
         return rows
@@ -273,8 +300,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def _make_clean(self, pages: int) -> None:
         """Evict cached blocks, least recently freed first, until `pages` pages are clean. Taking
         ceil(deficit / largest block) at a time never evicts more than one at a time would."""
-        groups, most = len(self.managers), max(m.pages for m in self.managers)
-        uniform = all(m.pages == most for m in self.managers)
+        groups, most, uniform = len(self.managers), self._most_pages, self._uniform_pages
         while (deficit := pages - (self._free_pages - self._parked_pages)) > 0:
             if not self.cache.num_parked:
                 raise AllocationError("hybrid prefix allocator: out of pages (check the need first)")
@@ -284,21 +310,20 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             else:
                 self._parked_pages -= sum(self.managers[b % groups].pages for b in evicted)
 
-    def _park_new(self, g: int, keys: list[int]) -> None:
-        """Blocks filled and left behind within one run: each is cached and parked at once (as if
-        taken, registered and released), evicting older cached blocks when no page is clean; none
-        when not even one page is free."""
+    def _park_new(self, g: int, nodes: list[int], lo: int, hi: int) -> None:
+        """Request blocks lo .. hi - 1 of group g, filled and left behind within one run: each is
+        cached and parked at once (as if taken, registered and released), evicting older cached
+        blocks when no page is clean; none when not even one page is free."""
         pages = self.managers[g].pages
-        count = min(len(keys), self._free_pages // pages)
+        count = min(hi - lo, self._free_pages // pages)
         if count <= 0:
             return
         self._make_clean(count * pages)
         groups, start = len(self.managers), self._next_id
         self._next_id += count
         blocks = list(range(start * groups + g, (start + count) * groups, groups))
-        newest = keys[len(keys) - count:]  # the newest ones, if not all fit
-        self.cache.register_many(newest, blocks)
-        self.cache.park(blocks, newest)
+        self.cache.register(nodes, hi - count, blocks)  # the newest ones, if not all fit
+        self.cache.park(blocks, nodes, range(hi - count, hi))
         self._parked_pages += count * pages
 
     def _claim(self, g: int, block: int) -> None:
@@ -317,18 +342,19 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         `reverse`): shared ones stay in use, the rest free their pages; those below `keyed` (the
         request's registered blocks) are cached and park, in the order released."""
         refs, pages, table = self._refs, self.managers[g].pages, self._tables[g][r]
-        keys = self._gkeys[r][g] if r in self._gkeys else []
+        nodes = self._gkeys[r][g] if r in self._gkeys else []
         top = min(hi, keyed)
+        positions: Sequence[int] | list[int]
         if not self._shared[g]:  # every block in use has one user: all are freed
             for block in table[lo:hi]:
                 del refs[block]
             freed = hi - lo
-            cached, ckeys = table[lo:top], keys[lo:top]
+            cached, positions = table[lo:top], range(lo, top)
             if reverse:
                 cached.reverse()
-                ckeys = ckeys[::-1]
+                positions = positions[::-1]
         else:
-            freed, cached, ckeys = 0, [], []
+            freed, cached, positions = 0, [], []
             order = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
             for j in order:
                 block = table[j]
@@ -341,9 +367,9 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                 freed += 1
                 if j < top:
                     cached.append(block)
-                    ckeys.append(keys[j])
+                    positions.append(j)
         if cached:
-            self.cache.park(cached, list(ckeys))
+            self.cache.park(cached, nodes, positions)
         self._free_pages += freed * pages
         self._parked_pages += len(cached) * pages
 
@@ -354,14 +380,15 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         lo = self._nreg[g].get(r, 0)
         if upto <= lo:
             return lo
-        held = [j for j in range(lo, upto) if table[j] >= 0]
-        self.cache.register_many([keys[j] for j in held], [table[j] for j in held])
+        start = max(lo, int(self._first[g][r]))  # blocks before `first` are dropped (-1), the rest held
+        if upto > start:
+            self.cache.register(keys, start, table[start:upto])
         return upto
 
     def _register(self, r: int) -> None:
         full = int(self._ntok[r]) // self.block_size
         for g in range(len(self.managers)):
-            upto = min(len(self._gkeys[r][g]), full, int(self._end[g][r]))
+            upto = min(len(self._gkeys[r][g]) * self.cache.per, full, int(self._end[g][r]))
             self._offer(g, r, upto)
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), upto)
 
@@ -390,7 +417,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         refs = self._table_refs()
         if refs != self._refs:
             raise AssertionError("hybrid prefix allocator: refcounts disagree with the tables")
-        if any(b in refs or not self.cache.holds(k, b) for b, k in self.cache.parked()):
+        if any(b in refs or not self.cache.holds(nodes, p, b) for b, nodes, p in self.cache.parked()):
             raise AssertionError("hybrid prefix allocator: a parked block is in use or has no key")
         parked = self.cache.parked_blocks()
         groups = len(self.managers)

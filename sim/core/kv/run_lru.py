@@ -17,23 +17,25 @@ is exactly the order of parks, as in an OrderedDict with the unparked entries de
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 
 class RunLRU:
     """Parked (cached, free) blocks with their keys, least recently parked first."""
 
     def __init__(self) -> None:
-        self._runs: deque[list] = deque()  # [serial, blocks, keys, first index not yet taken, unparks when checked]
+        self._runs: deque[list] = deque()  # [serial, blocks, keys, first index not taken, unparks when checked, tag]
         self._serial = 0  # serial of the next run
         self._claimed: dict[int, int] = {}  # unparked block -> serial of the next run at that moment
         self._unparks = 0  # unparks so far: a run checked since the last one has no stale entry
         self.num_parked = 0
 
-    def park(self, blocks: list[int], keys: list[int]) -> None:
-        """Park `blocks` (holding `keys`, in the same order), most recently used at the end."""
+    def park(self, blocks: list[int], keys: Sequence[int], tag: Any = None) -> None:
+        """Park `blocks` (holding `keys`, in the same order; `tag`: what the caller needs with
+        them at eviction), most recently used at the end."""
         if blocks:
-            self._runs.append([self._serial, blocks, keys, 0, self._unparks])
+            self._runs.append([self._serial, blocks, keys, 0, self._unparks, tag])
             self._serial += 1
             self.num_parked += len(blocks)
 
@@ -45,31 +47,39 @@ class RunLRU:
 
     def evict(self, count: int) -> tuple[list[int], list[int]]:
         """Take the `count` least recently parked blocks out: (blocks, their keys), oldest first."""
-        if count > self.num_parked:
-            raise ValueError(f"cannot evict {count} of {self.num_parked} parked blocks")
         blocks: list[int] = []
         keys: list[int] = []
+        for _, rb, rk in self.evict_runs(count):
+            blocks += rb
+            keys += rk
+        return blocks, keys
+
+    def evict_runs(self, count: int) -> list[tuple[Any, list[int], Sequence[int]]]:
+        """`evict` as (tag, blocks, keys) per run taken from, oldest first."""
+        if count > self.num_parked:
+            raise ValueError(f"cannot evict {count} of {self.num_parked} parked blocks")
+        out = []
         runs, need = self._runs, count
         while need:
             run = runs[0]
             if run[4] != self._unparks:
                 self._drop_stale(run)
-            serial, rb, rk, i, _ = run
+            serial, rb, rk, i, _, tag = run
             take = min(need, len(rb) - i)
-            blocks += rb[i : i + take]
-            keys += rk[i : i + take]
+            if take:
+                out.append((tag, rb[i : i + take], rk[i : i + take]))
             need -= take
             if i + take == len(rb):
                 runs.popleft()
             else:
                 run[3] = i + take
         self.num_parked -= count
-        return blocks, keys
+        return out
 
     def _drop_stale(self, run: list) -> None:
         """Rewrite the head run without the entries of blocks unparked since it was parked (and
         forget the notes of its live blocks: their next unpark writes a new one)."""
-        serial, blocks, keys, i, _ = run
+        serial, blocks, keys, i = run[:4]
         claimed = self._claimed
         run[4] = self._unparks
         if not claimed or claimed.keys().isdisjoint(blocks[i:]):
@@ -84,13 +94,17 @@ class RunLRU:
                 live_k.append(k)
         run[1], run[2], run[3] = live_b, live_k, 0  # nothing live left: the caller pops it
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        """(block, key) of the parked blocks, least recently parked first (tests, invariants)."""
-        for serial, blocks, keys, i, _ in self._runs:
+    def entries(self) -> Iterator[tuple[int, Any, Any]]:
+        """(block, key, tag) of the parked blocks, least recently parked first (tests, invariants)."""
+        for serial, blocks, keys, i, _, tag in self._runs:
             for b, k in zip(blocks[i:], keys[i:], strict=True):
                 at = self._claimed.get(b)
                 if at is None or at <= serial:
-                    yield b, k
+                    yield b, k, tag
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        """(block, key) of the parked blocks, least recently parked first."""
+        return ((b, k) for b, k, _ in self.entries())
 
     def head(self, count: int) -> list[int]:
         """The blocks `evict(count)` would take now (no side effects)."""
