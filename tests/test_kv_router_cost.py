@@ -1,6 +1,7 @@
 """kv-precise's cost is NVIDIA Dynamo's KV router cost in Dynamo's units (docs/FLEET.md): w x prefill
-blocks (uncached prompt tokens + prefill backlog, over the block size) + potential active blocks
-(blocks in use + the backlog's blocks + this prompt's full blocks that no request there holds)."""
+blocks (uncached prompt tokens + the prefill tokens the router booked there and not yet done, over
+the block size) + potential active blocks (blocks in use + the backlog's blocks + this prompt's full
+blocks that no request there holds)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class Numbers:
     backlog: int = 0
     cached: int = 0
     held: int = 0
+    prefill_ids: list[int] = field(default_factory=list)
     num_blocks: int = 1000
     block_size: int = 16
     tiers: dict[str, int] = field(default_factory=dict)
@@ -52,16 +54,34 @@ class Numbers:
     def held_prompt_blocks(self, req: RoutedRequest) -> int:
         return self.held
 
+    def prefilling(self) -> list[int]:
+        return self.prefill_ids
+
 
 REQ = RoutedRequest(0, 0.0, 130, [1, 2, 3, 4, 5, 6, 7, 8, 9], None)  # 8 full blocks of 16 and 2 tokens
 
 
 def test_cost_is_dynamos_formula_by_hand():
     v = Numbers(0, used=40, backlog=100, cached=64, held=3)
-    # prefill blocks = (130 - 64 + 100) / 16 = 10.375; active blocks = 40 + ceil(100 / 16) = 47,
-    # new blocks = 130 // 16 - 3 = 5; cost = w x 10.375 + 52
-    assert KVAwarePrecise(RouterParams(1, kv_weight=1.0)).cost(REQ, v) == pytest.approx(10.375 + 52)
-    assert KVAwarePrecise(RouterParams(1, kv_weight=2.5)).cost(REQ, v) == pytest.approx(2.5 * 10.375 + 52)
+    # prefill blocks = (130 - 64) / 16 = 4.125 (nothing booked by this router yet); active blocks =
+    # 40 + ceil(100 / 16) = 47, new blocks = 130 // 16 - 3 = 5; cost = w x 4.125 + 52
+    assert KVAwarePrecise(RouterParams(1, kv_weight=1.0)).cost(REQ, v) == pytest.approx(4.125 + 52)
+    assert KVAwarePrecise(RouterParams(1, kv_weight=2.5)).cost(REQ, v) == pytest.approx(2.5 * 4.125 + 52)
+
+
+def test_prefill_backlog_is_the_routers_book_until_the_first_token():
+    """Dynamo books a request's uncached tokens on the replica it picks and drops them at its first
+    token: request 7 (160 tokens, 32 cached on replica 0) books 128 tokens there."""
+    router = KVAwarePrecise(RouterParams(2, kv_weight=1.0))
+    views = [Numbers(0, cached=32), Numbers(1, used=100)]
+    assert router.choose(RoutedRequest(7, 0.0, 160, None, None), views) == 0
+    views[0].cached, views[0].prefill_ids = 0, [7]  # 7 routed there, no first token yet
+    # prefill (130 + 128) / 16 = 16.125; decode 0 in use + 130 // 16 new = 8
+    assert router.cost(REQ, views[0]) == pytest.approx(16.125 + 8)
+    views[0].prefill_ids = []  # its first token: out of the book
+    assert router.cost(REQ, views[0]) == pytest.approx(130 / 16 + 8)
+    views[0].prefill_ids = [7]
+    assert router.cost(REQ, views[0]) == pytest.approx(130 / 16 + 8)  # dropped for good
 
 
 def test_dynamos_worked_example():
@@ -97,7 +117,7 @@ def test_approx_router_uses_the_same_units():
     v = Numbers(0, used=7, backlog=16, cached=96, held=2)
     router = KVAwareApprox(RouterParams(1, kv_weight=1.0))
     router._keys = []
-    assert router.cost(REQ, v) == pytest.approx((130 + 16) / 16 + 7 + 1 + 8 - 2)
+    assert router.cost(REQ, v) == pytest.approx(130 / 16 + 7 + 1 + 8 - 2)
 
 
 def test_live_view_counts_the_held_prompt_blocks():

@@ -89,6 +89,10 @@ class LiveView:
         slot.pending_memo = (slot.epoch, total)
         return total
 
+    def prefilling(self) -> list[int]:
+        self.pending_prefill_tokens()  # prunes the list (memoised per state epoch)
+        return self.slot.prefilling
+
     def _growth_blocks(self) -> int:
         """Blocks the run in flight has taken by now, as stepping would have booked them."""
         slot = self.slot

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from sim.core.routing.prefill_book import PrefillBook
 from sim.core.routing.view import ReplicaView, RoutedRequest, outstanding
 from sim.core.tiers.kinds import TIERS
 
@@ -128,19 +129,23 @@ class KVAwarePrecise:
     """Lowest cost = w x prefill blocks + decode blocks, NVIDIA Dynamo's KV router cost in its units
     (lib/llm/src/kv_router/scheduler.rs: logit = overlap_score_weight x potential_prefill_block +
     decode_block; w is `--kv-overlap-score-weight`, default 1). Prefill blocks: the prompt tokens this
-    replica would compute for the request (those its prefix cache lacks) plus its prefill backlog,
-    over the block size (a fraction, as Dynamo's). Decode blocks: Dynamo's potential active blocks,
-    the blocks the replica's outstanding requests hold (in use now plus what its backlog will take)
-    plus this prompt's full blocks that no request there holds (its `new_blocks`: blocks shared
-    with a running request are counted once). The cache is read from the replica's real prefix
-    cache at arrival, evictions included (Dynamo's KV events; llm-d's precise prefix-cache scorer).
-    A block found in a lower KV tier counts as its TIERS entry's hit_cost of a recomputed block."""
+    replica would compute for the request (those its prefix cache lacks) plus the prefill tokens
+    booked to it and not yet done (the router's own book, as Dynamo's: each request's uncached tokens
+    at routing, dropped at its first token), over the block size (a fraction, as Dynamo's). Decode
+    blocks: Dynamo's potential active blocks, the blocks the replica's outstanding requests hold (in
+    use now plus what its backlog will take) plus this prompt's full blocks that no request there
+    holds (its `new_blocks`: blocks shared with a running request are counted once). The cache is
+    read from the replica's real prefix cache at arrival, evictions included (Dynamo's KV events;
+    llm-d's precise prefix-cache scorer). A block found in a lower KV tier counts as its TIERS
+    entry's hit_cost of a recomputed block."""
 
     state_free = False
     uses_kv_weight = True  # w: the registry entry's kv_weighted, the forms' "KV-aware weight w"
 
     def __init__(self, p: RouterParams) -> None:
         self.w = p.kv_weight
+        self.book = PrefillBook()
+        self._uncached: dict[int, float] = {}  # this request's prefill blocks per replica (choose)
 
     def uncached_blocks(self, req: RoutedRequest, v: ReplicaView) -> float:
         """Prompt blocks to compute on this replica, a lower-tier hit counting its tier's hit_cost of one."""
@@ -151,16 +156,16 @@ class KVAwarePrecise:
         missing -= sum(lower.values())
         return (missing + sum(TIERS.lookup(n).hit_cost * t for n, t in lower.items())) / v.block_size
 
-    def decode_blocks(self, req: RoutedRequest, v: ReplicaView, backlog_tokens: int) -> int:
+    def decode_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
         """Blocks its outstanding requests hold or will hold, with this prompt's (Dynamo's
         potential active blocks: active_blocks + new_blocks)."""
         new = req.prompt_tokens // v.block_size - v.held_prompt_blocks(req)
-        return v.used_blocks() + -(-backlog_tokens // v.block_size) + new
+        return v.used_blocks() + -(-v.pending_prefill_tokens() // v.block_size) + new
 
     def cost(self, req: RoutedRequest, v: ReplicaView) -> float:
-        backlog = v.pending_prefill_tokens()
-        prefill = self.uncached_blocks(req, v) + backlog / v.block_size
-        return self.w * prefill + self.decode_blocks(req, v, backlog)
+        uncached = self._uncached[v.index] = self.uncached_blocks(req, v)
+        prefill = uncached + self.book.backlog(v) / v.block_size
+        return self.w * prefill + self.decode_blocks(req, v)
 
     def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int:
         """min over (cost, index) without a key function and a tuple per replica (asked for every
@@ -171,6 +176,7 @@ class KVAwarePrecise:
             c = cost(req, v)
             if c < best_cost or (c == best_cost and v.index < best.index):
                 best, best_cost = v, c
+        self.book.add(best.index, req.id, self._uncached[best.index] * best.block_size)
         return best.index
 
 

@@ -62,6 +62,11 @@ class ReplicaView(Protocol):
         """Leading prompt tokens of `req` found in lower KV tiers, by tier name ({}: no tiers)."""
         ...
 
+    def prefilling(self) -> Sequence[int]:
+        """Ids of the requests routed here that have no first token yet (a router's book of
+        prefill work drops the others: sim/core/routing/prefill_book.py)."""
+        ...
+
     def held_prompt_blocks(self, req: RoutedRequest) -> int:
         """Leading full blocks of `req`'s prompt that its requests hold now (cached and in use, so
         routing it here adds no block for them: Dynamo's active-block dedup)."""
