@@ -53,6 +53,9 @@ def test_the_report_from_a_plan_leads_with_the_answer(drilled):
     answer = page[page.index('id="plan-answer"'):page.index("</section>")]
     assert re.search(r"\d requests/s \([\d.]+-[\d.]+\) per replica under", answer)  # with its 90% interval
     assert "90% interval" in answer
+    assert "re-simulated, the largest rate meeting the SLO with step times x" in answer  # the best row's (sim/plan/rate_interval.py)
+    cells = re.findall(r"<td>([\d.]+-[\d.]+ \((?:re-simulated|first order)\))</td>", answer)
+    assert len(cells) == sum(1 for r in plan["rows"] if r["max_rate_interval"])  # each row names its method
     assert "p99" in answer and "What binds" in answer
     assert f"{TARGET:g} requests/s:" in answer and "replicas =" in answer and "GPUs" in answer
     if row["missed_above"]:

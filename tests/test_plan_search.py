@@ -202,7 +202,8 @@ def test_cli_text_table(capsys):
     assert lines[2].startswith("h100-sxm kv_dtype=bf16") and lines[3].startswith("h100-sxm kv_dtype=fp8")
     assert float(lines[3].split()[2]) > 0 and lines[3].split()[-1] in BINDINGS
     assert lines[-1].startswith("best (lowest $ per hour for 20 requests/s): h100-sxm kv_dtype=")
-    assert lines[-2].startswith("Step times: measured kernels for every row")
+    assert lines[-3].startswith("Step times: measured kernels for every row")
+    assert lines[-2].startswith("90% interval of the best: ") and "re-simulated (step times x" in lines[-2]
 
 
 @pytest.mark.parametrize("workers", [1, 2])

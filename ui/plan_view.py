@@ -26,7 +26,7 @@ from sim.plan.rank import CRITERIA, best_row
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.tier_grid import TIER_FIELDS, swept_tier_fields, tier_grid
 from sim.plan.workload import Workload
-from sim.report.plan_answer import answer_lines, plan_answer, rate_words
+from sim.report.plan_answer import answer_lines, interval_cell, plan_answer, rate_words
 from sim.report.plan_charts import pareto_figure, row_label, varied_fields
 from sim.report.served import BINDING_WORDS
 from sim.report.snapshot import Snapshot
@@ -153,8 +153,7 @@ def plan_table(plan: dict[str, Any]) -> pd.DataFrame:
     rows, varied = plan["rows"], varied_fields(plan["rows"])
     table = pd.DataFrame([{
         "config": row_label(r, varied), "max req/s": r["max_rate_per_s"],
-        "90% interval": (f"{r['max_rate_interval'][0]:.3g}-{r['max_rate_interval'][1]:.3g}"
-                         if r.get("max_rate_interval") else None),
+        "90% interval": interval_cell(r),  # with the method that made it (sim/plan/rate_interval.py)
         "tok/s per GPU": r["tok_s_per_gpu"],
         "tok/s per user": r.get("tok_s_per_user"), "GPUs for target": r.get("gpus_for_target"),
         "$ per M tokens": r.get("cost_per_mtok"), "tiers $ per GPU-h": r.get("tier_usd_per_gpu_hour"),

@@ -47,6 +47,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    "or starts a local one; or a cluster address (ray://head:10001)")
     p.add_argument("--best-by", choices=tuple(CRITERIA), default="cost",
                    help="what 'best' means: lowest $ (default), fewest GPUs for the target, highest requests/s per GPU")
+    p.add_argument("--rate-intervals", choices=("best", "all", "first-order"), default="best",
+                   help="which rows' 90%% rate intervals are re-simulated with every step slower and faster (the "
+                   "search's bracket re-run twice per row; the rest keep the first-order interval, labelled): the rows "
+                   "that are best by some criterion (default), all, or none (docs/PLAN.md)")
     p.add_argument("--json", action="store_true", help="print {rows, best, pareto, ...} as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     validate_configs(configs)
     workers = args.workers if args.workers is not None else max(1, min(len(configs), os.cpu_count() or 1))
     swept = tuple(n for n, v in grid.items() if len(v) > 1 and n not in ALWAYS_SHOWN)
-    options = SearchOptions(slo, args.tolerance, args.target_rate, prices, ALWAYS_SHOWN + swept)
+    options = SearchOptions(slo, args.tolerance, args.target_rate, prices, ALWAYS_SHOWN + swept,
+                            rate_intervals=args.rate_intervals)
     ref = f"synthetic:{args.synthetic.removeprefix('synthetic:')}" if args.synthetic is not None else args.trace
     if args.synthetic is not None and args.trace_format:
         raise CliError("--format applies to --trace files only")
@@ -151,6 +156,10 @@ def format_table(out: dict[str, Any]) -> str:
         lines.append(out["step_times"])
     best = out["best"]
     lines.append(f"best ({best.get('criterion', 'lowest $')}): {labels[best['row']]}" if best else "best: no configuration meets the SLO at any rate")
+    if best and rows[best["row"]].get("max_rate_interval"):  # before the best line, after the step times
+        r = rows[best["row"]]
+        lines.insert(-1, f"90% interval of the best: {r['max_rate_interval'][0]:.4g}-{r['max_rate_interval'][1]:.4g} "
+                     f"req/s, {r.get('rate_interval_source')} ({r.get('rate_interval_note')})")
     return "\n".join(lines)
 
 

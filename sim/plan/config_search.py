@@ -26,13 +26,13 @@ from sim.plan.bracket import largest_passing
 from sim.plan.early_stop import ProbeMissed, simulate_or_stop
 from sim.plan.guided import guided_largest_passing
 from sim.plan.prices import cost_per_mtok, price_for
+from sim.plan.rate_interval import row_fields as rate_interval_fields
 from sim.plan.slo import Slo
 from sim.plan.tier_prices import tier_usd_per_gpu_hour
 from sim.plan.workload import Workload
 from sim.run.deployment import Deployment
 from sim.run.verdict import binding_detail
 from sim.scenario import Scenario
-from sim.timing.intervals import rate_bounds
 
 ALWAYS_SHOWN = ("model", "gpu", "tp", "replicas", "kv_dtype", "allocator", "max_num_seqs")
 
@@ -49,6 +49,7 @@ class SearchOptions:
     early_stop: bool = True  # a probe stops once it must miss (sim.plan.early_stop); False: every probe runs out
     reuse: bool = True  # a configuration's search starts near the previous one's answer (sim.plan.executors chains)
     guided: bool = True  # the next level read off the probes' margins (sim.plan.guided); False: bisection
+    rate_intervals: str = "best"  # which rows' rate intervals are re-simulated (sim.plan.rate_interval.MODES)
 
 
 @dataclass(frozen=True)
@@ -137,7 +138,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     row.update({
         "gpus": gpus,
         "max_rate_per_s": rate,
-        "max_rate_interval": rate_bounds(rate, s.get("interval_method")) if met else None,
+        **rate_interval_fields(workload, dep, options, found.lo, rate, s.get("interval_method"), probe),  # sim.plan.rate_interval
         "interval_method": (s.get("interval_method") or {}).get("method"),
         "level": found.lo,
         "workload": workload.describe(found.lo) if met and found.lo is not None else None,
@@ -167,7 +168,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
 def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str, Any]:
     row: dict[str, Any] = {name: getattr(scenario, name) for name in options.shown}
     row.update({"gpus": fleet_gpus(scenario), "max_rate_per_s": 0.0, "level": None, "workload": None,
-                "max_rate_interval": None, "interval_method": None,
+                "max_rate_interval": None, "rate_interval_source": None, "interval_method": None,
                 "tok_s_per_gpu": 0.0, "tok_s_per_user": None, "gpus_for_target": None,
                 "usd_per_gpu_hour": price_for(scenario.gpu, options.prices), "cost_per_mtok": None,
                 "binding": "does_not_fit", "binding_shares": {}, "slo_met_at_max": False, "capped": False,

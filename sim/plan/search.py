@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sim.plan.config_search import SearchOptions
+from sim.plan.config_search import SearchOptions, probe
 from sim.plan.executors import make_executor
 from sim.plan.one_source import one_source
 from sim.plan.rank import best_row, pareto_rows
+from sim.plan.rate_interval import refine_best
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
 
@@ -54,5 +55,7 @@ def search(workload: Workload, configs: list[Scenario], options: SearchOptions, 
         except KeyboardInterrupt:
             cancelled = True
             ex.cancel()
+    if not cancelled:  # the best rows' rate intervals by replay (sim.plan.rate_interval)
+        refine_best([rows[i] for i in sorted(rows)], workload, options, probe)
     return SearchResult([rows[i] for i in sorted(rows)], options.slo.text(), options.target_rate, cancelled,
                         len(configs), chosen.note, options.tolerance)

@@ -44,9 +44,11 @@ class PlanAnswer:
     load_factor: float | None
     step_times: str
     tolerance: float
-    rate_interval: tuple[float, float] | None = None  # per replica, 90% (sim/timing/intervals.py rate_bounds)
+    rate_interval: tuple[float, float] | None = None  # per replica, 90% (sim/plan/rate_interval.py)
     interval_method: str | None = None
     tiers: str | None = None  # the KV tiers and what they cost per GPU-hour, in words (sim/plan/tier_prices.py)
+    rate_interval_source: str | None = None  # "re-simulated" or "first order" (None: an older snapshot's, first order)
+    rate_interval_note: str | None = None  # how it was made, in words
 
 
 def slo_words(plan: Mapping[str, Any]) -> str:
@@ -83,7 +85,7 @@ def plan_answer(plan: Mapping[str, Any], row: int | None = None) -> PlanAnswer |
                       exact, needed, gpus, low, r.get("workload"), r.get("level"),
                       str(plan.get("step_times") or r.get("step_time_source") or ""), tolerance,
                       _per_replica(r.get("max_rate_interval"), replicas), r.get("interval_method"),
-                      tier_words(r))
+                      tier_words(r), r.get("rate_interval_source"), r.get("rate_interval_note"))
 
 
 def tier_words(r: Mapping[str, Any]) -> str | None:
@@ -132,11 +134,20 @@ def answer_lines(a: PlanAnswer) -> list[str]:
         load = f" (load factor x{a.load_factor:g} of the trace's own rate)" if a.load_factor else ""
         lines.append(f"Workload: {a.workload}{load}.")
     if a.rate_interval is not None:
-        lines.append(f"The range is a 90% interval from the {a.interval_method or 'validated error'} of the step "
-                     "times (docs/CALIBRATION.md, Intervals): the rate scaled by the step-time error, not re-simulated.")
+        lines.append(interval_sentence(a))
     if a.step_times:
         lines.append(a.step_times if a.step_times.startswith("Step times") else f"Step times: {a.step_times}.")
     return lines
+
+
+def interval_sentence(a: PlanAnswer) -> str:
+    """Which method made the answer's range (sim/plan/rate_interval.py): never left to guess."""
+    head = (f"The range is a 90% interval from the {a.interval_method or 'validated error'} of the step times "
+            "(docs/CALIBRATION.md, Intervals): ")
+    if a.rate_interval_source == "re-simulated":
+        return head + f"re-simulated, the largest rate meeting the SLO with {a.rate_interval_note or 'every step slower and faster'}."
+    return head + "first order, the rate scaled by the step-time error, not re-simulated" + (
+        f" ({a.rate_interval_note})." if a.rate_interval_note else ".")
 
 
 def alternatives(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -146,8 +157,17 @@ def alternatives(plan: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"config": row_label(r, varied), "max req/s": r.get("max_rate_per_s"),
              "GPUs for target": r.get("gpus_for_target"), "binds": r.get("binding"),
              "missed above": ", ".join(str(m) for m in r.get("missed_above") or []),
+             "90% interval": interval_cell(r),
              "$ per M tokens": r.get("cost_per_mtok"), "tiers $ per GPU-h": r.get("tier_usd_per_gpu_hour"),
              "step times": r.get("step_time_source")} for r in rows]
+
+
+def interval_cell(r: Mapping[str, Any]) -> str | None:
+    """'3.40-6.22 (re-simulated)': a row's rate interval with the method that made it."""
+    band = r.get("max_rate_interval")
+    if not isinstance(band, list | tuple) or len(band) != 2:
+        return None
+    return f"{float(band[0]):.3g}-{float(band[1]):.3g} ({r.get('rate_interval_source') or 'first order'})"
 
 
 def drilled_row(plan: Mapping[str, Any], scenario: Mapping[str, Any]) -> int | None:

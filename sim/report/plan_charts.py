@@ -35,9 +35,14 @@ def _rate_band(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return dict(type="data", symmetric=False, array=up, arrayminus=down, thickness=1.2, width=4)
 
 
+def _band_words(r: dict[str, Any]) -> str:
+    band = r.get("max_rate_interval")
+    return f" ({band[0]:.3g}-{band[1]:.3g}, {r.get('rate_interval_source') or 'first order'})" if band else ""
+
+
 def pareto_figure(rows: Sequence[dict[str, Any]], pareto: Sequence[dict[str, Any]]) -> go.Figure:
     """x: tokens/s per user (1 / mean TPOT), y: output tokens/s per GPU at the max rate (bars: its 90%
-    interval, sim/timing/intervals.py rate_bounds); colour = binding."""
+    interval, sim/plan/rate_interval.py, the hover names how it was made); colour = binding."""
     varied = varied_fields(rows)
     fig = go.Figure()
     fit = [(i, r) for i, r in enumerate(rows) if r["max_rate_per_s"] > 0 and r["tok_s_per_user"] is not None]
@@ -46,7 +51,7 @@ def pareto_figure(rows: Sequence[dict[str, Any]], pareto: Sequence[dict[str, Any
         fig.add_trace(go.Scatter(
             x=[r["tok_s_per_user"] for _, r in pts], y=[r["tok_s_per_gpu"] for _, r in pts], mode="markers",
             name=f"{binding} binds", marker=dict(size=11, color=BINDING_COLOURS.get(binding, "#6b7280")),
-            text=[f"row {i}: {row_label(r, varied)}<br>{r['max_rate_per_s']:.3g} req/s" for i, r in pts],
+            text=[f"row {i}: {row_label(r, varied)}<br>{r['max_rate_per_s']:.3g} req/s" + _band_words(r) for i, r in pts],
             hovertemplate="%{text}<br>%{x:.1f} tok/s/user, %{y:.0f} tok/s/GPU<extra></extra>",
             error_y=_rate_band([r for _, r in pts])))
     if pareto:

@@ -173,7 +173,8 @@ def fmt_interval(value: float, bounds: list[float] | tuple[float, float] | None,
 def rate_bounds(rate: float, interval_method: Mapping[str, Any] | None, metric: str = "e2e_s") -> list[float] | None:
     """[lo, hi] of a sustainable rate (capacity under an SLO): a real engine slower by exp(hi) serves
     that much less, one faster by exp(lo) that much more (first order: the rate scales with the step
-    time; queueing near the limit is not re-simulated). None without a method."""
+    time; queueing near the limit is not re-simulated: sim/plan/rate_interval.py re-simulates it, and
+    labels where this one is kept). None without a method."""
     bounds = (interval_method or {}).get("log_bounds") if isinstance(interval_method, Mapping) else None
     if not isinstance(bounds, Mapping) or metric not in bounds or not rate > 0:
         return None

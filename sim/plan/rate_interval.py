@@ -1,0 +1,234 @@
+"""The sustainable rate's 90% interval by replay, not by first order.
+
+A run's intervals (sim/timing/intervals.py) bound each latency by exp([lo, hi]) of a log error. The
+rate an SLO allows does not scale like that: the limits are absolute seconds, so an engine 10%
+slower can lose far more than 10% of the rate where an objective sits near its limit on a flat curve
+(TPOT p99 under a memory-bound decode). So the interval is the rate the search's own bracket finds
+for the same configuration with every step time scaled by k = exp(hi) (pessimistic) and exp(lo)
+(optimistic).
+
+One factor for every step, from the E2E log bounds: a replay has one engine, whose steps cannot be
+slow by the TTFT factor for one objective and by the TPOT factor for another. E2E is the metric whose
+error is closest to the step-time error itself: a request's E2E is the time-weighted sum of the
+prefill and decode steps it sees; TPOT sees decode steps only, and TTFT's bound carries the queueing
+error the replay reproduces on its own (taking it would count that amplification twice). It is also
+the bound the first-order interval uses, so the two differ only by what the replay adds.
+
+Scaled step times by the exact time-scaling identity, not by a second knob in the step-time hot
+path: a system whose step times are all x k, fed arrivals x k, runs the very same schedule with every
+time x k (no policy reads the clock: the scheduler, the allocators and the routers act on the order
+of events and on token counts). So "passes S at level L with steps x k" <=> "the original passes S / k
+(every limit divided by k) at level k L", for a trace (level = speed-up) and a synthetic spec alike
+(its gaps are the seed's draws x 1 / rate). The API term is absolute, so the original runs it / k
+(then x k: the same seconds as the scaled system's). Time that is neither a step nor the API term
+breaks the identity: KV moved over links (P/D transfers, KV tier loads and stores) and swap over the
+host link (`identity_blockers`); those rows keep the first-order bound, labelled. The identity holds
+in the engine: tests/test_rate_interval.py runs a calibration profile with every coefficient x k
+(the memory and compute scales of sim/fidelity/calibrate.py, both = k: every step time x k) and finds
+its latencies k x the original's at k x the level.
+
+Cost: two brackets of probes per configuration (a few runs each: each starts at the answer's level,
+where the first order says the scaled system's edge is). `SearchOptions.rate_intervals` picks which
+rows: "best" (default; the rows that are best by any criterion, after the search), "all" or
+"first-order". Every row says which method made its interval (`rate_interval_source`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sim.plan.bracket import largest_passing
+from sim.plan.guided import guided_largest_passing
+from sim.plan.slo import Slo
+from sim.run.deployment import Deployment
+from sim.scenario import Scenario
+from sim.timing.intervals import rate_bounds
+
+RESIMULATED = "re-simulated"
+FIRST_ORDER = "first order"
+MODES = ("best", "all", "first-order")
+FACTOR_METRIC = "e2e_s"
+# sim.plan.config_search.probe(workload, dep, level, slo, early_stop) -> Probe
+Probing = Callable[[Any, Deployment, float, Slo, bool], Any]
+MAX_SPAN = 16.0  # the scaled bracket stays within level / 16 .. level x 16: past that the end is "beyond"
+
+
+class _Beyond(Exception):
+    """The scaled bracket asked for a level past MAX_SPAN of the answer's (the end is open)."""
+
+
+@dataclass(frozen=True)
+class RateInterval:
+    """A row's `max_rate_interval` and how it was made."""
+
+    bounds: list[float] | None
+    source: str | None  # RESIMULATED, FIRST_ORDER, None (no interval)
+    note: str
+    step_factors: tuple[float, float] | None = None  # (optimistic, pessimistic) step-time factors
+    probes: int = 0
+    cpu_s: float = 0.0
+
+    def fields(self) -> dict[str, Any]:
+        """The row keys (module doc)."""
+        return {"max_rate_interval": self.bounds, "rate_interval_source": self.source,
+                "rate_interval_note": self.note,
+                "rate_interval_step_factors": list(self.step_factors) if self.step_factors else None,
+                "rate_interval_probes": self.probes, "rate_interval_cpu_s": round(self.cpu_s, 3)}
+
+
+def step_factors(interval_method: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """(exp(lo), exp(hi)) of the E2E log bounds: the step-time factors of the two ends (module doc)."""
+    bounds = (interval_method or {}).get("log_bounds") if isinstance(interval_method, Mapping) else None
+    if not isinstance(bounds, Mapping) or FACTOR_METRIC not in bounds:
+        return None
+    lo, hi = float(bounds[FACTOR_METRIC][0]), float(bounds[FACTOR_METRIC][1])
+    return (math.exp(lo), math.exp(hi)) if math.isfinite(lo) and math.isfinite(hi) and lo <= hi else None
+
+
+def identity_blockers(scenario: Scenario) -> list[str]:
+    """Times in the scenario that are not step times or the API term (module doc): where the replay
+    at a scaled level would not be the scaled system, so the interval stays first order."""
+    out = []
+    if scenario.pd:
+        out.append("P/D moves KV over a link")
+    if scenario.cpu_tier_gib or scenario.nvme_tier_gib or scenario.remote_tier_gib:
+        out.append("KV tiers load and store over links")
+    if scenario.preemption == "swap" and scenario.swap_space_gib > 0:
+        out.append("swap moves KV over the host link")
+    return out
+
+
+def scaled_slo(slo: Slo, k: float) -> Slo:
+    """Every latency limit divided by k (goodput's fraction unchanged: per request, the same limits)."""
+    return replace(slo, targets=tuple((m, s, limit / k) for m, s, limit in slo.targets))
+
+
+def scaled_deployment(dep: Deployment, k: float) -> Deployment:
+    """The deployment whose API term is / k (the identity's original system, module doc)."""
+    api = dep.cost.api_overhead_s
+    return dep if not api else replace(dep, cost=replace(dep.cost, api_overhead_s=api / k))
+
+
+def full_margin(p: Any, slo: Slo) -> float | None:
+    """The tightest objective's value / limit of a probe that ran out (pass or miss); None if stopped
+    early or with a goodput part. The answer's own level runs out, so a miss there still says how far."""
+    if p.stopped or slo.goodput is not None:
+        return None
+    ratios = [float(v) / limit for m, s, limit in slo.targets
+              if (v := (p.summary.get(f"{m}_s") or {}).get(s)) is not None]
+    return max(ratios) if len(ratios) == len(slo.targets) and ratios else None
+
+
+@dataclass(frozen=True)
+class ScaledEdge:
+    """Where the system with steps x k stops meeting the SLO, as a level of the workload."""
+
+    level: float | None  # the largest level met (None: not even level / MAX_SPAN or the floor)
+    probes: int
+    beyond: bool = False  # met up to level x MAX_SPAN, never missed: `level` is a lower bound
+
+
+def scaled_max_level(workload: Any, dep: Deployment, options: Any, k: float, level: float, probe: Probing) -> ScaledEdge:
+    """The largest level at which the system with steps x k meets the SLO: the original's largest
+    level meeting S / k, / k (module doc). The bracket starts at k x (the first order's answer,
+    level / k) = level, with the search's tolerance, and stays within MAX_SPAN of it. `probe` is the
+    search's own (sim.plan.config_search.probe: one run at one level, passed in: that module calls this one)."""
+    slo_k, dep_k = scaled_slo(options.slo, k), scaled_deployment(dep, k)
+    ran: list[tuple[float, bool]] = []
+
+    def run(lv: float) -> Any:
+        if lv > level * MAX_SPAN:
+            raise _Beyond
+        early = options.early_stop and bool(ran)  # the first runs out: its margin places the next
+        p = probe(workload, dep_k, lv, slo_k, early)
+        ran.append((lv, p.met))
+        return p
+
+    floor = max(workload.min_level, level / MAX_SPAN)
+    try:
+        if options.guided:
+            found = guided_largest_passing(run, lambda p: p.met, lambda p: full_margin(p, slo_k), level,
+                                           options.tolerance, floor, near=True)
+        else:
+            found = largest_passing(run, lambda p: p.met, level, options.tolerance, floor, near=True)
+    except _Beyond:
+        return ScaledEdge(max(lv for lv, ok in ran if ok) / k, len(ran), beyond=True)
+    return ScaledEdge(found.lo / k if found.lo is not None else None, len(ran), beyond=found.capped)
+
+
+def resimulated(workload: Any, dep: Deployment, options: Any, level: float, rate: float,
+                interval_method: Mapping[str, Any] | None, probe: Probing) -> RateInterval:
+    """The row's interval by replay (module doc), or the first-order one, labelled, where the
+    identity does not hold or there is no method."""
+    factors = step_factors(interval_method)
+    blockers = identity_blockers(dep.scenario)
+    if factors is None or blockers or not rate > 0:
+        why = "; ".join(blockers) if blockers else "no interval method"
+        return first_order(rate, interval_method, f"not re-simulated: {why}")
+    start = time.process_time()
+    low, high = (scaled_max_level(workload, dep, options, k, level, probe) for k in (factors[1], factors[0]))
+    probes = low.probes + high.probes
+    ends = [workload.rate(e.level) if e.level is not None else 0.0 for e in (low, high)]
+    note = (f"step times x{factors[1]:.3f} and x{factors[0]:.3f} (E2E 90% log bounds), the search's bracket "
+            f"re-run for each ({probes} runs)")
+    if low.level is None:
+        note += f"; the slower engine misses even at 1/{MAX_SPAN:g} of the rate"
+    if high.beyond:
+        note += f"; the faster engine never missed up to x{MAX_SPAN:g} (the high end is at least this)"
+    return RateInterval(ends, RESIMULATED, note, factors, probes, time.process_time() - start)
+
+
+def first_order(rate: float, interval_method: Mapping[str, Any] | None, why: str) -> RateInterval:
+    """sim.timing.intervals.rate_bounds (the rate / the step-time factor), labelled as such."""
+    bounds = rate_bounds(rate, interval_method, FACTOR_METRIC)
+    if bounds is None:
+        return RateInterval(None, None, "no interval")
+    return RateInterval(bounds, FIRST_ORDER, f"the rate / the step-time factor (queueing near the limit not "
+                        f"re-simulated): {why}", step_factors(interval_method))
+
+
+def row_fields(workload: Any, dep: Deployment, options: Any, level: float | None, rate: float,
+               interval_method: Mapping[str, Any] | None, probe: Probing) -> dict[str, Any]:
+    """The interval keys of one searched row (config_search's hook): by replay under "all", else first
+    order, labelled ("best" re-simulates the best rows after the search: `refine_best`)."""
+    mode = getattr(options, "rate_intervals", "best")
+    if not rate > 0 or level is None:
+        return RateInterval(None, None, "no rate met the SLO").fields()
+    if mode == "all":
+        return resimulated(workload, dep, options, level, rate, interval_method, probe).fields()
+    why = ("only the best rows are re-simulated (sim search --rate-intervals all: every row)" if mode == "best"
+           else "--rate-intervals first-order")
+    return first_order(rate, interval_method, why).fields()
+
+
+def best_rows(rows: list[dict[str, Any]], target_rate: float | None) -> list[int]:
+    """The rows that are best by any criterion (sim.plan.rank.CRITERIA): the page lets one pick."""
+    from sim.plan.rank import CRITERIA, best_row
+
+    out = set()
+    for by in CRITERIA:
+        best = best_row(rows, target_rate, by)
+        if best is not None:
+            out.add(int(best["row"]))
+    return sorted(out)
+
+
+def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: Probing) -> None:
+    """Under "best": the best rows' intervals by replay (module doc), in place, after the search."""
+    from sim.timing.intervals import load_profile_quietly, method_for
+
+    if getattr(options, "rate_intervals", "best") != "best":
+        return
+    for i in best_rows(rows, options.target_rate):
+        r = rows[i]
+        if r.get("rate_interval_source") == RESIMULATED or not r.get("slo_met_at_max") or r.get("level") is None:
+            continue
+        scenario = Scenario.from_dict(r["scenario"])
+        dep = Deployment.resolve(scenario)
+        method = method_for(dep.cost.describe, load_profile_quietly(scenario.profile)).describe()
+        r.update(resimulated(workload, dep, options, float(r["level"]), float(r["max_rate_per_s"]), method,
+                             probe).fields())
