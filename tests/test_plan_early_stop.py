@@ -13,7 +13,7 @@ from sim.core.request import FINISHED, REJECTED, RequestTable
 from sim.plan import early_stop
 from sim.plan.bracket import largest_passing
 from sim.plan.config_search import SearchOptions
-from sim.plan.early_stop import certain_misses
+from sim.plan.early_stop import MissTally, certain_misses
 from sim.plan.executors import chains, groups
 from sim.plan.grid import expand, parse_grid
 from sim.plan.search import search
@@ -59,6 +59,27 @@ def test_a_stop_means_every_completion_misses(n, data, stat):
         final = np.array(known + rest)
         got = final.mean() if stat == "mean" else np.percentile(final, float(stat[1:]))
         assert got > 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(ttfts=st.lists(st.floats(0, 3), min_size=1, max_size=300), data=st.data(),
+       stat=st.sampled_from(["p50", "p90", "p99", "mean"]))
+def test_running_tally_stops_where_the_full_check_does(ttfts, data, stat):
+    """Requests finish in a random order, checked every few: the running totals say 'may stop'
+    exactly when certain_misses stops (quantiles), or at least then (means, confirmed by it)."""
+    slo = parse_slo(f"ttft_{stat}=1")
+    table = table_with([None] * len(ttfts))
+    tally = MissTally(slo, len(ttfts))
+    order = data.draw(st.permutations(range(len(ttfts))))
+    every = data.draw(st.integers(1, 20))
+    for k, i in enumerate(order, 1):
+        table.first_token_s[i] = table.finish_s[i] = ttfts[i]
+        table.status[i] = FINISHED
+        if k % every and k != len(order):
+            continue
+        full = certain_misses(slo, table) is not None
+        may = tally.may_stop(table)
+        assert may == full if stat != "mean" else (may or not full)
 
 
 @pytest.mark.slow
