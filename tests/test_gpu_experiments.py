@@ -26,7 +26,11 @@ def test_capacity_sizes_its_own_pool_and_preempts():
     row = run_experiment("Capacity", sc, RunConfig(offline=True)).iloc[0]
     per_request_blocks = -(-(128 + 8) // 16)
     assert row["num_blocks"] == CAPACITY_FITS * per_request_blocks
-    assert row["preemptions"] > 0 and row["mean_batch"] <= CAPACITY_FITS
+    # A request is admitted on its prompt's 8 blocks and takes a 9th at its first decode token, so up
+    # to 72 // 8 = 9 run at once until the pool runs dry and preemption brings them back; the mean
+    # batch (timed on the real CPU, so it varies run to run) stays at or under that bound.
+    most_resident = row["num_blocks"] // -(-128 // 16)
+    assert row["preemptions"] > 0 and row["mean_batch"] <= most_resident
     assert capacity_budget_gib(sc, 128, 8, 1) * 2**30 == per_request_blocks * 16 * 512
 
 
