@@ -113,3 +113,18 @@ def test_links_keep_the_first_order_labelled():
                          {"log_bounds": {"e2e_s": [-0.1, 0.1]}}, probe)
     assert got.source == ri.FIRST_ORDER and "KV tiers" in got.note and got.probes == 0
     assert got.bounds == pytest.approx([10 * math.exp(-0.1), 10 * math.exp(0.1)])
+
+
+def test_the_answer_run_is_judged_again_not_run_again():
+    """The search's full run at the answer's level serves both ends (judged under S / k): the same
+    interval as running it, one run fewer per end."""
+    w, options = Workload.from_ref(SHAREGPT), SearchOptions(parse_slo("ttft_p99=1"), rate_intervals="first-order")
+    row = search_config(w, Scenario(model="llama-3-8b", gpu="h100-sxm"), options)
+    dep = Deployment.resolve(Scenario.from_dict(row["scenario"]))
+    level, rate, method = row["level"], row["max_rate_per_s"], {"log_bounds": {"e2e_s": [-0.15, 0.15]}}
+    at = probe(w, dep, level, options.slo, False)
+    fresh = ri.resimulated(w, dep, options, level, rate, method, probe)
+    shared = ri.resimulated(w, dep, options, level, rate, method, probe, at)
+    assert shared.bounds == fresh.bounds and shared.source == ri.RESIMULATED
+    assert shared.probes == fresh.probes - 1  # fresh runs the level once (the low end), shared never
+    assert shared.bounds[0] < rate < shared.bounds[1]

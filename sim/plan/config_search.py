@@ -138,7 +138,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     row.update({
         "gpus": gpus,
         "max_rate_per_s": rate,
-        **rate_interval_fields(workload, dep, options, found.lo, rate, s.get("interval_method"), probe),  # sim.plan.rate_interval
+        **rate_interval_fields(workload, dep, options, found.lo, rate, s.get("interval_method"), probe, at),  # sim.plan.rate_interval
         "interval_method": (s.get("interval_method") or {}).get("method"),
         "level": found.lo,
         "workload": workload.describe(found.lo) if met and found.lo is not None else None,

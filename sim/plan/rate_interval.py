@@ -128,24 +128,40 @@ class ScaledEdge:
     """Where the system with steps x k stops meeting the SLO, as a level of the workload."""
 
     level: float | None  # the largest level met (None: not even level / MAX_SPAN or the floor)
-    probes: int
+    probes: int  # runs made (a run shared from elsewhere not counted)
     beyond: bool = False  # met up to level x MAX_SPAN, never missed: `level` is a lower bound
+    at_level: Any = None  # the full run at the answer's level (sim.plan.config_search.Probe), to share
 
 
-def scaled_max_level(workload: Any, dep: Deployment, options: Any, k: float, level: float, probe: Probing) -> ScaledEdge:
+def shareable(at: Any, dep: Deployment, slo: Slo) -> bool:
+    """A full run at the answer's level serves every k when nothing in it depends on k: no API term (it
+    runs / k) and no goodput part (judged per request, which a probe does not keep)."""
+    return at is not None and not at.stopped and not dep.cost.api_overhead_s and slo.goodput is None
+
+
+def scaled_max_level(workload: Any, dep: Deployment, options: Any, k: float, level: float, probe: Probing,
+                     at: Any = None) -> ScaledEdge:
     """The largest level at which the system with steps x k meets the SLO: the original's largest
     level meeting S / k, / k (module doc). The bracket starts at k x (the first order's answer,
     level / k) = level, with the search's tolerance, and stays within MAX_SPAN of it. `probe` is the
-    search's own (sim.plan.config_search.probe: one run at one level, passed in: that module calls this one)."""
+    search's own (sim.plan.config_search.probe: one run at one level, passed in: that module calls this one).
+    `at`: a full run of the original at `level` (the search's answer, or the other end's first run),
+    judged again under S / k instead of running it again where `shareable`."""
     slo_k, dep_k = scaled_slo(options.slo, k), scaled_deployment(dep, k)
     ran: list[tuple[float, bool]] = []
+    first: list[Any] = []
 
     def run(lv: float) -> Any:
         if lv > level * MAX_SPAN:
             raise _Beyond
-        early = options.early_stop and bool(ran)  # the first runs out: its margin places the next
-        p = probe(workload, dep_k, lv, slo_k, early)
-        ran.append((lv, p.met))
+        if not first and lv == level and shareable(at, dep, options.slo):
+            p = replace(at, violations=tuple(slo_k.violations(at.summary)))
+        else:
+            early = options.early_stop and bool(first)  # the first runs out: its margin places the next
+            p = probe(workload, dep_k, lv, slo_k, early)
+            ran.append((lv, p.met))
+        if not first:
+            first.append(p)
         return p
 
     floor = max(workload.min_level, level / MAX_SPAN)
@@ -156,21 +172,24 @@ def scaled_max_level(workload: Any, dep: Deployment, options: Any, k: float, lev
         else:
             found = largest_passing(run, lambda p: p.met, level, options.tolerance, floor, near=True)
     except _Beyond:
-        return ScaledEdge(max(lv for lv, ok in ran if ok) / k, len(ran), beyond=True)
-    return ScaledEdge(found.lo / k if found.lo is not None else None, len(ran), beyond=found.capped)
+        met = [lv for lv, ok in ran if ok] + ([level] if first and first[0].met else [])
+        return ScaledEdge(max(met) / k, len(ran), True, first[0] if first else None)
+    return ScaledEdge(found.lo / k if found.lo is not None else None, len(ran), found.capped,
+                      first[0] if first else None)
 
 
 def resimulated(workload: Any, dep: Deployment, options: Any, level: float, rate: float,
-                interval_method: Mapping[str, Any] | None, probe: Probing) -> RateInterval:
+                interval_method: Mapping[str, Any] | None, probe: Probing, at: Any = None) -> RateInterval:
     """The row's interval by replay (module doc), or the first-order one, labelled, where the
-    identity does not hold or there is no method."""
+    identity does not hold or there is no method. `at`: the search's full run at `level`, if kept."""
     factors = step_factors(interval_method)
     blockers = identity_blockers(dep.scenario)
     if factors is None or blockers or not rate > 0:
         why = "; ".join(blockers) if blockers else "no interval method"
         return first_order(rate, interval_method, f"not re-simulated: {why}")
     start = time.process_time()
-    low, high = (scaled_max_level(workload, dep, options, k, level, probe) for k in (factors[1], factors[0]))
+    low = scaled_max_level(workload, dep, options, factors[1], level, probe, at)  # slower steps: the low end
+    high = scaled_max_level(workload, dep, options, factors[0], level, probe, at or low.at_level)
     probes = low.probes + high.probes
     ends = [workload.rate(e.level) if e.level is not None else 0.0 for e in (low, high)]
     note = (f"step times x{factors[1]:.3f} and x{factors[0]:.3f} (E2E 90% log bounds), the search's bracket "
@@ -192,14 +211,14 @@ def first_order(rate: float, interval_method: Mapping[str, Any] | None, why: str
 
 
 def row_fields(workload: Any, dep: Deployment, options: Any, level: float | None, rate: float,
-               interval_method: Mapping[str, Any] | None, probe: Probing) -> dict[str, Any]:
+               interval_method: Mapping[str, Any] | None, probe: Probing, at: Any = None) -> dict[str, Any]:
     """The interval keys of one searched row (config_search's hook): by replay under "all", else first
     order, labelled ("best" re-simulates the best rows after the search: `refine_best`)."""
     mode = getattr(options, "rate_intervals", "best")
     if not rate > 0 or level is None:
         return RateInterval(None, None, "no rate met the SLO").fields()
     if mode == "all":
-        return resimulated(workload, dep, options, level, rate, interval_method, probe).fields()
+        return resimulated(workload, dep, options, level, rate, interval_method, probe, at).fields()
     why = ("only the best rows are re-simulated (sim search --rate-intervals all: every row)" if mode == "best"
            else "--rate-intervals first-order")
     return first_order(rate, interval_method, why).fields()
