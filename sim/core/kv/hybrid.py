@@ -51,6 +51,9 @@ class HybridPagedAllocator(KVAllocator):
         self._active = np.zeros(size, dtype=bool)
         self._first = [np.zeros(size, dtype=np.int64) for _ in self.managers]
         self._end = [np.zeros(size, dtype=np.int64) for _ in self.managers]
+        self._version = 0  # bumped by every change of the books (allocate, _apply, free)
+        self._grow_memo: tuple[object, int] = (None, 0)  # the last blocks_to_grow question and answer
+        self._drop_memo: tuple[object, int] = (None, 0)  # the same for steps_until_free_rises
 
     # --- sizing --------------------------------------------------------------------------------
     def pages_for(self, num_tokens: int) -> int:
@@ -73,6 +76,7 @@ class HybridPagedAllocator(KVAllocator):
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
             first[req_id], end[req_id] = 0, int(m.blocks_for(num_tokens))
         self._free_pages -= need
+        self._version += 1
         self._ntok[req_id] = num_tokens
         self._active[req_id] = True
         return 0
@@ -122,11 +126,22 @@ class HybridPagedAllocator(KVAllocator):
     def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:
         """Peak pages needed while every request decodes, one token per step, to its new length
         (drops happen at the start of each step); exact up to PEAK_GRID_LIMIT (steps x requests),
-        beyond that the drops are ignored (an upper bound: a run that passes never fails midway)."""
+        beyond that the drops are ignored (an upper bound: a run that passes never fails midway).
+        A decode run asks the same question up to three times (fits, books its peak, grows)
+        with the books unchanged: the last answer is kept until the books change."""
         ids, new = np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
         if ids.size == 0:
             return 0
+        key = (self._version, ids.tobytes(), new.tobytes())
+        if key == self._grow_memo[0]:
+            return self._grow_memo[1]
         self._check_many(ids)
+        need = self._blocks_to_grow(ids, new)
+        self._grow_memo = (key, need)
+        return need
+
+    def _blocks_to_grow(self, ids: np.ndarray, new: np.ndarray) -> int:
+        """blocks_to_grow's answer, computed."""
         n = self._ntok[ids]
         k = int(np.max(new - n))
         if k <= 0:
@@ -151,12 +166,16 @@ class HybridPagedAllocator(KVAllocator):
         ids = np.asarray(req_ids, dtype=np.intp)
         if ids.size == 0:
             return 1 << 62
+        key = (self._version, ids.tobytes())  # asked before a run and again when it is booked
+        if key == self._drop_memo[0]:
+            return self._drop_memo[1]
         n = self._ntok[ids]
         steps = 1 << 62
         for m, first in zip(self.managers, self._first, strict=True):
             at = m.first_drop_computed(first[ids])
             if at is not None:
                 steps = min(steps, int(np.min(np.maximum(at - n, 0))))
+        self._drop_memo = (key, steps)
         return steps
 
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
@@ -178,6 +197,7 @@ class HybridPagedAllocator(KVAllocator):
         self._apply(ids, new, net, firsts, ends)
 
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
+        self._version += 1
         if len(ids) == 1:  # one request: scalar stores are cheaper than fancy indexing
             r = int(ids[0])
             for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
@@ -192,6 +212,7 @@ class HybridPagedAllocator(KVAllocator):
     # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         self._check(req_id)
+        self._version += 1
         self._free_pages += self._held_pages(req_id)
         for first, end in zip(self._first, self._end, strict=True):
             first[req_id] = end[req_id] = 0

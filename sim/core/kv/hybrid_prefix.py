@@ -172,6 +172,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                  prefix_hashes: Sequence[int] | None = None, *, computed_tokens: int = 0) -> int:
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
+        self._version += 1
         self._admit_check(req_id, num_tokens, self._admission_pages(num_tokens, hit, computed_tokens))
         tokens, kept = hit[0], self._kept(hit, computed_tokens)
         for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
@@ -220,11 +221,10 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         net, firsts, ends = super()._step_need(ids, computed, new_tokens)
         return net + self._shared_drops(ids, firsts), firsts, ends
 
-    def blocks_to_grow(self, req_ids, new_num_tokens) -> int:
+    def _blocks_to_grow(self, ids: np.ndarray, new: np.ndarray) -> int:
         """The parent's peak, plus every shared block the run would drop (an upper bound)."""
-        need = super().blocks_to_grow(req_ids, new_num_tokens)
-        ids, new = np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
-        if ids.size == 0 or not any(self._shared):
+        need = super()._blocks_to_grow(ids, new)
+        if not any(self._shared):
             return need
         last = np.where(new > self._ntok[ids], new - 1, self._ntok[ids])
         firsts = [np.maximum(f[ids], m.skipped_blocks(last)) for m, f in zip(self.managers, self._first, strict=True)]
@@ -235,6 +235,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         needs pages a later one frees: (1) register blocks that filled up and release dropped
         ones (cached ones park); (2) blocks filled and left behind within this run are cached
         and parked at once (`_park_new`); (3) take the new blocks that stay."""
+        self._version += 1
         rows = self._moves(ids, new, firsts, ends)
         for g, r, f0, e0, f1, _, keys, full in rows:
             keyed = self._offer(g, r, min(full, e0)) if keys else 0
@@ -273,6 +274,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         self._check(req_id)
+        self._version += 1
         for g in range(len(self.managers)):
             first, end = int(self._first[g][req_id]), int(self._end[g][req_id])
             self._release(g, req_id, first, end, self._nreg[g].get(req_id, 0), reverse=True)  # the tail is evicted first
