@@ -69,3 +69,14 @@ def test_a_simulate_report_states_its_load_factor(samples_dir):
     page = html_report(simulate(trace, Scenario(gpu="rtx-4090", speedup=0.5)), trace="azure_conv_slice.csv")
     assert "Load factor x0.5: the trace&#x27;s arrivals 0.5 times as fast as recorded" in page
     assert 'id="plan-answer"' not in page
+
+
+def test_tier_words_say_where_the_cpu_tier_is_shared():
+    """The CPU tier is sized per replica either way; with the node scope the answer says it is pooled."""
+    from sim.report.plan_answer import tier_words
+
+    row = {"scenario": {"cpu_tier_gib": 64, "nvme_tier_gib": 0}}
+    assert tier_words(row).startswith("KV tiers: CPU 64 GiB per replica; ")
+    node = {"scenario": {"cpu_tier_gib": 64, "cpu_tier_scope": "node"}}
+    assert tier_words(node).startswith("KV tiers: CPU 64 GiB per replica, pooled by the node's replicas; ")
+    assert tier_words({"scenario": {}}) is None

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sim.core.tiers.scope import TIER_SCOPES
 from sim.plan.slo import SloError, parse_slo
 from sim.plan.tier_prices import TIER_USD_PER_GB_MONTH
 from sim.report.plan_charts import row_label, varied_fields
@@ -91,8 +92,10 @@ def plan_answer(plan: Mapping[str, Any], row: int | None = None) -> PlanAnswer |
 def tier_words(r: Mapping[str, Any]) -> str | None:
     """'KV tiers: CPU 1000 GiB per replica; their DRAM and NVMe add $0.410 per GPU-hour ...' (None: no tier)."""
     sc = r.get("scenario") or {}
+    shared = TIER_SCOPES.lookup(str(sc.get("cpu_tier_scope") or "replica")).per_node  # a validated scenario's
+    cpu_per = "replica, pooled by the node's replicas" if shared else "replica"
     sizes = [f"{name} {float(sc.get(field) or 0):g} GiB per {per}" for name, field, per in
-             (("CPU", "cpu_tier_gib", "replica"), ("NVMe", "nvme_tier_gib", "node"), ("remote", "remote_tier_gib", "run"))
+             (("CPU", "cpu_tier_gib", cpu_per), ("NVMe", "nvme_tier_gib", "node"), ("remote", "remote_tier_gib", "run"))
              if float(sc.get(field) or 0) > 0]
     if not sizes:
         return None
