@@ -79,11 +79,11 @@ def test_a_sliding_window_needs_only_the_blocks_it_attends_to():
 
 def test_weighted_tier_evicts_by_pages_least_recent_first():
     t = WeightedLRUTier("cpu", 10)
-    assert t.insert_many([(1, 5), (2, 2), (3, 2)]) == (9, [])
+    assert t.insert_many({1: 5, 2: 2, 3: 2}) == (9, [])
     t.touch(1)
-    assert t.insert_many([(4, 5)]) == (5, [2, 3])  # 9 + 5 > 10: the two least recent go
+    assert t.insert_many({4: 5}) == (5, [2, 3])  # 9 + 5 > 10: the two least recent go
     assert t.lru_order() == [1, 4] and len(t) == 10 and t.peak == 10
-    assert t.insert_many([(9, 11)]) == (0, [9])  # larger than the tier: passes through
+    assert t.insert_many({9: 11}) == (0, [9])  # larger than the tier: passes through
 
 
 @pytest.mark.parametrize("policy, why", [("lmcache", "SupportsHMA"), ("on-eviction", "one KV group")])

@@ -130,7 +130,7 @@ class GroupedTierStack(TierStack):
         for where, _, key in hits.loads:  # a use: most recent now (the tiers keep their copies)
             self.levels[where].lru.touch(key)
         for i, above in enumerate(self.levels):  # promotion through the tiers above (counted, no second transfer)
-            promoted = [(key, pages[g]) for where, g, key in hits.loads if where > i]
+            promoted = {key: pages[g] for where, g, key in hits.loads if where > i}
             if promoted:
                 self._store(above, above.lru.insert_many(promoted)[0], transfer=False)
         ready = self.now
@@ -152,9 +152,10 @@ class GroupedTierStack(TierStack):
         """Blocks the GPU pool just keyed (computed), with their groups: stored into every tier."""
         if self.muted or not self.levels:
             return
-        items = [(key, self.group_pages[g]) for key, g in zip(keys, groups, strict=True)]
+        pages = self.group_pages
+        items = dict(zip(keys, map(pages.__getitem__, groups), strict=True))  # a key once: later copies were touches
         for lv in self.levels:
-            self._store(lv, lv.lru.insert_many(items)[0])  # a WeightedLRUTier: (key, pages) pairs
+            self._store(lv, lv.lru.insert_many(items)[0])  # a WeightedLRUTier: key -> its pages
 
     def on_registered(self, keys: Sequence[int], lo: int, hi: int) -> None:
         raise AssertionError("a per-group pool reports its blocks through on_group_blocks")

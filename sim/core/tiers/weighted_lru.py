@@ -47,28 +47,25 @@ class WeightedLRUTier:
         """A hit: most recently used now."""
         self._keys.move_to_end(key)
 
-    def insert_many(self, new_keys: list[tuple[int, int]]) -> tuple[int, list[int]]:
-        """Store each (key, units) in order (a key already there is only touched; one larger than the
-        whole tier passes through): (units newly stored, keys evicted)."""
+    def insert_many(self, new_keys: dict[int, int]) -> tuple[int, list[int]]:
+        """Store each key with its units, in the dict's order (a key already there is only touched;
+        one larger than the whole tier passes through): (units newly stored, keys evicted)."""
         keys, cap = self._keys, self.capacity_chunks
-        stored, out = 0, []
-        if new_keys and keys.keys().isdisjoint(k for k, _ in new_keys) and max(u for _, u in new_keys) <= cap:
-            before = len(keys)  # the common case (freshly computed blocks): in one C-speed update
-            keys.update(new_keys)
-            if len(keys) - before == len(new_keys):  # no key twice in the run: the same as one at a time
-                stored = sum(u for _, u in new_keys)
-                self.used += stored
-                while self.used > cap:  # the least recent first: the same keys one at a time would evict
-                    old, old_units = keys.popitem(last=False)
-                    self.used -= old_units
-                    out.append(old)
-                self.peak = max(self.peak, self.used)  # as below: units held after the batch
-                self.stored += len(new_keys)
-                self.evicted += len(out)
-                return stored, out
-            for k, _ in new_keys:  # undo, take the slow road
-                keys.pop(k, None)
-        for key, units in new_keys:
+        out: list[int] = []
+        if new_keys and keys.keys().isdisjoint(new_keys) and max(new_keys.values()) <= cap:
+            keys.update(new_keys)  # the common case (freshly computed blocks): one C-speed update
+            stored = sum(new_keys.values())
+            self.used += stored
+            while self.used > cap:  # the least recent first: the same keys one at a time would evict
+                old, old_units = keys.popitem(last=False)
+                self.used -= old_units
+                out.append(old)
+            self.stored += len(new_keys)
+            self.evicted += len(out)
+            self.peak = max(self.peak, self.used)  # as below: units held after the batch
+            return stored, out
+        stored = 0
+        for key, units in new_keys.items():
             if key in keys:
                 keys.move_to_end(key)
                 continue
