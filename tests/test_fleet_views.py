@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from sim.fleet.replay import simulate
-from sim.report.html_report import html_report
+from sim.report.html_report import html_report, human
 from sim.scenario import Scenario
 from sim.trace import synthetic
 from ui.fleet_view import replica_table
@@ -42,6 +42,8 @@ def test_pd_report_names_the_link_and_the_bytes():
     page = html_report(res)
     assert "rdma-200g" in page and "KV moved (GB)" in page and "<td>least-outstanding</td>" in page
     assert len(res.summary["fleet"]["transfers"]) == 20
+    found = res.summary["pd_decode_hit_tokens"]
+    assert f"<th>prompt tokens found on the decode side (not sent)</th><td>{human(found)}</td>" in page
 
 
 def test_compare_presets_for_routing_and_pd():

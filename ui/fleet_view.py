@@ -34,6 +34,7 @@ def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
         if t.get("p50") is not None:
             st.caption(f"P/D over {fleet.get('kv_link')}, decode router {fleet.get('decode_router')}: transfer p50 {t['p50'] * 1e3:.1f} ms, p99 {t['p99'] * 1e3:.1f} ms; "
                        f"{summary.get('pd_waited_for_blocks', 0)} requests waited for decode blocks; "
+                       f"{summary.get('pd_decode_hit_tokens', 0):,} prompt tokens found in the decode side's prefix cache, not sent; "
                        f"{summary.get('gpus')} GPUs. The first token comes from the decode replica (docs/FLEET.md).")
     replicas = fleet.get("replicas") or []
     st.plotly_chart(fleet_charts.routed_bars(replicas), key=f"{key}-routed")

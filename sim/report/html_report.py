@@ -187,7 +187,9 @@ def fleet_section(summary: dict[str, Any]) -> str:
         t = summary.get("kv_transfer_s") or {}
         head += [("KV link", fleet.get("kv_link")), ("decode router", fleet.get("decode_router")), ("KV moved (GB)", f"{summary['kv_transfer_bytes'] / 1e9:,.2f}"),
                  ("transfer p50 / p99 (ms)", "-" if t.get("p50") is None else f"{t['p50'] * 1e3:.1f} / {t['p99'] * 1e3:.1f}"),
-                 ("waited for decode blocks", summary.get("pd_waited_for_blocks")), ("GPUs", summary.get("gpus"))]
+                 ("waited for decode blocks", summary.get("pd_waited_for_blocks")),
+                 ("prompt tokens found on the decode side (not sent)", summary.get("pd_decode_hit_tokens", 0)),
+                 ("GPUs", summary.get("gpus"))]
     cols = ("replica", "routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(human(r.get(c)))}</td>" for c in cols) + "</tr>"
                    for r in fleet.get("replicas") or [])
