@@ -30,9 +30,11 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 _ROOT_KEY = 0x5EED  # parent key of block 0; any fixed int
-# The last keys computed for each (block size, hash block size): every replica of a fleet asks for
-# the same arriving prompt's keys (the router reads each replica's cache), and they are the same.
-_LAST_KEYS: dict[tuple[int, int], tuple[Sequence[int], list[int]]] = {}
+# Keys computed lately, by (id of the prefix_hashes, block size, hash block size), the hashes kept
+# with them (so an id is never reused while its entry lives): a fleet's router reads every replica's
+# cache for the arriving prompt, and its scheduler asks again at admission, after other prompts.
+_RECENT_KEYS: OrderedDict[tuple[int, int, int], tuple[Sequence[int], list[int]]] = OrderedDict()
+RECENT_KEYS_KEPT = 256  # prompts: more than a fleet's queues hold at once; a few MiB of long prompts
 
 
 class TierHooks(Protocol):
@@ -70,7 +72,7 @@ class PrefixCache:
         if prefix_hashes is self._memo_hashes:
             return self._memo_keys
         bs, hb = self.block_size, self.prefix_block_size
-        shared = _LAST_KEYS.get((bs, hb))
+        shared = _RECENT_KEYS.get((id(prefix_hashes), bs, hb))
         if shared is not None and shared[0] is prefix_hashes:
             self._memo_hashes, self._memo_keys = shared
             return shared[1]
@@ -88,7 +90,9 @@ class PrefixCache:
                 parent = hash((parent, *hashes[first : last + 1]))
                 keys.append(parent)
         self._memo_hashes, self._memo_keys = prefix_hashes, keys
-        _LAST_KEYS[bs, hb] = (prefix_hashes, keys)
+        _RECENT_KEYS[id(prefix_hashes), bs, hb] = (prefix_hashes, keys)
+        if len(_RECENT_KEYS) > RECENT_KEYS_KEPT:
+            _RECENT_KEYS.popitem(last=False)
         return keys
 
     # --- lookup and registration ---------------------------------------------------------------
