@@ -86,19 +86,19 @@ def test_tpot_bound_interval_by_replay_is_wider_below_than_first_order():
     assert first_hi > 0
 
 
-def test_search_re_simulates_the_best_rows_and_labels_the_rest():
+def test_search_re_simulates_the_best_row_and_labels_the_rest():
     w = Workload.from_ref(SHAREGPT)
     configs = [Scenario(model="llama-3-8b", gpu="h100-sxm", max_num_seqs=n) for n in (4, 64)]
     result = search(w, configs, SearchOptions(parse_slo("ttft_p99=1")), workers=1)
     best = set(ri.best_rows(result.rows, None))
-    assert best
+    assert len(best) == 1 and result.to_dict()["best"]["row"] in best
     for i, r in enumerate(result.rows):
         if not r["slo_met_at_max"]:
             assert r["max_rate_interval"] is None
         elif i in best:
             assert r["rate_interval_source"] == ri.RESIMULATED and r["rate_interval_probes"] > 0
         else:
-            assert r["rate_interval_source"] == ri.FIRST_ORDER and "only the best rows" in r["rate_interval_note"]
+            assert r["rate_interval_source"] == ri.FIRST_ORDER and "only the best row" in r["rate_interval_note"]
             k_fast, k_slow = r["rate_interval_step_factors"]
             assert r["max_rate_interval"] == pytest.approx([r["max_rate_per_s"] / k_slow, r["max_rate_per_s"] / k_fast])
 

@@ -49,8 +49,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="what 'best' means: lowest $ (default), fewest GPUs for the target, highest requests/s per GPU")
     p.add_argument("--rate-intervals", choices=("best", "all", "first-order"), default="best",
                    help="which rows' 90%% rate intervals are re-simulated with every step slower and faster (the "
-                   "search's bracket re-run twice per row; the rest keep the first-order interval, labelled): the rows "
-                   "that are best by some criterion (default), all, or none (docs/PLAN.md)")
+                   "search's bracket re-run twice per row; the rest keep the first-order interval, labelled): "
+                   "the best row by --best-by (default), all, or none (docs/PLAN.md)")
     p.add_argument("--json", action="store_true", help="print {rows, best, pareto, ...} as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
     workload = Workload.from_ref(ref, args.trace_format)
     callback, bar = progress_bar(len(configs), not args.no_progress and not args.json)
     try:
-        result = search(workload, configs, options, workers=workers, ray=args.ray, progress=callback)
-        result.best_by = args.best_by
+        result = search(workload, configs, options, workers=workers, ray=args.ray, progress=callback,
+                        best_by=args.best_by)
     finally:
         if bar is not None:
             bar.close()

@@ -29,7 +29,7 @@ its latencies k x the original's at k x the level.
 
 Cost: two brackets of probes per configuration (a few runs each: each starts at the answer's level,
 where the first order says the scaled system's edge is). `SearchOptions.rate_intervals` picks which
-rows: "best" (default; the rows that are best by any criterion, after the search), "all" or
+rows: "best" (default; the best row by the search's criterion, after the search), "all" or
 "first-order". Every row says which method made its interval (`rate_interval_source`).
 """
 
@@ -213,36 +213,34 @@ def first_order(rate: float, interval_method: Mapping[str, Any] | None, why: str
 def row_fields(workload: Any, dep: Deployment, options: Any, level: float | None, rate: float,
                interval_method: Mapping[str, Any] | None, probe: Probing, at: Any = None) -> dict[str, Any]:
     """The interval keys of one searched row (config_search's hook): by replay under "all", else first
-    order, labelled ("best" re-simulates the best rows after the search: `refine_best`)."""
+    order, labelled ("best" re-simulates the best row after the search: `refine_best`)."""
     mode = getattr(options, "rate_intervals", "best")
     if not rate > 0 or level is None:
         return RateInterval(None, None, "no rate met the SLO").fields()
     if mode == "all":
         return resimulated(workload, dep, options, level, rate, interval_method, probe, at).fields()
-    why = ("only the best rows are re-simulated (sim search --rate-intervals all: every row)" if mode == "best"
+    why = ("only the best row is re-simulated (sim search --rate-intervals all: every row)" if mode == "best"
            else "--rate-intervals first-order")
     return first_order(rate, interval_method, why).fields()
 
 
-def best_rows(rows: list[dict[str, Any]], target_rate: float | None) -> list[int]:
-    """The rows that are best by any criterion (sim.plan.rank.CRITERIA): the page lets one pick."""
-    from sim.plan.rank import CRITERIA, best_row
+def best_rows(rows: list[dict[str, Any]], target_rate: float | None, by: str = "cost") -> list[int]:
+    """The row that is best by `by` (sim.plan.rank.CRITERIA), as a list (none when nothing fits). One
+    row: a second criterion's best doubled the cost (measured, docs/PLAN.md); the page's other
+    criteria show their best row's first-order interval, labelled."""
+    from sim.plan.rank import best_row
 
-    out = set()
-    for by in CRITERIA:
-        best = best_row(rows, target_rate, by)
-        if best is not None:
-            out.add(int(best["row"]))
-    return sorted(out)
+    best = best_row(rows, target_rate, by)
+    return [] if best is None else [int(best["row"])]
 
 
-def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: Probing) -> None:
-    """Under "best": the best rows' intervals by replay (module doc), in place, after the search."""
+def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: Probing, by: str = "cost") -> None:
+    """Under "best": the best row's interval by replay (module doc), in place, after the search."""
     from sim.timing.intervals import load_profile_quietly, method_for
 
     if getattr(options, "rate_intervals", "best") != "best":
         return
-    for i in best_rows(rows, options.target_rate):
+    for i in best_rows(rows, options.target_rate, by):
         r = rows[i]
         if r.get("rate_interval_source") == RESIMULATED or not r.get("slo_met_at_max") or r.get("level") is None:
             continue

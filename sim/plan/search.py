@@ -38,7 +38,8 @@ class SearchResult:
 
 
 def search(workload: Workload, configs: list[Scenario], options: SearchOptions, *, workers: int = 1,
-           ray: str | None = None, progress: Callable[[int, int], None] | None = None) -> SearchResult:
+           ray: str | None = None, progress: Callable[[int, int], None] | None = None,
+           best_by: str = "cost") -> SearchResult:
     """Every configuration's row, in grid order. Ctrl-C (KeyboardInterrupt) stops the sweep and
     keeps the rows finished so far (`cancelled`). progress(done, total) after each row. Every row is
     timed by one step-time source (sim.plan.one_source: all on the roofline where the tables miss some)."""
@@ -55,7 +56,7 @@ def search(workload: Workload, configs: list[Scenario], options: SearchOptions, 
         except KeyboardInterrupt:
             cancelled = True
             ex.cancel()
-    if not cancelled:  # the best rows' rate intervals by replay (sim.plan.rate_interval)
-        refine_best([rows[i] for i in sorted(rows)], workload, options, probe)
+    if not cancelled:  # the best row's rate interval by replay (sim.plan.rate_interval)
+        refine_best([rows[i] for i in sorted(rows)], workload, options, probe, best_by)
     return SearchResult([rows[i] for i in sorted(rows)], options.slo.text(), options.target_rate, cancelled,
-                        len(configs), chosen.note, options.tolerance)
+                        len(configs), chosen.note, options.tolerance, best_by)
