@@ -76,8 +76,14 @@ class RemoteKV:
         heapq.heappush(self.releases, (t, r))
 
     def next_event_s(self) -> float | None:
-        times = [h[0][0] for h in (self.loading, self.releases) if h]
-        return min(times) if times else None
+        """The earliest load completion or release (None: none). Asked at every step of a fleet's
+        engines, where both heaps are nearly always empty: no list is built for that."""
+        loading, releases = self.loading, self.releases
+        if not loading:
+            return releases[0][0] if releases else None
+        if not releases:
+            return loading[0][0]
+        return min(loading[0][0], releases[0][0])
 
 
 class _SeqLimit(Protocol):
