@@ -39,6 +39,9 @@ def test_default_sweep_is_answered_with_chart_table_and_drill_down():
     assert answer.startswith("Best (lowest $ per million output tokens): ") and "What binds:" in answer
     df = at.dataframe[0].value
     assert len(df) == 4 and set(df["binds"]) <= BINDINGS and (df["max req/s"] > 0).all()
+    methods = [str(c).rsplit("(", 1)[-1] for c in df["90% interval"]]  # each row names how (sim/plan/rate_interval.py)
+    assert methods.count("re-simulated)") == 1 and methods.count("first order)") == 3
+    assert any("re-simulated, the largest rate meeting the SLO with step times x" in m.value for m in at.markdown)
     assert len(at.get("plotly_chart")) >= 2  # the Pareto chart and the drill-down's charts
     pareto = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert pareto["layout"]["xaxis"]["title"]["text"].startswith("tokens/s per user")

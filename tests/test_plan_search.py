@@ -39,6 +39,8 @@ def test_reported_rate_meets_slo_and_115_percent_misses(capsys):
     rate = row["max_rate_per_s"]
     assert row["slo_met_at_max"] and rate > 1
     assert row["workload"].startswith("synthetic:") and f"rate={rate:g}" in row["workload"]
+    assert row["rate_interval_source"] == "re-simulated" and row["rate_interval_probes"] > 0  # --json says how
+    assert row["max_rate_interval"][0] < rate < row["max_rate_interval"][1]
     at_max = run_summary(capsys, row["workload"].removeprefix("synthetic:"))
     assert at_max["ttft_s"]["p99"] <= 1.0
     assert at_max["ttft_s"]["p99"] == pytest.approx(row["ttft_p99_s"])
