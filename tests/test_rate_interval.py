@@ -128,3 +128,30 @@ def test_the_answer_run_is_judged_again_not_run_again():
     assert shared.bounds == fresh.bounds and shared.source == ri.RESIMULATED
     assert shared.probes == fresh.probes - 1  # fresh runs the level once (the low end), shared never
     assert shared.bounds[0] < rate < shared.bounds[1]
+
+
+@pytest.mark.slow
+def test_azure_conversation_70b_tpot_binds_and_the_replay_widens_the_interval(shared_traces):
+    """docs/PLAN.md's measured example: llama-3.1-70b TP4 on h100-sxm, Azure conversation trace, the
+    Plan page's SLO. TPOT p99 binds, so the slower engine loses more than its slowdown."""
+    w = Workload.from_ref(str(shared_traces / "AzureLLMInferenceTrace_conv.csv"))
+    row = search_config(w, Scenario(model="llama-3.1-70b", gpu="h100-sxm", tp=4),
+                        SearchOptions(parse_slo("ttft_p99=2,tpot_p99=0.1"), rate_intervals="all"))
+    rate, (lo, hi) = row["max_rate_per_s"], row["max_rate_interval"]
+    k_fast, k_slow = row["rate_interval_step_factors"]
+    assert row["rate_interval_source"] == ri.RESIMULATED and row["tpot_p99_s"] > 0.09  # near its 0.1 s limit
+    assert lo < 0.97 * rate / k_slow  # measured at 93e9bf5: 3.43 vs 3.70 (rate 4.65)
+    assert hi > rate / k_fast  # 6.20 vs 5.84
+
+
+def test_a_capped_row_is_not_re_simulated():
+    """Met at every rate tried: the rate is a lower bound, so no bracket is re-run (the probe must not run)."""
+    def no_probe(*_args):
+        raise AssertionError("a capped row ran a probe")
+
+    row = {"max_rate_per_s": 5.0, "cost_per_mtok": 1.0, "tok_s_per_gpu": 10.0, "capped": True, "slo_met_at_max": True,
+           "level": 2.0, "scenario": Scenario().to_dict(), "max_rate_interval": [4.0, 6.0],
+           "rate_interval_source": ri.FIRST_ORDER, "rate_interval_note": "first"}
+    ri.refine_best([row], Workload.from_ref(SHAREGPT), SearchOptions(parse_slo("ttft_p99=1")), no_probe)
+    assert row["rate_interval_source"] == ri.FIRST_ORDER and row["max_rate_interval"] == [4.0, 6.0]
+    assert row["rate_interval_note"].startswith("not re-simulated: the SLO was met at every rate tried")

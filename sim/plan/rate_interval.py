@@ -244,6 +244,10 @@ def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: 
         r = rows[i]
         if r.get("rate_interval_source") == RESIMULATED or not r.get("slo_met_at_max") or r.get("level") is None:
             continue
+        if r.get("capped"):  # met at every level tried: the rate is a lower bound, its interval too
+            r["rate_interval_note"] = ("not re-simulated: the SLO was met at every rate tried, so the rate is a lower "
+                                       "bound; " + str(r.get("rate_interval_note") or ""))
+            continue
         scenario = Scenario.from_dict(r["scenario"])
         dep = Deployment.resolve(scenario)
         method = method_for(dep.cost.describe, load_profile_quietly(scenario.profile)).describe()
