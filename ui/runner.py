@@ -25,7 +25,7 @@ from ui.validate_job import Files, Shown
 from ui.work_budget import confirm_large_work, run_work
 
 POLL_S = 0.1
-PROBES_PER_CONFIG = 10  # a search's runs per configuration: ~4 bracketing + ~6 bisection to 2% (sim/plan/bracket.py)
+PROBES_PER_CONFIG = 5  # a search's runs per configuration: 4-6 for a first one, 2-4 reusing a neighbour's answer (sim/plan/guided.py; 25 for 8 in docs/PERFORMANCE.md)
 
 
 @st.cache_resource(show_spinner=False)
