@@ -138,8 +138,12 @@ def test_sibling_chains_pair_up_in_a_snake_while_two_tasks_remain():
                    for (_, a), (_, b) in zip(g, g[1:], strict=False))
     two = expand(Scenario(), parse_grid({"gpu": "h100-sxm,h200", "kv_dtype": "bf16,fp8"}))
     assert [[i for i, _ in g] for g in groups(two)] == [[0, 1], [2, 3]]  # two chains: both cores keep one each
-    mixed = expand(Scenario(), parse_grid({"gpu": "h100-sxm,h200", "tp": "1,2", "kv_dtype": "bf16,fp8,int8"}))
-    assert len(groups(mixed)) == 2 and all(len(g) == 6 for g in groups(mixed))
+    # the CLI's order (gpu before tp): the same pairs, by GPU; chains differing in TP never pair
+    cli = expand(Scenario(), parse_grid({"model": "llama-3.1-70b", "gpu": "h100-sxm,h200", "tp": "4,8",
+                                         "kv_dtype": "bf16,fp8"}))
+    assert [[i for i, _ in g] for g in groups(cli)] == [[0, 1, 5, 4], [2, 3, 7, 6]]
+    by_tp = expand(Scenario(), parse_grid({"tp": "1,2,4,8", "kv_dtype": "bf16,fp8"}))
+    assert [len(g) for g in groups(by_tp)] == [2, 2, 2, 2]
 
 
 @pytest.mark.slow
