@@ -62,12 +62,14 @@ class RunLRU:
         runs, need = self._runs, count
         while need:
             run = runs[0]
-            if run[4] != self._unparks:
-                self._drop_stale(run)
             serial, rb, rk, i, _, tag = run
             take = min(need, len(rb) - i)
+            blocks = rb[i : i + take]
+            if run[4] != self._unparks and not self._claimed.keys().isdisjoint(blocks):
+                self._drop_stale(run)  # a block taken now was unparked since: drop the run's stale entries
+                continue
             if take:
-                out.append((tag, rb[i : i + take], rk[i : i + take]))
+                out.append((tag, blocks, rk[i : i + take]))
             need -= take
             if i + take == len(rb):
                 runs.popleft()
@@ -78,12 +80,11 @@ class RunLRU:
 
     def _drop_stale(self, run: list) -> None:
         """Rewrite the head run without the entries of blocks unparked since it was parked (and
-        forget the notes of its live blocks: their next unpark writes a new one)."""
+        forget the notes of its live blocks: their next unpark writes a new one). Only the blocks
+        an eviction takes are checked first: a stale entry further on waits until it is reached."""
         serial, blocks, keys, i = run[:4]
         claimed = self._claimed
         run[4] = self._unparks
-        if not claimed or claimed.keys().isdisjoint(blocks[i:]):
-            return
         live_b, live_k = [], []
         for b, k in zip(blocks[i:], keys[i:], strict=True):
             at = claimed.get(b)
