@@ -21,8 +21,8 @@ from ui.trace_picker import pick_trace
 
 st.title("Plan: how many users fit, at what cost, and why not more")
 st.caption("For each configuration, the largest arrival rate at which a simulated replay of the workload meets "
-           "every SLO (bisection to 2%), its throughput per GPU and per user, its cost, and the limit that "
-           "binds there (docs/PLAN.md).")
+           "every SLO (found to within 2%, each next rate read off how close the last runs came), its throughput per "
+           "GPU and per user, its cost, and the limit that binds there (docs/PLAN.md).")
 st.subheader("1. Workload: a trace of your traffic")  # the first hour's path: trace, model and GPUs, SLOs, answer
 trace = pick_trace("main")
 if trace is not None:
