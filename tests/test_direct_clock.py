@@ -1,10 +1,12 @@
-"""A single replica runs without SimPy (engine.DirectClock): the very same frames and summary as
-the same engine process run on a simpy.Environment, including an idle replica and tiny pools."""
+"""A single replica runs without SimPy (engine.DirectClock) and with lazy token counts
+(Scheduler.lazy_computed): the very same frames, summary and final table as the same engine process
+run on a simpy.Environment with eager counts, including an idle replica and tiny pools."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -37,6 +39,8 @@ def test_direct_clock_gives_simpys_results(rate, changes):
     direct.run()
     on_simpy(simpy_run)
     assert isinstance(direct.env, DirectClock) and direct.env.now == simpy_run.env.now > 0
+    for col in ("computed", "generated", "status"):  # lazy token counts (one replica) settled at close
+        np.testing.assert_array_equal(getattr(direct.s.table, col), getattr(simpy_run.s.table, col))
     a, b = direct.result("t", 0.0), simpy_run.result("t", 0.0)
     pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
     pd.testing.assert_frame_equal(a.steps, b.steps, check_exact=True)

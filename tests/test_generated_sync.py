@@ -51,3 +51,52 @@ def test_generated_is_the_tokens_sampled(mode, sync_every_step):
     np.testing.assert_array_equal(t.generated, t.output)  # written as each one finished
     np.testing.assert_array_equal(sampled, t.output)
     assert sched.num_preemptions > 0 and (compared > 100 or not sync_every_step)
+
+
+@pytest.mark.parametrize(("mode", "chunked"), [("recompute", True), ("swap", True), ("recompute", False)])
+def test_lazy_computed_scheduler_matches_the_eager_one(mode, chunked):
+    """Scheduler.lazy_computed (the single-replica replay's mode: a tracked batch's steps write no
+    per-member array, computed is entered minus the batch's clock) makes the very same plans,
+    finishes and, once settled, the same table as the eager scheduler, step for step."""
+    rng = np.random.default_rng(23)
+    n = 60
+    prompts, outputs = rng.integers(1, 150, n), rng.integers(1, 120, n)
+    cfg = SchedulerConfig(max_num_seqs=10, max_batched_tokens=96 if chunked else 256, preemption=mode,
+                          swap_space_bytes=600, chunked_prefill=chunked)  # unchunked: every prompt fits the budget
+    eager, lazy = (Scheduler(RequestTable.create(np.zeros(n), prompts, outputs), PagedAllocator(40, 16, 1), cfg)
+                   for _ in range(2))
+    lazy.lazy_computed = True
+    now, arrived, settled = 0.0, 0, 0
+    while arrived < n or eager.has_work:
+        for _ in range(int(rng.integers(0, 3))):
+            if arrived < n:
+                eager.add_request(arrived)
+                lazy.add_request(arrived)
+                arrived += 1
+        k = eager.decode_run_limit() if rng.random() < 0.6 else 0
+        assert not k or lazy.decode_run_limit() == k
+        if k:
+            j = int(rng.integers(1, k + 1))
+            now += j
+            assert eager.advance_decode(j, now) == lazy.advance_decode(j, now)
+        else:
+            a, b = eager.schedule(now), lazy.schedule(now)
+            now += 1.0
+            assert (a is None) == (b is None)
+            if a is None:
+                continue
+            assert a.decode_ids.tolist() == b.decode_ids.tolist() and a.prefill_ids == b.prefill_ids
+            assert a.decode_context.tolist() == b.decode_context.tolist()  # true K/V counts, lazy or not
+            assert a.step_shape() == b.step_shape() and a.preempted == b.preempted
+            assert eager.complete_step(a, now) == lazy.complete_step(b, now)
+        assert eager.running == lazy.running and eager.peak_used_blocks == lazy.peak_used_blocks
+        if rng.random() < 0.15:  # settling releases the batch (the next step rebuilds it): compare the tables
+            lazy.settle()
+            eager.sync_generated()
+            for col in ("computed", "generated", "status", "finish_s", "first_token_s"):
+                np.testing.assert_array_equal(getattr(eager.t, col), getattr(lazy.t, col), err_msg=col)
+            settled += 1
+    lazy.settle()
+    for col in ("computed", "generated", "status", "finish_s", "first_token_s", "preemptions"):
+        np.testing.assert_array_equal(getattr(eager.t, col), getattr(lazy.t, col), err_msg=col)
+    assert (lazy.t.status == FINISHED).all() and settled > 5 and lazy.num_preemptions == eager.num_preemptions > 0

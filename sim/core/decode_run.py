@@ -107,20 +107,28 @@ class DecodeBatch:
     context: int  # summed K/V tokens of the members (cost model input)
     clock: int  # decode steps this batch (and the batches it grew from) has taken
     finishes: list[tuple[int, int]]  # heap; shared with the batch it is carried into
+    # Lazy `computed` too (the single-replica replay only: nothing outside the scheduler reads the
+    # table mid-run there): a member's table entry is its computed minus `clock`, written true
+    # when it leaves or the batch is released (`release`), so a step writes no per-member array.
+    lazy: bool = False
 
     @classmethod
-    def of(cls, run: np.ndarray, remaining: list[int], context: int) -> DecodeBatch:
+    def of(cls, run: np.ndarray, remaining: list[int], context: int, lazy: bool = False) -> DecodeBatch:
         heap = list(zip(remaining, run.tolist(), strict=True))
         heapq.heapify(heap)
-        return cls(run, context, 0, heap)
+        return cls(run, context, 0, heap, lazy)
 
     @classmethod
-    def from_table(cls, t: RequestTable, run: np.ndarray) -> DecodeBatch | None:
+    def from_table(cls, t: RequestTable, run: np.ndarray, lazy: bool = False) -> DecodeBatch | None:
         """The batch of `run` if every member is decoding now, else None."""
         c, g = t.computed[run], t.generated[run]
         if not run.size or not _all(t.prompt[run] + g - c == 1) or not _all(g >= 1):
             return None
-        return cls.of(run, (t.output[run] - g).tolist(), int(_sum(c)))
+        return cls.of(run, (t.output[run] - g).tolist(), int(_sum(c)), lazy)
+
+    def offset(self) -> int:
+        """What the table's `computed` of a member lacks now (0 unless lazy)."""
+        return self.clock if self.lazy else 0
 
     @property
     def min_remaining(self) -> int:
@@ -153,24 +161,35 @@ class DecodeBatch:
         it stops tracking the batch (or a reader asks: Scheduler.sync_generated)."""
         run = self.run
         if run.size:
-            t.generated[run] = t.computed[run] - t.prompt[run] + 1
+            t.generated[run] = t.computed[run] + self.offset() - t.prompt[run] + 1
+
+    def release(self, t: RequestTable) -> None:
+        """The scheduler stops tracking this batch: its members' computed and generated written true."""
+        run, off = self.run, self.offset()
+        if run.size and off:
+            t.computed[run] += off
+            self.lazy = False  # written: no longer offset
+        self.write_generated(t)
 
     def carried(self, run: np.ndarray, context: int) -> DecodeBatch:
         """This batch after some members left: `run` the rest, `context` their summed K/V."""
-        return DecodeBatch(run, context, self.clock, self.finishes)
+        return DecodeBatch(run, context, self.clock, self.finishes, self.lazy)
 
 
 def joined(batch: DecodeBatch | None, t: RequestTable, run: np.ndarray, prefill_ids: list[int],
-           prefill_end: list[int]) -> DecodeBatch:
+           prefill_end: list[int], lazy: bool = False) -> DecodeBatch:
     """The decode batch after a step in which `batch` (None: there was none) decoded and every
-    prefill (appended to `run` in this order) finished its prompt: all of `run` now decode."""
+    prefill (appended to `run` in this order) finished its prompt: all of `run` now decode
+    (a lazy batch's joiners are entered at computed minus its clock: DecodeBatch.lazy)."""
     ctx = sum(prefill_end)
     if batch is None:
-        return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in prefill_ids], ctx)
-    heap, clock = batch.finishes, batch.clock
+        return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in prefill_ids], ctx, lazy)
+    heap, clock, off = batch.finishes, batch.clock, batch.offset()
     for r in prefill_ids:
         heapq.heappush(heap, (clock + int(t.output[r] - t.generated[r]), r))
-    return DecodeBatch(run, batch.context + ctx, clock, heap)
+        if off:
+            t.computed[r] -= off
+    return DecodeBatch(run, batch.context + ctx, clock, heap, batch.lazy)
 
 
 # --- the continuous-batching scheduler's side: how far, and the k steps applied -----------------
@@ -265,23 +284,26 @@ def grow(sched: DecodeRunHost, k: int) -> None:
     t, alloc = sched.t, sched.alloc
     run = sched.running_ids()
     batch = sched.decode_batch()  # before the table moves on: it is advanced below
+    off = batch.offset() if batch is not None else 0
     if alloc.steps_until_free_rises(run) < k:  # blocks come back inside the run: it may peak before its end
-        _grow_past_releases(sched, run, k)
+        _grow_past_releases(sched, run, k, off)
     else:
         alloc.grow_by(run, k)
     sched.peak_used_blocks = max(sched.peak_used_blocks, alloc.num_used_blocks)
-    t.computed[run] += k
-    if batch is not None:
-        batch.advance(k)  # its members' generated follows computed (DecodeBatch)
-    else:
+    if batch is None:
+        t.computed[run] += k
         t.generated[run] += k
+        return
+    if not batch.lazy:
+        t.computed[run] += k
+    batch.advance(k)  # its members' generated (and a lazy batch's computed) follow the clock (DecodeBatch)
 
 
-def _grow_past_releases(sched: DecodeRunHost, run: np.ndarray, k: int) -> None:
+def _grow_past_releases(sched: DecodeRunHost, run: np.ndarray, k: int, offset: int) -> None:
     """grow_by(run, k) for a run in which sliding or chunked groups give blocks back, booking the
     peak of blocks in use over its steps, as stepping would see it: blocks_to_grow is that peak
     (exactly for up to PEAK_GRID_LIMIT steps x requests, so longer runs grow in pieces)."""
-    alloc, computed = sched.alloc, sched.t.computed[run]
+    alloc, computed = sched.alloc, sched.t.computed[run] + offset
     piece = max(1, PEAK_GRID_LIMIT // run.size)
     done = 0
     while done < k:

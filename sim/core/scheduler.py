@@ -105,6 +105,9 @@ class Scheduler(interfaces.Scheduler):
         self.prefix_hits = 0
         self.peak_used_blocks = 0
         self._decode_batch: DecodeBatch | None = None
+        # Decode batches keep `computed` lazily too (DecodeBatch.lazy): only where nothing outside
+        # this scheduler reads the table mid-run (the single-replica replay sets it; settle() at the end).
+        self.lazy_computed = False
         self.remote = RemoteKV()  # requests whose KV arrives from elsewhere (sim/core/remote_kv.py)
         self.tiers: TierStack | None = None  # KV tiers below the GPU pool (sim/core/tiers/)
 
@@ -133,7 +136,7 @@ class Scheduler(interfaces.Scheduler):
         if batch is not None and batch.run is run:
             return batch
         self._drop_batch()
-        self._decode_batch = DecodeBatch.from_table(self.t, run)
+        self._decode_batch = DecodeBatch.from_table(self.t, run, self.lazy_computed)
         return self._decode_batch
 
     def sync_generated(self) -> None:
@@ -146,11 +149,17 @@ class Scheduler(interfaces.Scheduler):
             batch.write_generated(self.t)
 
     def _drop_batch(self) -> None:
-        """Stop tracking the decode batch: its members' `generated` written first (sync_generated)."""
+        """Stop tracking the decode batch: its members' `generated` (and a lazy batch's
+        `computed`) written first (DecodeBatch.release)."""
         batch = self._decode_batch
         if batch is not None:
-            batch.write_generated(self.t)
+            batch.release(self.t)
             self._decode_batch = None
+
+    def settle(self) -> None:
+        """Make the table's `computed` and `generated` true for every request (the decode batch is
+        released; the next step rebuilds it from the table): for readers after a lazy run."""
+        self._drop_batch()
 
     def add_request(self, r: int) -> None:
         self.t.status[r] = WAITING
@@ -199,6 +208,8 @@ class Scheduler(interfaces.Scheduler):
             batch = self.decode_batch() if run.size <= budget else None
             if batch is not None and self.alloc.fits_growth(run, 1):
                 c = t.computed[run]
+                if batch.lazy and batch.clock:
+                    c = c + batch.clock
                 self.alloc.grow_by(run, 1)
                 plan.decode_ids, plan.decode_context, plan.decode_kv = run, c, batch.context
                 budget -= run.size
@@ -369,14 +380,7 @@ class Scheduler(interfaces.Scheduler):
         t = self.t
         d = plan.decode_ids
         batch = self._decode_batch if self._decode_batch is not None and d is self._decode_batch.run else None
-        if batch is None:
-            self._drop_batch()  # e.g. swapped-out requests resumed beside it: every decoder stepped alike below
-        if d.size:
-            t.computed[d] += 1
-            if batch is not None:
-                batch.advance(1)  # its members' generated follows computed (sync_generated)
-            else:
-                t.generated[d] += 1
+        self._step_decoders(d, batch)
         all_done = not plan.preempted and (batch is not None or len(self.running) == len(plan.prefill_ids))
         for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):
             if t.status[r] != RUNNING:  # preempted later in the same step (not possible today)
@@ -391,10 +395,26 @@ class Scheduler(interfaces.Scheduler):
                 all_done = False
         if plan.prefill_ids:
             if all_done:
-                self._decode_batch = decode_run.joined(batch, t, self.running_ids(), plan.prefill_ids, plan.prefill_end)
+                self._decode_batch = decode_run.joined(batch, t, self.running_ids(), plan.prefill_ids, plan.prefill_end,
+                                                       self.lazy_computed)
             else:
                 self._drop_batch()
         return self._finish_done(t_end)
+
+    def _step_decoders(self, d: np.ndarray, batch: DecodeBatch | None) -> None:
+        """The decoders of a step computed one token and sampled the next: in the table, or on the
+        tracked batch's clock (its members' generated, and a lazy batch's computed, follow it)."""
+        t = self.t
+        if batch is None:
+            self._drop_batch()  # e.g. swapped-out requests resumed beside it: every decoder stepped alike below
+            if d.size:
+                t.computed[d] += 1
+                t.generated[d] += 1
+            return
+        if d.size:
+            if not batch.lazy:
+                t.computed[d] += 1
+            batch.advance(1)
 
     def _finish_done(self, t_end: float) -> list[int]:
         t = self.t
@@ -431,9 +451,11 @@ class Scheduler(interfaces.Scheduler):
         done = batch.leave(self.running)
         if not done:
             return []
-        t, context = self.t, batch.context
+        t, context, off = self.t, batch.context, batch.offset()
         for r in done:  # running order: frees happen in this order
             t.generated[r] = t.output[r]  # its last token (the batch's steps add to computed only)
+            if off:
+                t.computed[r] += off  # a lazy batch's member leaves: its true count
             t.finish_s[r] = t_end
             t.status[r] = FINISHED
             context -= int(t.computed[r])

@@ -287,6 +287,9 @@ class Simulation:
 
     def close(self, end: float) -> None:
         """The run is over at `end`: last metrics sample and a final progress report."""
+        for rep in self.s.replicas:
+            if isinstance(rep.sched, Scheduler):
+                rep.sched.settle()  # the table's token counts true for whoever reads it next
         self.rec.finish(end, self.gauges())
         if self.progress is not None:
             self.progress(min(self.n_done / max(len(self.s.table), 1), 1.0))
@@ -400,6 +403,8 @@ class Simulation:
     def run(self) -> None:
         reps = self.s.replicas
         if len(reps) == 1:  # nothing to interleave: the engine's timeouts summed in a plain loop
+            if isinstance(reps[0].sched, Scheduler):  # and nobody reads the table mid-run
+                reps[0].sched.lazy_computed = True
             clock = DirectClock()
             self.env = clock  # type: ignore[assignment]  # the part of simpy.Environment the engine uses
             clock.drive(self.engine(reps[0]))
