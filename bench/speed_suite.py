@@ -13,6 +13,13 @@ than wall time. Reported per case: CPU seconds, simulated seconds, speed = simul
 
 `make bench` runs it with --compare. To add a case (fleets, tiers), append a Case to CASES: its
 `scenario` holds Scenario fields, its `trace` a shared-trace file name or "synthetic:SPEC".
+
+Machines differ, and so does one shared VM from day to day (the same commit measured 1.3 s and
+3.9 s of CPU for azure_conv two days apart). So every run also times a fixed reference workload
+(`reference_cpu_s`: the interpreter and small-numpy work a replay is made of) in its own child, and
+the table records it. `--compare` scales the last table's CPU seconds by the ratio of the two
+references before flagging, so a slower day is not read as a slower commit (and a faster day does
+not hide a slowdown). A target in x real time still needs the baseline re-run beside the change.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ TRACES = Path(os.environ.get("KVSIM_SHARED_TRACES") or next(
 DOC = ROOT / "docs" / "PERFORMANCE.md"
 BEGIN, END = "<!-- speed-suite:begin -->", "<!-- speed-suite:end -->"
 SLOWER = 0.10  # a case more than 10% slower (CPU s) than the last table is flagged
+REF_RE = re.compile(r"reference workload ([\d.]+) s CPU")
 
 
 @dataclass(frozen=True)
@@ -93,11 +101,58 @@ def run_case(case: Case) -> dict[str, Any]:
             "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
+def reference_cpu_s(repeats: int = 5) -> float:
+    """CPU seconds of a fixed workload shaped like a replay's (objects, dicts, lists, bisect, small
+    numpy arrays), the least of `repeats` runs: the machine's speed for this kind of code today."""
+    import bisect
+
+    import numpy as np
+
+    class Req:
+        __slots__ = ("rid", "computed", "blocks")
+
+        def __init__(self, rid: int) -> None:
+            self.rid, self.computed, self.blocks = rid, 0, []
+
+    def once() -> None:
+        reqs = [Req(i) for i in range(256)]
+        index: dict[int, int] = {}
+        ends: list[float] = []
+        tokens = np.arange(32, dtype=np.int64)
+        for step in range(240_000):
+            r = reqs[step & 255]
+            r.computed += 1
+            if r.computed % 16 == 0:
+                r.blocks.append(step)
+                index[step] = r.rid
+                if len(index) > 4096:
+                    index.pop(next(iter(index)))
+            bisect.insort(ends, (step * 7919) % 1000 / 7.0)
+            if len(ends) > 64:
+                ends.pop(0)
+            if step % 8 == 0:
+                tokens += 1
+                int((tokens // 16).sum())
+
+    best = float("inf")
+    for _ in range(repeats):
+        c0 = time.process_time()
+        once()
+        best = min(best, time.process_time() - c0)
+    return best
+
+
 def run_in_child(case: Case) -> dict[str, Any]:
     out = subprocess.run([sys.executable, __file__, "--child", case.name], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"case": case.name, "error": (out.stderr.strip().splitlines() or ["failed"])[-1]}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def reference_in_child() -> float:
+    """The reference workload in a fresh process, as every case runs."""
+    out = subprocess.run([sys.executable, __file__, "--child", "reference"], capture_output=True, text=True, check=True)
+    return float(json.loads(out.stdout.strip().splitlines()[-1])["reference_cpu_s"])
 
 
 def machine() -> str:
@@ -118,9 +173,10 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def table(rows: list[dict[str, Any]], note: str) -> str:
+def table(rows: list[dict[str, Any]], note: str, ref_s: float) -> str:
     head = [f"Speed suite (bench/speed_suite.py), commit {commit()}, {time.strftime('%Y-%m-%d', time.gmtime())}; "
-            f"machine: {machine()}." + (f" {note}" if note else ""), "",
+            f"machine: {machine()}; reference workload {ref_s:.3f} s CPU."
+            + (f" {note}" if note else ""), "",
             "| case | what | requests | CPU s | simulated s | x real time (CPU) | steps | peak RSS MiB |",
             "|---|---|---:|---:|---:|---:|---:|---:|"]
     by_name = {c.name: c for c in CASES}
@@ -134,29 +190,38 @@ def table(rows: list[dict[str, Any]], note: str) -> str:
     return "\n".join(head)
 
 
-def last_table(text: str) -> dict[str, float]:
-    """Case -> CPU s from the table between the markers in PERFORMANCE.md ({} if none)."""
+def last_table(text: str) -> tuple[dict[str, float], float | None]:
+    """Case -> CPU s from the table between the markers in PERFORMANCE.md ({} if none), and the
+    reference workload's CPU s that table was measured at (None for a table from before it)."""
     if BEGIN not in text:
-        return {}
+        return {}, None
     block = text.split(BEGIN, 1)[1].split(END, 1)[0]
     out = {}
     for line in block.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 8 and re.fullmatch(r"[\d.,]+", cells[3]):
             out[cells[0]] = float(cells[3].replace(",", ""))
-    return out
+    ref = REF_RE.search(block)
+    return out, float(ref.group(1)) if ref else None
 
 
-def slower(rows: list[dict[str, Any]], before: dict[str, float]) -> list[str]:
-    """One line per case more than SLOWER slower than `before` (CPU seconds)."""
-    return [f"{r['case']}: {r['cpu_s']:.2f} s CPU vs {before[r['case']]:.2f} s in the last table "
-            f"(+{100 * (r['cpu_s'] / before[r['case']] - 1):.0f}%)"
-            for r in rows if "error" not in r and r["case"] in before and r["cpu_s"] > before[r["case"]] * (1 + SLOWER)]
+def slower(rows: list[dict[str, Any]], before: dict[str, float], scale: float = 1.0) -> list[str]:
+    """One line per case more than SLOWER slower than `before` (CPU seconds) x `scale` (this run's
+    reference workload over the last table's: how much slower the machine itself is today)."""
+    lines = []
+    for r in rows:
+        if "error" in r or r["case"] not in before:
+            continue
+        expected = before[r["case"]] * scale
+        if r["cpu_s"] > expected * (1 + SLOWER):
+            lines.append(f"{r['case']}: {r['cpu_s']:.2f} s CPU vs {expected:.2f} s expected from the last table "
+                         f"({before[r['case']]:.2f} s x machine factor {scale:.2f}; +{100 * (r['cpu_s'] / expected - 1):.0f}%)")
+    return lines
 
 
-def write(rows: list[dict[str, Any]], note: str) -> None:
+def write(rows: list[dict[str, Any]], note: str, ref_s: float) -> None:
     text = DOC.read_text()
-    block = f"{BEGIN}\n{table(rows, note)}\n{END}"
+    block = f"{BEGIN}\n{table(rows, note, ref_s)}\n{END}"
     if BEGIN in text:
         text = text.split(BEGIN, 1)[0] + block + text.split(END, 1)[1]
     else:
@@ -173,6 +238,9 @@ def main() -> int:
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     by_name = {c.name: c for c in CASES}
+    if args.child == "reference":
+        print(json.dumps({"reference_cpu_s": reference_cpu_s()}))
+        return 0
     if args.child:
         print(json.dumps(run_case(by_name[args.child])))
         return 0
@@ -181,19 +249,25 @@ def main() -> int:
     if unknown:
         print(f"speed_suite: unknown case(s) {', '.join(unknown)}; cases: {', '.join(by_name)}", file=sys.stderr)
         return 2
+    ref_s = reference_in_child()
+    print(json.dumps({"reference_cpu_s": ref_s}), flush=True)
     rows = []
     for name in names:
         rows.append(run_in_child(by_name[name]))
         print(json.dumps(rows[-1]), flush=True)
-    print(table(rows, args.note))
+    print(table(rows, args.note, ref_s))
     code = 0
     if args.compare:
-        flagged = slower(rows, last_table(DOC.read_text()))
+        before, before_ref = last_table(DOC.read_text())
+        scale = ref_s / before_ref if before_ref else 1.0
+        if not before_ref:
+            print("note: the last table has no reference workload; CPU seconds compared as they are")
+        flagged = slower(rows, before, scale)
         for line in flagged:
             print(f"SLOWER: {line}")
         code = 1 if flagged else 0
     if args.write:
-        write(rows, args.note)
+        write(rows, args.note, ref_s)
     return code
 
 
