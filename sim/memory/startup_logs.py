@@ -57,6 +57,8 @@ class StartupLog:
     max_model_len: int | None = None
     notes: str = ""
     excluded: str = ""  # why the row is shown but left out of the error statistics ("" = counted)
+    # found after the model was last changed: when, and kvsim's num_gpu_blocks then (recorded before any change)
+    held_out: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,12 @@ def check(log: StartupLog) -> PoolCheck:
     return PoolCheck(log, prof, _measured_blocks(log, prof.bytes_per_block, len(layout.groups) == 1), terms)
 
 
-def summary(checks: list[PoolCheck]) -> dict[str, Any]:
+def summary(checks: list[PoolCheck], held_out: bool | None = None) -> dict[str, Any]:
     """Median and worst |error| on num_gpu_blocks over the counted rows with a pool, and on available
-    GiB over all counted rows (rows with `excluded` set are shown, not counted)."""
+    GiB over all counted rows (rows with `excluded` set are shown, not counted); `held_out` True/False
+    restricts to the rows found after / before the model's last change."""
+    if held_out is not None:
+        checks = [c for c in checks if bool(c.log.held_out) == held_out]
     counted = [c for c in checks if not c.log.excluded]
     errs = [abs(c.error) for c in counted if c.error is not None]
     gib = [abs(c.available_error_gib) for c in counted]
@@ -155,6 +160,14 @@ def summary(checks: list[PoolCheck]) -> dict[str, Any]:
             "worst_abs_available_gib": max(gib, default=None)}
 
 
+def _summary_line(label: str, s: dict[str, Any]) -> str:
+    if not s["rows_with_pool"]:
+        return f"{label}: no rows"
+    return (f"{label}: {s['rows']} logs ({s['excluded']} not counted), {s['rows_with_pool']} counted with a pool: "
+            f"median |error| {s['median_abs_error']:.2%}, worst {s['worst_abs_error']:.2%}; available memory median "
+            f"|error| {s['median_abs_available_gib']:.2f} GiB, worst {s['worst_abs_available_gib']:.2f} GiB")
+
+
 def table(checks: list[PoolCheck]) -> str:
     head = (f"{'row':36} {'vLLM':7} {'GPU':10} {'TP':>2} {'measured':>9} {'kvsim':>9} {'error':>8} "
             f"{'avail GiB':>9} {'kvsim':>7}  terms logged/kvsim GiB")
@@ -162,14 +175,15 @@ def table(checks: list[PoolCheck]) -> str:
     for c in checks:
         err = f"{c.error:+.1%}" if c.error is not None else "no pool"
         err += "*" if c.log.excluded else ""
+        err += "h" if c.log.held_out else ""
         meas = f"{c.measured_blocks:,}" if c.measured_blocks else "-"
         terms = " ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b) in c.terms.items())
         out.append(f"{c.log.id:36} {c.log.vllm_version:7} {c.log.gpu:10} {c.log.tp:>2} {meas:>9} "
                    f"{c.predicted_blocks:>9,} {err:>8} {c.measured_available_gib:>9.2f} "
                    f"{c.profile.available_kv_bytes / GiB:>7.2f}  {terms}")
-    s = summary(checks)
     out.extend(f"* {c.log.id}: not counted, {c.log.excluded}" for c in checks if c.log.excluded)
-    out.append(f"{s['rows']} logs ({s['excluded']} not counted), {s['rows_with_pool']} counted with a pool: median |error| {s['median_abs_error']:.2%}, "
-               f"worst {s['worst_abs_error']:.2%}; available memory median |error| "
-               f"{s['median_abs_available_gib']:.2f} GiB, worst {s['worst_abs_available_gib']:.2f} GiB")
+    out.extend(f"h {c.log.id}: held out (found {c.log.held_out.get('found')}), kvsim said "
+               f"{c.log.held_out.get('kvsim_blocks_before'):,} blocks before the change" for c in checks if c.log.held_out)
+    out.append(_summary_line("all", summary(checks)))
+    out.append(_summary_line("held out", summary(checks, held_out=True)))
     return "\n".join(out)
