@@ -34,11 +34,15 @@ MEASURED: dict[str, CudaTotal] = {
                           "(vllm-project/vllm PR #10511 and #12126 sanity checks)"),
     "rtx-3090": CudaTotal(round(23.58 * GiB), 24_576,
                           "vLLM log 'total_gpu_memory=23.58GiB' on an RTX 3090 (vllm-project/vllm issue #10517)"),
+    "a100-40gb": CudaTotal(42_298_834_944, 40_960,
+                           "deviceQuery 'Total amount of global memory: 40339 MBytes (42298834944 bytes)' on an "
+                           "NVIDIA A100-SXM4-40GB (bottlerocket-os/bottlerocket PR #3873); PyTorch's OOM messages "
+                           "print it as 'total capacity of 39.39 GiB'"),
 }
 
-# Median gap nvidia-smi total - CUDA total over MEASURED (483, 438 and 430 MiB): used where a card
-# has no measured CUDA total. Any single card may differ by some 50 MiB (0.2% of a 24 GB card).
-DRIVER_RESERVE_BYTES = 438 * MiB
+# Median gap nvidia-smi total - CUDA total over MEASURED (483, 438, 430 and 621 MiB): used where a card
+# has no measured CUDA total. Any single card may differ by 50-200 MiB (the A100 40GB keeps 621 MiB).
+DRIVER_RESERVE_BYTES = 460 * MiB
 
 
 def cuda_total_bytes(gpu_name: str, hbm_bytes: int) -> tuple[int, str]:
@@ -47,5 +51,5 @@ def cuda_total_bytes(gpu_name: str, hbm_bytes: int) -> tuple[int, str]:
     if known is not None:
         return known.bytes, known.source
     return (max(hbm_bytes - DRIVER_RESERVE_BYTES, 0),
-            "nvidia-smi total minus 438 MiB, the median driver reserve measured on RTX 4090, H100 and RTX 3090 "
-            "(models/cuda_memory.py)")
+            "nvidia-smi total minus 460 MiB, the median driver reserve measured on RTX 4090, H100, RTX 3090 and "
+            "A100 40GB (models/cuda_memory.py)")

@@ -189,10 +189,10 @@ GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
     _gpu("h20", "NVIDIA H20 96GB", 96 * 1024, 4000, 148.0, 296.0, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H20 specifications as published (96 GB HBM3, 4.0 TB/s, 148 TF fp16/bf16 dense, 296 TF fp8/int8 "
          "dense, NVLink 900 GB/s bidir); memory taken as 96 GiB of HBM (no nvidia-smi figure at hand)"),
-    _gpu("rtx-5090", "NVIDIA GeForce RTX 5090 32GB", 32 * 1024, 1792, 209.6, 419.2, "PCIe Gen5 x16", PCIE5_X16, 0,
+    _gpu("rtx-5090", "NVIDIA GeForce RTX 5090 32GB", 32_607, 1792, 209.6, 419.2, "PCIe Gen5 x16", PCIE5_X16, 0,
          "NVIDIA RTX 5090 specifications (32 GB GDDR7, 1,792 GB/s; 838.4 TF fp16 / 1,676.8 TF fp8 tensor sparse with "
          "fp16 accumulate, so 419.2 / 838.4 dense, halved again for fp32 accumulate as on the RTX 4090 entry; no "
-         "NVLink); memory taken as 32 GiB (no nvidia-smi figure at hand)"),
+         "NVLink); memory 32,607 MiB as nvidia-smi reports (kthxo/distserving logs/2026-07-19_STEPS_RESULTS_yunuikang.md)"),
     _gpu("mi325x", "AMD Instinct MI325X 256GB", 256 * 1024, 6000, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
          "AMD Instinct MI325X specifications (256 GB HBM3E, 6 TB/s, 1,307.4 TF bf16 / 2,614.9 TF fp8 dense: the "
          "MI300X's CDNA 3 compute; Infinity Fabric 7 links x 128 GB/s bidir); memory taken as 256 GiB (no rocm-smi "

@@ -7,7 +7,6 @@ printed term (weights, peak activation, non-torch) with kvsim's."""
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 
@@ -39,10 +38,12 @@ def test_every_row_is_sourced_and_maps_to_the_catalogs():
 def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
     assert s["rows_with_pool"] == 17 and s["excluded"] == 1
-    assert s["median_abs_error"] <= 0.016  # 1.58%
-    assert s["worst_abs_error"] <= 0.91  # issue 27508: a 1.71 GiB pool, version 0.10.2 or 0.11.0
-    assert s["median_abs_available_gib"] <= 0.13
-    assert s["worst_abs_available_gib"] <= 1.9
+    assert s["median_abs_error"] <= 0.0075  # 0.72%
+    assert s["worst_abs_error"] <= 0.96  # issue 27508: a 1.71 GiB pool, version 0.10.2 or 0.11.0
+    assert s["median_abs_available_gib"] <= 0.16
+    assert s["worst_abs_available_gib"] <= 1.85
+    held = summary(checks, held_out=True)
+    assert held["rows_with_pool"] == 4 and held["median_abs_error"] <= 0.007 and held["worst_abs_error"] <= 0.071
 
 
 def test_held_out_rows_record_the_prediction_made_before_the_change():
@@ -54,12 +55,16 @@ def test_held_out_rows_record_the_prediction_made_before_the_change():
 
 
 def test_rows_independent_of_every_fitted_term(checks):
-    """The L40S row (0.10.2, fp8 MoE, TP2) and the two 0.10.1/0.19 gpt-oss rows use no term measured
-    on themselves: within 0.6 GiB of vLLM's available memory."""
+    """No term is fitted (the sampler is counted from the code): the L40S row (0.10.2, fp8 MoE, TP2),
+    the held-out warm or eager starts within 0.75%, the 0.10.1 refusal within 0.15 GiB; first
+    starts run above vLLM (0.59 GiB on the 0.19 A100 gpt-oss-20b, 'What is not explained')."""
     by_id = {c.log.id: c for c in checks}
     assert abs(by_id["roethig-2xl40s-qwen3-30b-a3b-fp8"].error) < 0.005
-    assert abs(by_id["issue23278-h100-gpt-oss-120b"].available_error_gib) < 0.1
-    assert abs(by_id["myoceane-a100-gpt-oss-20b"].available_error_gib) < 0.6
+    for row in ("tokenkaki-a100-40gb-qwen3-8b", "vllmgce-a100-40gb-llama-3.1-8b-eager",
+                "distserving-5090-qwen3-8b-restart"):
+        assert abs(by_id[row].error) < 0.0075, row
+    assert abs(by_id["issue23278-h100-gpt-oss-120b"].available_error_gib) < 0.15
+    assert 0 < by_id["myoceane-a100-gpt-oss-20b"].available_error_gib < 0.6
 
 
 def test_weights_term_matches_the_logged_model_loading(checks):
@@ -75,9 +80,9 @@ def test_non_torch_term_matches_the_logged_increase(checks):
     assert len(terms) >= 7 and all(abs(a - b) <= 0.02 for a, b in terms)
 
 
-def test_sort_sampler_figure_traces_to_the_logged_activation():
-    """0.10-0.17's bytes per logit element = median over the 0.11.0 text-model rows of
-    (peak activation - hidden states) / (rows x vocab)."""
+def test_sort_sampler_count_explains_the_logged_activation():
+    """The sort path's 38 B per logit element, counted from the code (vllm_profile.SORT), against what
+    the 0.11.0 text-model rows log: (peak activation - hidden states) / (rows x vocab) = 38.25-38.55."""
     per_elem = []
     for log in load_logs():
         act = log.measured.get("peak_activation_gib")
@@ -88,7 +93,8 @@ def test_sort_sampler_figure_traces_to_the_logged_activation():
         hidden = log.max_num_batched_tokens * spec.hidden_size * 2
         per_elem.append((act * GiB - hidden) / (rows * spec.vocab_size))
     assert len(per_elem) >= 5 and max(per_elem) - min(per_elem) < 0.5
-    assert accounting_for("0.11").sampler_bytes_per_logit == pytest.approx(statistics.median(per_elem), abs=0.1)
+    assert accounting_for("0.11").sampler_bytes_per_logit == 38
+    assert all(0 <= e - 38 < 0.6 for e in per_elem), per_elem
 
 
 def test_measured_blocks_from_tokens_agree_with_the_available_memory(checks):

