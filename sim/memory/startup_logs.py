@@ -24,7 +24,7 @@ from models.cuda_memory import GiB
 from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.vllm_pool import pool_layout
-from sim.memory.vllm_profile import VllmMemoryProfile, vllm_memory_profile
+from sim.memory.vllm_profile import VllmMemoryProfile, cudagraph_estimate_bytes, vllm_memory_profile
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_startup_logs.jsonl"
 REQUIRED = ("id", "url", "lines", "vllm_version", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "gpu_mem_util",
@@ -140,6 +140,10 @@ def check(log: StartupLog) -> PoolCheck:
         terms["activation"] = (m["peak_activation_gib"], (prof.transient_peak_bytes + prof.sampler_buffer_bytes) / GiB)
     if "non_torch_gib" in m:
         terms["non_torch"] = (m["non_torch_gib"], prof.non_torch_bytes / GiB)
+    if "cudagraph_estimate_gib" in m:  # vLLM's "Estimated CUDA graph memory", whether subtracted or not
+        wdtype = spec.weight_dtypes(log.weight_dtype, None)[0]
+        terms["cudagraph_estimate"] = (m["cudagraph_estimate_gib"],
+                                       cudagraph_estimate_bytes(spec, log.tp, log.max_num_seqs, wdtype) / GiB)
     if "cuda_total_gib" in m:
         terms["cuda_total"] = (m["cuda_total_gib"], prof.cuda_total_bytes / GiB)
     return PoolCheck(log, prof, _measured_blocks(log, prof.bytes_per_block, len(layout.groups) == 1), terms)
