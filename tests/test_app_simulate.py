@@ -248,3 +248,32 @@ def test_cpu_tier_scope_in_the_sidebar_reaches_the_run():
     assert "cpu/node0" in names
     assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True, cpu_tier_gib=100.0,
                                                            cpu_tier_scope="node").digest()
+
+
+def test_a_fleet_run_on_the_page_is_the_clis_run(snapshot_db, capsys):
+    """The page's fleet run (worker pool, snapshot) does the simulation `sim run` does for the same
+    scenario: the same scenario and trace, the same steps, events, preemptions and latencies. (The
+    dashboard's kv-precise fleet once cost ~10x the command line's: a different scenario, the 4090
+    default against an H100, not a different path; docs/PERFORMANCE.md.)"""
+    from sim.__main__ import main
+    from sim.trace import load_trace
+
+    at = page(SIMULATE, trace_first="0", replicas="4", router="kv-precise", load="6")
+    assert not at.exception and not at.error
+    at.text_input(key="sim-save-name").set_value("fleet")
+    next(b for b in at.button if "Save snapshot" in b.label).click().run()
+    snap = SnapshotStore(snapshot_db).get(SnapshotStore(snapshot_db).list()[0].id)
+    trace = ROOT / "samples" / "azure_conv_slice.csv"  # the page's default sample
+    argv = ["run", "--trace", str(trace), "--model", DEFAULT_SCENARIO.model,
+            "--gpu", DEFAULT_SCENARIO.gpu, "--replicas", "4", "--router", "kv-precise", "--speedup", "6",
+            "--json", "--no-progress"]
+    capsys.readouterr()
+    assert main(argv) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert snap.scenario == DEFAULT_SCENARIO.replace(replicas=4, router="kv-precise", speedup=6.0)
+    assert snap.trace_digest == load_trace(trace).digest()
+    assert cli["num_preemptions"] > 0 and cli["routing"] == "kv-precise"  # a fleet under KV pressure
+    page_summary = {k: v for k, v in snap.summary.items() if k != "sim_wall_s"}
+    cli_summary = {k: v for k, v in cli.items() if k != "sim_wall_s"}
+    assert {"num_steps", "sim_events", "ttft_s", "routing_imbalance"} <= page_summary.keys()
+    assert json.loads(json.dumps(page_summary, default=str)) == json.loads(json.dumps(cli_summary, default=str))

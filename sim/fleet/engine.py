@@ -72,7 +72,6 @@ class FleetSimulation(Simulation):
         rep.arrivals.append(r)
         rep.times.append(t)
         slot = self.slots[rep.index]
-        slot.epoch += 1
         slot.routed += 1
         slot.routed_prompt += int(self.s.table.prompt[r])
         slot.prefilling.append(r)
@@ -104,7 +103,8 @@ class FleetSimulation(Simulation):
         decode run contract's rule 5 says: book_run admits it before the run's last step). A cut
         moves the run's end timer; the engine sleeps on until the (new) end."""
         slot = self.slots[rep.index]
-        slot.epoch += 1  # the caller may have changed the replica's state (a P/D release)
+        if not arrival:
+            slot.epoch += 1  # the caller may have changed the replica's state (a P/D release)
         if slot.mode == "run":
             if arrival and rep.sched.num_waiting:
                 return

@@ -42,9 +42,11 @@ class Slot:
     done: object = None  # a simpy Event the engine waits on during a run: its end timer fired
     timer: object = None  # the run's end timer armed last (a cut arms an earlier one)
     headroom: object = UNSET  # the run's sorted token headroom once a view asked for it
-    prefilling: list[int] = field(default_factory=list)  # routed here, no first token yet (pruned lazily)
-    epoch: int = 0  # bumped whenever the replica's state may have changed (engine yields, assign, wake)
-    pending_memo: tuple[int, int] = (-1, 0)  # (epoch, pending prefill tokens) as last computed
+    # Routed here, no first token yet: appended to in place, replaced by a new list when pruned (the
+    # ReplicaView.prefilling contract), pruned lazily at the first look after the engine ran.
+    prefilling: list[int] = field(default_factory=list)
+    epoch: int = 0  # bumped whenever the engine may have changed the replica's state (its yields, a P/D release)
+    pending_memo: tuple[int, int, int] = (-1, 0, 0)  # (epoch, pending prefill tokens, how many of prefilling they sum)
     routed_prompt: int = 0  # prompt tokens routed here
     routed: int = 0
 
@@ -76,17 +78,15 @@ class LiveView:
         return sched.num_running + (len(loading.loading) if loading is not None else 0)
 
     def pending_prefill_tokens(self) -> int:
+        """Memoised per state epoch: requests routed here since the last look are only appended (they
+        are summed on), so an arrival costs its own requests, not the whole queue again."""
         slot = self.slot
-        if slot.pending_memo[0] == slot.epoch:  # nothing changed on the replica since it was summed
-            return slot.pending_memo[1]
-        t = self.table
-        first, prompt, computed = t.first_token_s, t.prompt, t.computed
-        slot.prefilling = [r for r in slot.prefilling if first[r] != first[r]]  # NaN: none yet
-        total = 0
-        for r in slot.prefilling:  # a handful at most: Python beats numpy's per-call cost
-            p = int(prompt[r])
-            total += p - min(int(computed[r]), p)
-        slot.pending_memo = (slot.epoch, total)
+        epoch, total, counted = slot.pending_memo
+        if epoch != slot.epoch:  # the engine ran: first tokens and computed tokens may have moved
+            total = _recount(slot, self.table)
+        else:
+            total += _remaining_prompt(slot.prefilling[counted:], self.table)
+        slot.pending_memo = (slot.epoch, total, len(slot.prefilling))
         return total
 
     def prefilling(self) -> list[int]:
@@ -172,3 +172,34 @@ def _growth_at(headroom: list[int], steps: int, block_size: int) -> int:
         q, r = divmod(steps, block_size)
         return k * q + bisect_left(headroom, r)
     return sum(-(-(steps - h) // block_size) for h in headroom[:k])
+
+
+SMALL = 32  # up to this many ids, Python beats numpy's per-call cost
+
+
+def _recount(slot: Slot, table: RequestTable) -> int:
+    """Drop the requests that got their first token (the list is replaced only if one did) and
+    sum the prompt tokens the rest have still to compute."""
+    ids, first = slot.prefilling, table.first_token_s
+    if len(ids) <= SMALL:
+        kept = [r for r in ids if first[r] != first[r]]  # NaN: none yet
+        if len(kept) != len(ids):
+            slot.prefilling = kept
+        return _remaining_prompt(kept, table)
+    arr = np.array(ids, dtype=np.int64)
+    alive = np.isnan(first[arr])
+    if not alive.all():
+        arr = arr[alive]
+        slot.prefilling = arr.tolist()
+    p = table.prompt[arr]
+    return int((p - np.minimum(table.computed[arr], p)).sum())
+
+
+def _remaining_prompt(ids: list[int], table: RequestTable) -> int:
+    """Prompt tokens the requests `ids` (a few: those routed since the last look) have still to compute."""
+    prompt, computed = table.prompt, table.computed
+    total = 0
+    for r in ids:
+        p = int(prompt[r])
+        total += p - min(int(computed[r]), p)
+    return total

@@ -64,7 +64,8 @@ class ReplicaView(Protocol):
 
     def prefilling(self) -> Sequence[int]:
         """Ids of the requests routed here that have no first token yet (a router's book of
-        prefill work drops the others: sim/core/routing/prefill_book.py)."""
+        prefill work drops the others: sim/core/routing/prefill_book.py). The same object is only
+        ever appended to; when requests leave it, a new one is returned (the book sums on)."""
         ...
 
     def held_prompt_blocks(self, req: RoutedRequest) -> int:
