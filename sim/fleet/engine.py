@@ -28,7 +28,7 @@ from sim.core.routing.view import RoutedRequest
 from sim.fleet import fleet_metrics
 from sim.fleet.live_view import UNSET, LiveView, Slot
 from sim.run import metrics
-from sim.run.engine import Replica, Setup, Simulation
+from sim.run.engine import Replica, Setup, Simulation, next_event
 from sim.trace.model import Trace
 
 
@@ -45,6 +45,7 @@ class FleetSimulation(Simulation):
         self.router_name = kind.name
         self.router = kind.make(RouterParams(len(setup.replicas), sc.seed, sc.router_kv_weight))
         self.state_free = kind.state_free
+        self.timed_events = self.timed_events or not self._plain  # P/D: remote KV loads and releases
         self.slots = [Slot() for _ in setup.replicas]
         self.routing_done = False
         self.request_of = _request_source(trace, setup.table.prompt)
@@ -104,7 +105,7 @@ class FleetSimulation(Simulation):
         moves the run's end timer; the engine sleeps on until the (new) end."""
         slot = self.slots[rep.index]
         if not arrival:
-            slot.epoch += 1  # the caller may have changed the replica's state (a P/D release)
+            rep.epoch += 1  # the caller may have changed the replica's state (a P/D release)
         if slot.mode == "run":
             if arrival and rep.sched.num_waiting:
                 return
@@ -126,68 +127,59 @@ class FleetSimulation(Simulation):
         timer.callbacks.append(slot.timer_fired)
         self.events += 1
 
-    # --- the engine process of one replica -----------------------------------------------------
+    # --- the engine process of one replica: sim/run/engine.py's, with two hooks of its own ---------
     plain_engine_for_pre_split = True  # a pool whose replicas wait on other pools sets False
+
+    @property
+    def _plain(self) -> bool:
+        """Replicas fed before the clock starts and waiting on nobody: the base engine's hooks as they are."""
+        return self.state_free and self.plain_engine_for_pre_split
 
     def keeps_running(self, rep: Replica) -> bool:
         """Must the replica's engine stay up with nothing queued (a pool holding blocks for others)?"""
         return False
 
-    def engine(self, rep: Replica):
-        if self.state_free and self.plain_engine_for_pre_split:
-            yield from super().engine(rep)
-            return
-        env, sched, slot, limit = self.env, rep.sched, self.slots[rep.index], self.step_limit
-        while limit is None or self.total_steps < limit:
-            self.admit_arrivals(rep, rep.t)
-            work = sched.has_work
-            due = _next_event(sched)  # a load or release due now is applied only by a general step
-            k = sched.decode_run_limit() if self.skip_ahead and work and (due is None or due > rep.t) else 0
-            if k:
-                yield from self._cuttable_run(rep, slot, k)
-                continue
-            plan = sched.schedule(rep.t) if work else None
-            if plan is None:
-                t_event = _earliest(_next_event(sched), self.next_arrival(rep))
-                if self.routing_done and t_event is None and not self.keeps_running(rep):
-                    break
-                slot.mode, slot.wake = "idle", env.event()
-                waits = [slot.wake] if t_event is None else [slot.wake, env.timeout(max(t_event - env.now, 0.0))]
-                self.events += 1
-                slot.epoch += 1
-                yield env.any_of(waits)
-                slot.mode = ""
-                self.record_idle(rep, env.now)
-                rep.t = max(rep.t, env.now)
-                continue
-            t_end = self.executor.execute(plan, rep.t)
-            self.events += 1
-            slot.epoch += 1
-            yield env.timeout(t_end - rep.t)
-            rep.t = t_end
-            self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
-        slot.epoch += 1
-        rep.done = True
+    def _idle(self, rep: Replica):
+        """Sleep until the next arrival, a remote-KV event or a wake() (a request routed here or a P/D
+        release); False at once when routing is over and nothing will come."""
+        if self._plain:
+            return (yield from super()._idle(rep))
+        env, slot = self.env, self.slots[rep.index]
+        t_event = _earliest(next_event(rep.sched), self.next_arrival(rep))
+        if self.routing_done and t_event is None and not self.keeps_running(rep):
+            return False
+        slot.mode, slot.wake = "idle", env.event()
+        waits = [slot.wake] if t_event is None else [slot.wake, env.timeout(max(t_event - env.now, 0.0))]
+        self.events += 1
+        rep.epoch += 1
+        yield env.any_of(waits)
+        slot.mode = ""
+        self.record_idle(rep, env.now)
+        rep.t = max(rep.t, env.now)
+        return True
 
-    def _cuttable_run(self, rep: Replica, slot: Slot, limit: int):
+    def _decode_run(self, rep: Replica, limit: int):
         """A decode run that an arrival routed here (or a remote-KV event) cuts short: wake() moves
         its end timer, so the engine resumes once, at the run's (possibly cut) end."""
-        sched = rep.sched
+        if self._plain:
+            return (yield from super()._decode_run(rep, limit))
+        sched, slot = rep.sched, self.slots[rep.index]
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=self.rec.next_grid,
                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
-        t_event = _next_event(sched)
+        t_event = next_event(sched)
         if t_event is not None:
             run = _cut(run, t_event)
         slot.run, slot.run_ids, slot.mode, slot.headroom = run, _running_ids(sched), "run", UNSET
         slot.done = done = self.env.event()
         self._arm(slot, run.ends[-1])
-        slot.epoch += 1
+        rep.epoch += 1
         yield done
         run = slot.run
         slot.run = slot.run_ids = slot.timer = None
         slot.mode = ""
         self.book_run(rep, run)
+        return None
 
     # --- per-replica books (fleet_metrics) -------------------------------------------------------
     def gauges(self) -> Any:
@@ -217,11 +209,6 @@ def _running_ids(sched: Any) -> Any:
 
 def _earliest(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else min(a, b)
-
-
-def _next_event(sched: Any) -> float | None:
-    f = getattr(sched, "next_event_s", None)
-    return f() if f is not None else None
 
 
 def _cut(run: decode_run.DecodeRun, t: float) -> decode_run.DecodeRun:

@@ -45,8 +45,7 @@ class Slot:
     # Routed here, no first token yet: appended to in place, replaced by a new list when pruned (the
     # ReplicaView.prefilling contract), pruned lazily at the first look after the engine ran.
     prefilling: list[int] = field(default_factory=list)
-    epoch: int = 0  # bumped whenever the engine may have changed the replica's state (its yields, a P/D release)
-    pending_memo: tuple[int, int, int] = (-1, 0, 0)  # (epoch, pending prefill tokens, how many of prefilling they sum)
+    pending_memo: tuple[int, int, int] = (-1, 0, 0)  # (Replica.epoch, pending prefill tokens, how many of prefilling they sum)
     routed_prompt: int = 0  # prompt tokens routed here
     routed: int = 0
 
@@ -80,13 +79,13 @@ class LiveView:
     def pending_prefill_tokens(self) -> int:
         """Memoised per state epoch: requests routed here since the last look are only appended (they
         are summed on), so an arrival costs its own requests, not the whole queue again."""
-        slot = self.slot
+        slot, now = self.slot, self.rep.epoch
         epoch, total, counted = slot.pending_memo
-        if epoch != slot.epoch:  # the engine ran: first tokens and computed tokens may have moved
+        if epoch != now:  # the engine ran: first tokens and computed tokens may have moved
             total = _recount(slot, self.table)
         else:
             total += _remaining_prompt(slot.prefilling[counted:], self.table)
-        slot.pending_memo = (slot.epoch, total, len(slot.prefilling))
+        slot.pending_memo = (now, total, len(slot.prefilling))
         return total
 
     def prefilling(self) -> list[int]:

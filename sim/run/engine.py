@@ -69,6 +69,7 @@ class Replica:
     last_batch: int = 0
     steps: int = 0
     done: bool = False
+    epoch: int = 0  # bumped before each wait on the clock (state may have moved): a router's view re-reads it
 
 
 @dataclass
@@ -198,6 +199,7 @@ class Simulation:
         self.rec = metrics.StepRecorder(horizon_s=max(last * 1.25, 1.0))
         self.total_steps = 0
         self.events = 0
+        self.timed_events = setup.tiers is not None  # schedulers with KV loads or releases due at set times
         self._last_progress = 0.0
         self.n_done = setup.rejected
         self._group_sums: dict[str, dict[str, int]] = {}
@@ -256,7 +258,7 @@ class Simulation:
         """When an idle replica has something to do: its next arrival, or a tier load completing."""
         t_next = self.next_arrival(rep)
         if self.s.tiers is not None:
-            ev = rep.sched.next_event_s()  # type: ignore[attr-defined]
+            ev = next_event(rep.sched)
             if ev is not None and (t_next is None or ev < t_next):
                 t_next = ev
         return t_next
@@ -264,9 +266,9 @@ class Simulation:
     def _event_due(self, rep: Replica) -> bool:
         """A load completed (or a release is due) by the replica's clock: only a general step
         (`schedule`) applies it, so no decode run may be taken now."""
-        if self.s.tiers is None:
+        if not self.timed_events:
             return False
-        ev = rep.sched.next_event_s()  # type: ignore[attr-defined]
+        ev = next_event(rep.sched)
         return ev is not None and ev <= rep.t
 
     def record_idle(self, rep: Replica, t_wake: float) -> None:
@@ -338,6 +340,8 @@ class Simulation:
 
     # --- the engine process ---------------------------------------------------------------------
     def engine(self, rep: Replica):
+        """One replica: take what has arrived, then a decode run, a general step or an idle wait.
+        The fleet (sim/fleet/engine.py) changes the two hooks: `_decode_run` and `_idle`."""
         env, sched, skip_ahead, limit = self.env, rep.sched, self.skip_ahead, self.step_limit
         while limit is None or self.total_steps < limit:
             self.admit_arrivals(rep, rep.t)
@@ -347,21 +351,30 @@ class Simulation:
                 yield from self._decode_run(rep, k)
                 continue
             plan = sched.schedule(rep.t) if work else None
-            if plan is None:  # idle (or blocked with nothing running): sleep to the next arrival
-                t_next = self._next_wake(rep)
-                if t_next is None:
-                    break
-                self.events += 1
-                yield env.timeout(max(t_next - env.now, 0.0))
-                self.record_idle(rep, t_next)
-                rep.t = max(rep.t, t_next)
-                continue
+            if plan is None:  # idle (or blocked with nothing running)
+                if (yield from self._idle(rep)):
+                    continue
+                break
             t_end = self.executor.execute(plan, rep.t)
             self.events += 1
+            rep.epoch += 1
             yield env.timeout(t_end - rep.t)
             rep.t = t_end
             self.record_step(rep, plan, t_end, sched.complete_step(plan, t_end))
+        rep.epoch += 1
         rep.done = True
+
+    def _idle(self, rep: Replica):
+        """Sleep to the replica's next arrival (or tier load); returns False at once if there is none."""
+        t_next = self._next_wake(rep)
+        if t_next is None:
+            return False
+        self.events += 1
+        rep.epoch += 1
+        yield self.env.timeout(max(t_next - self.env.now, 0.0))
+        self.record_idle(rep, t_next)
+        rep.t = max(rep.t, t_next)
+        return True
 
     def _decode_run(self, rep: Replica, limit: int):
         """Take a decode run (at most `limit` steps, the scheduler's decode_run_limit) with one
@@ -370,11 +383,12 @@ class Simulation:
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
         horizon = rec.next_grid
         if self.s.tiers is not None:  # a load completing: the request joins the batch then
-            ev = sched.next_event_s()  # type: ignore[attr-defined]
+            ev = next_event(sched)
             horizon = horizon if ev is None else min(horizon, ev)
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=horizon,
                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
         self.events += 1
+        rep.epoch += 1
         yield self.env.timeout(run.ends[-1] - rep.t)
         self.book_run(rep, run)
 
@@ -413,6 +427,12 @@ class Simulation:
                 self.env.process(self.engine(rep))
             self.env.run()
         self.close(max((rep.t for rep in reps), default=0.0))
+
+
+def next_event(sched: Any) -> float | None:
+    """When the scheduler's next KV load or release is due (None: none, or a scheduler without them)."""
+    f = getattr(sched, "next_event_s", None)
+    return f() if f is not None else None
 
 
 class DirectClock:
