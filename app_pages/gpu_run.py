@@ -63,8 +63,7 @@ if use_vllm:
                "preemption, random weights.")
 if device == "cpu" and run_scenario.kv_budget_gib is None:
     st.caption("No KV budget set: the CPU run uses a 64 MiB pool.")
-run_trace = trace.with_df(trace.df.head(int(max_req)).copy(), f"first:{int(max_req)}") \
-    if len(trace) > max_req else trace
+run_trace = trace.first(int(max_req))
 
 job: GpuRuns = st.session_state.setdefault("gpu_run", GpuRuns())
 if st.button(f"Run on {device} ({measured_by})", type="primary", disabled=job.running or not vllm_ready,

@@ -82,11 +82,6 @@ def synthetic_for_dashboard(spec: str) -> Trace:
     return trace_cache().get_or_make(("synthetic", spec), parsed.generate)
 
 
-def _first(trace: Trace, n: int) -> Trace:
-    """Keep the first n requests: the arrival process is untouched, only shortened (for quick runs)."""
-    return trace if not n or n >= len(trace) else trace.with_df(trace.df.head(n).copy(), f"first:{n}")
-
-
 def pick_trace(where: str = "main") -> Trace | None:
     """Draw the picker (in the main area or the sidebar) and return the chosen Trace, or None after an error."""
     box = st.sidebar.expander("Trace", expanded=False) if where == "sidebar" else st.container()
@@ -131,4 +126,4 @@ def pick_trace(where: str = "main") -> Trace | None:
                 st.warning(plain(public_error(warning)))
         limit = bounded.number(st, "Use only the first N requests (0 = all)", 0, 10_000_000, 0, step=100,
                                key="trace_first")
-        return _first(trace, int(limit))
+        return trace.first(int(limit))  # for quick runs

@@ -17,6 +17,7 @@ import pandas as pd
 from models.gpus import get_gpu, gpu_for_device
 from models.spec import load_spec
 from sim.fidelity.run_record import MeasuredRun, RunError
+from sim.run.distribution import distribution
 from sim.scenario import Scenario
 from sim.trace.model import Trace
 
@@ -167,8 +168,5 @@ def series_frame(run: MeasuredRun, result: Any) -> pd.DataFrame:
 
 
 def _stats(values: np.ndarray) -> dict[str, float]:
-    v = values[np.isfinite(values)]
-    if not v.size:
-        return dict.fromkeys(STATS, float("nan"))
-    p50, p90, p99 = np.percentile(v, [50, 90, 99])
-    return {"mean": float(v.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+    """The run summary's distribution (sim/run/distribution.py), NaN where it has no value."""
+    return {k: float("nan") if v is None else v for k, v in distribution(values).items()}

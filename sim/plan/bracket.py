@@ -32,6 +32,14 @@ class Bracket(Generic[P]):
     hi_probe: P | None = None
     probes: list[tuple[float, bool]] = field(default_factory=list)
 
+    def record(self, level: float, result: P, ok: bool) -> None:
+        """One probe made: its level and verdict; it becomes `lo` if it passed, else `hi`."""
+        self.probes.append((level, ok))
+        if ok:
+            self.lo, self.lo_probe = level, result
+        else:
+            self.hi, self.hi_probe = level, result
+
     @property
     def capped(self) -> bool:
         return self.lo is not None and self.hi is None
@@ -48,11 +56,7 @@ def largest_passing(probe: Callable[[float], P], passed: Callable[[P], bool], st
     def run(level: float) -> bool:
         result = probe(level)
         ok = passed(result)
-        out.probes.append((level, ok))
-        if ok:
-            out.lo, out.lo_probe = level, result
-        else:
-            out.hi, out.hi_probe = level, result
+        out.record(level, result, ok)
         return ok
 
     level = round_level(start)

@@ -57,11 +57,7 @@ def guided_largest_passing(probe: Callable[[float], P], passed: Callable[[P], bo
     def run(level: float) -> None:
         result = probe(level)
         ok = passed(result)
-        out.probes.append((level, ok))
-        if ok:
-            out.lo, out.lo_probe = level, result
-        else:
-            out.hi, out.hi_probe = level, result
+        out.record(level, result, ok)
         g = margin(result)
         if g is not None and g > 0 and math.isfinite(g):
             inverse.append((level, 1.0 / g))

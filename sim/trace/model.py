@@ -158,6 +158,10 @@ class Trace:
         new.__dict__.pop("_digest", None)
         return new
 
+    def first(self, n: int) -> Trace:
+        """The first n requests (0 or n >= len: all): the arrival process untouched, only shortened."""
+        return self if not n or n >= len(self) else self.with_df(self.df.head(n).copy(), f"first:{n}")
+
     def to_csv(self, path: Any = None) -> str | None:
         """Write the generic CSV format (arrival_s,input_tokens,output_tokens[,session_id]); it loads
         back to the same arrays. Prefix hashes are not written (CSV has no list cells)."""
