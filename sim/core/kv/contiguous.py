@@ -27,7 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.core.kv.base import AllocationError, KVAllocator
-from sim.core.kv.paged import grown
+from sim.core.kv.paged import grown, grown_size
 from sim.core.kv.placement import make_placement
 from sim.core.step_types import Ids, KVBreakdown
 
@@ -206,10 +206,8 @@ class ContiguousAllocator(KVAllocator):
 
     # --- internals --------------------------------------------------------------------------------
     def _ensure(self, req_id: int) -> None:
-        if req_id < 0:
-            raise AllocationError(f"request ids must be >= 0, got {req_id}")
-        if req_id >= len(self._active):
-            size = max(2 * len(self._active), req_id + 1)
+        size = grown_size(req_id, len(self._active))
+        if size:
             for name in ("_ntok", "_start", "_held", "_cap", "_will", "_active"):
                 setattr(self, name, grown(getattr(self, name), size))
 

@@ -119,8 +119,6 @@ class GroupedContiguousAllocator(ContiguousAllocator):
             raise AssertionError("grouped contiguous allocator: a request outgrew its reservation")
 
     def _ensure(self, req_id: int) -> None:
-        if req_id < 0:
-            raise AllocationError(f"request ids must be >= 0, got {req_id}")
         super()._ensure(req_id)
         if len(self._res) < len(self._active):
             self._res, self._fin = grown(self._res, len(self._active)), grown(self._fin, len(self._active))

@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.group_managers import GroupManager
-from sim.core.kv.paged import grown
+from sim.core.kv.paged import grown, grown_size
 from sim.core.step_types import (
     PEAK_GRID_LIMIT,  # (steps x requests) evaluated exactly for a decode run
     Ids,
@@ -270,10 +270,8 @@ class HybridPagedAllocator(KVAllocator):
 
     # --- internals --------------------------------------------------------------------------------
     def _ensure(self, req_id: int) -> None:
-        if req_id < 0:
-            raise AllocationError(f"request ids must be >= 0, got {req_id}")
-        if req_id >= len(self._active):
-            size = max(2 * len(self._active), req_id + 1)
+        size = grown_size(req_id, len(self._active))
+        if size:
             self._ntok, self._active = grown(self._ntok, size), grown(self._active, size)
             self._first = [grown(a, size) for a in self._first]
             self._end = [grown(a, size) for a in self._end]

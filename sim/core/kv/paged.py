@@ -43,6 +43,14 @@ def grown(arr: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
+def grown_size(req_id: int, size: int) -> int:
+    """The new length of request arrays of length `size` that must hold id `req_id` (doubling), or
+    0 when they hold it already."""
+    if req_id < 0:
+        raise AllocationError(f"request ids must be >= 0, got {req_id}")
+    return max(2 * size, req_id + 1) if req_id >= size else 0
+
+
 class PagedAllocator(KVAllocator):
     """Fixed-size blocks, block tables, refcounts, optional prefix caching."""
 
@@ -360,10 +368,8 @@ class PagedAllocator(KVAllocator):
 
     # --- internals --------------------------------------------------------------------------------
     def _ensure(self, req_id: int) -> None:
-        if req_id < 0:
-            raise AllocationError(f"request ids must be >= 0, got {req_id}")
-        if req_id >= len(self._active):
-            size = max(2 * len(self._active), req_id + 1)
+        size = grown_size(req_id, len(self._active))
+        if size:
             for name in ("_ntok", "_cap", "_nkeys", "_nreg", "_active"):
                 setattr(self, name, grown(getattr(self, name), size))
 
