@@ -85,6 +85,7 @@ def replay(files: Files | None, overrides: Overrides = (), fit: bool = False) ->
     observed = run.meta.get("observed") if isinstance(run.meta.get("observed"), dict) else None
     from sim.fidelity.validate import interval_coverage, predicted_pool
 
-    return Shown(run.source, engine, v.result.summary["cost_model"], v.table, v.series, run.requests,
+    source = "the bundled sample (samples/vllm_run)" if files is None else run.source  # no server path on the page
+    return Shown(source, engine, v.result.summary["cost_model"], v.table, v.series, run.requests,
                  v.result.requests, run.meta.get("assumed") or None, run.failed, observed, profile,
                  predicted_pool(run), interval_coverage(run, v.result))
