@@ -22,8 +22,9 @@ and `kept` how many of its n tokens the group holds.
 Prefix caching (sim/core/kv/hybrid_prefix.py) asks each manager for its longest cache hit
 (`longest_hit`, vLLM's find_longest_cache_hit per manager): full attention needs every block of
 the prefix, a sliding window only the blocks the next token still attends to, chunked local
-attention only the blocks of the current chunk. A state group has no block-aligned snapshots here,
-so it has no hit (the registry refuses prefix caching for it).
+attention only the blocks of the current chunk. A state group's hit is vLLM's align-mode rule
+(sim/core/kv/mamba_align.py `longest_state_hit`: the largest block-aligned end whose state is
+cached, one block taken); the hybrid prefix allocator still refuses state groups (its books).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State
+from sim.core.kv.mamba_align import longest_state_hit
 
 Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holding it, or None
 UNBOUNDED = 1 << 62  # token_cap of a group that never limits a request's length
@@ -199,7 +201,9 @@ class StateManager(GroupManager):
         return blocks * 0 + UNBOUNDED
 
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
-        raise ValueError("prefix caching is not modelled for state (Mamba / linear-attention) groups")
+        """vLLM's MambaManager.find_longest_cache_hit in align mode: one state block, at the
+        largest cached block-aligned end (sim/core/kv/mamba_align.py)."""
+        return longest_state_hit(lookup, keys, max_blocks)
 
 
 def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int) -> GroupManager:
