@@ -157,3 +157,66 @@ def test_fits_growth_agrees_with_the_exact_count():
         if exact:
             a.grow_many(ids, new)
             a.check_invariants()
+
+
+def _books(a: PagedAllocator, ids) -> tuple:
+    return ([a.num_tokens(r) for r in ids], [len(a.block_table(r)) for r in ids], a.num_free_blocks, a.breakdown())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tracked_batch_grows_as_grow_by_does(seed):
+    """A tracked decode batch (track_batch: members joining and freed, growths of 1..9 tokens,
+    eager readers in between) keeps the very books of plain grow_by calls on the same batch."""
+    rng = np.random.default_rng(seed)
+    lazy, eager = make(400), make(400)
+    run: list[int] = []
+    arr = np.array(run, dtype=np.int64)
+    next_id = 0
+    for step in range(300):
+        op = rng.integers(0, 10)
+        if op < 2 or not run:  # a request joins (allocated first, as after its prefill)
+            n = int(rng.integers(1, 14))
+            if not eager.can_allocate(n):
+                continue
+            for a in (lazy, eager):
+                a.allocate(next_id, n, final_tokens=n + 50, reserve_tokens=0)
+            run.append(next_id)
+            arr = np.array(run, dtype=np.int64)
+            lazy.track_batch(arr, [next_id] if step % 7 else None)
+            next_id += 1
+        elif op < 4:  # a member finishes and is freed
+            r = run.pop(int(rng.integers(0, len(run))))
+            for a in (lazy, eager):
+                a.free(r)
+            arr = np.array(run, dtype=np.int64)
+            lazy.track_batch(arr, [])
+        else:
+            k = int(rng.integers(1, 10))
+            if not eager.fits_growth(arr, k):
+                continue
+            eager.grow_by(arr.copy(), k)  # never the tracked object: the plain path
+            lazy.grow_by(arr, k)
+            assert lazy._batch is arr and len(lazy._members) == len(run)  # it took the tracked path
+        if step % 50 == 49:  # an eager reader untracks; the next track_batch starts afresh
+            lazy.check_invariants()
+            lazy.track_batch(arr, None)
+        assert _books(lazy, run) == _books(eager, run)
+    lazy.check_invariants()
+    eager.check_invariants()
+    assert _books(lazy, run) == _books(eager, run)
+
+
+def test_tracked_batch_refuses_a_growth_that_does_not_fit_and_changes_nothing():
+    a = make(4)
+    a.allocate(0, 4, final_tokens=20, reserve_tokens=0)
+    a.allocate(1, 4, final_tokens=20, reserve_tokens=0)
+    run = np.array([0, 1], dtype=np.int64)
+    a.track_batch(run, None)
+    a.grow_by(run, 4)  # each takes its second block: the pool is full
+    with pytest.raises(AllocationError):
+        a.grow_by(run, 1)
+    assert [a.num_tokens(0), a.num_tokens(1)] == [8, 8] and a.num_free_blocks == 0
+    a.free(0)
+    a.grow_by(run[1:], 1)  # another array: the plain path
+    assert a.num_tokens(1) == 9
+    a.check_invariants()

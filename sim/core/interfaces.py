@@ -72,6 +72,12 @@ class Allocator(Protocol):
         """Every request grows by the same number of tokens (a decode step or a run of them)."""
         ...
 
+    def track_batch(self, run: Ids, joined: Sequence[int] | None) -> None:
+        """`run` (an array the caller keeps unchanged) is the decode batch that later grow_by calls
+        will pass: `joined` its members new since the last tracked batch (None: all of them; the
+        members that left were freed). An allocator may then grow it in O(block crossings)."""
+        ...
+
     def steps_until_free_rises(self, req_ids: Ids) -> int:
         """Decode steps before one of these requests gives blocks back while running (a very
         large number for full attention): a decode run stops there when a request waits."""

@@ -137,7 +137,15 @@ class Scheduler(interfaces.Scheduler):
             return batch
         self._drop_batch()
         self._decode_batch = DecodeBatch.from_table(self.t, run, self.lazy_computed)
+        if self._decode_batch is not None:
+            self._track(run, None)
         return self._decode_batch
+
+    def _track(self, run: np.ndarray, joined: list[int] | None) -> None:
+        """Tell the allocator the decode batch it will be asked to grow (Allocator.track_batch):
+        the single-replica replay only (lazy_computed), whose finished requests are freed."""
+        if self.lazy_computed and not self.cfg.hold_kv_on_finish:
+            self.alloc.track_batch(run, joined)
 
     def sync_generated(self) -> None:
         """Write `generated` of the decode batch's members into the table. While a batch is
@@ -395,8 +403,10 @@ class Scheduler(interfaces.Scheduler):
                 all_done = False
         if plan.prefill_ids:
             if all_done:
-                self._decode_batch = decode_run.joined(batch, t, self.running_ids(), plan.prefill_ids, plan.prefill_end,
+                run = self.running_ids()
+                self._decode_batch = decode_run.joined(batch, t, run, plan.prefill_ids, plan.prefill_end,
                                                        self.lazy_computed)
+                self._track(run, plan.prefill_ids if batch is not None else None)
             else:
                 self._drop_batch()
         return self._finish_done(t_end)
@@ -462,7 +472,12 @@ class Scheduler(interfaces.Scheduler):
             self._free_finished(r)
         self._run_arr = None
         # the rest are carried; with nobody left it is dropped (each leaver's generated is written)
-        self._decode_batch = batch.carried(self.running_ids(), context) if self.running else None
+        if self.running:
+            run = self.running_ids()
+            self._decode_batch = batch.carried(run, context)
+            self._track(run, [])
+        else:
+            self._decode_batch = None
         return done
 
     # --- admission test for the decode fast path ---------------------------------------------------

@@ -76,6 +76,10 @@ class KVAllocator(Allocator, ABC):
         grow_many's common case, which allocators may serve faster."""
         self.grow_many(req_ids, [self.num_tokens(int(r)) + num_new_tokens for r in req_ids])
 
+    def track_batch(self, run: Ids, joined: Sequence[int] | None) -> None:
+        """A hint that `run` is the decode batch grow_by will be given (Allocator.track_batch):
+        ignored here; the paged pool grows a tracked batch lazily."""
+
     def group_breakdown(self) -> dict[str, dict[str, int]]:
         """Per KV group {label: {"token_states", "internal_frag", "held"}} in bytes, for allocators
         that keep several groups (sim/core/kv/hybrid.py); empty for one group (see breakdown())."""

@@ -25,6 +25,7 @@ blocks, so no write lands in a shared block and nothing is copied on write.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -81,6 +82,13 @@ class PagedAllocator(KVAllocator):
         self._nreg = np.zeros(size, dtype=np.int64)  # leading blocks already offered to the cache
         self._active = np.zeros(size, dtype=bool)
         self._written = 0  # physical slots written in blocks in use
+        # A tracked decode batch (track_batch; never with prefix caching): its members' _ntok is
+        # their count minus _clock, so growing the batch by k adds k to _clock, and _due (a heap of
+        # (clock value at which the member outgrows its blocks, id)) says who takes a block.
+        self._batch: np.ndarray | None = None
+        self._members: set[int] = set()
+        self._clock = 0
+        self._due: list[tuple[int, int]] = []
         self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
 
     # --- admission ---------------------------------------------------------------------------
@@ -149,6 +157,7 @@ class PagedAllocator(KVAllocator):
 
     # --- growth --------------------------------------------------------------------------------
     def append(self, req_id: int, num_new_tokens: int) -> bool:
+        self._untrack()
         need = self._append_need(req_id, num_new_tokens)
         if need > self.num_free_blocks:
             return False
@@ -192,12 +201,14 @@ class PagedAllocator(KVAllocator):
         per_request = -(-num_new_tokens // self.block_size)
         if len(req_ids) * per_request <= free:
             return True
+        self._untrack()
         ids = np.asarray(req_ids, dtype=np.intp)
         return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= free
 
     def grow_many(self, req_ids: Ids, new_num_tokens: Ids) -> None:
         """Vectorised: a handful of numpy ops over the batch, then a Python loop only over the
         requests that cross a block boundary (about 1 in block_size per decode step)."""
+        self._untrack()
         ids, new = self._as_arrays(req_ids, new_num_tokens)
         if ids.size == 0:
             return
@@ -217,7 +228,11 @@ class PagedAllocator(KVAllocator):
     def grow_by(self, req_ids: Ids, num_new_tokens: int) -> None:
         """grow_many(req_ids, their lengths + num_new_tokens), the decode path: when no tail is
         keyed for the prefix cache and the growth is at most a block, each request crossing a block
-        boundary takes exactly one block."""
+        boundary takes exactly one block. The tracked batch (track_batch) grows in O(crossings)."""
+        if req_ids is self._batch:
+            self._grow_tracked(int(num_new_tokens))
+            return
+        self._untrack()
         ids, k, bs = np.asarray(req_ids, dtype=np.intp), int(num_new_tokens), self.block_size
         if self._keys or not 0 < k <= bs:
             self.grow_many(ids, self._ntok[ids] + k)
@@ -235,6 +250,62 @@ class PagedAllocator(KVAllocator):
             self._cap[cross] += bs
         self._ntok[ids] = new
         self._written += k * len(ids)
+
+    def track_batch(self, run: Ids, joined: Sequence[int] | None) -> None:
+        """Track `run` as the decode batch (Allocator.track_batch): members are entered at their
+        count minus the clock; one that leaves is freed (free writes its count true)."""
+        if self.prefix_caching or not isinstance(run, np.ndarray):
+            return
+        if joined is None or self._batch is None:
+            self._untrack()
+            joined = run.tolist()
+        ntok, cap, clock, due, members = self._ntok, self._cap, self._clock, self._due, self._members
+        for r in joined:
+            n = int(ntok[r]) - clock
+            ntok[r] = n
+            members.add(r)
+            heapq.heappush(due, (int(cap[r]) - n + 1, r))
+        self._batch = run
+
+    def _grow_tracked(self, k: int) -> None:
+        """grow_by(the tracked batch, k): the clock moves; members whose due clock it reaches take
+        blocks (all or nothing), in (due, id) order."""
+        clock = self._clock + k
+        due, ntok, cap, members, bs = self._due, self._ntok, self._cap, self._members, self.block_size
+        cross: list[tuple[int, int]] = []  # (id, new blocks)
+        total = 0
+        while due and due[0][0] <= clock:
+            d, r = heapq.heappop(due)
+            if r in members and d == int(cap[r]) - int(ntok[r]) + 1:  # else stale (left, or grown since)
+                extra = -(-(int(ntok[r]) + clock) // bs) - int(cap[r]) // bs
+                cross.append((r, extra))
+                total += extra
+        if total > self.num_free_blocks:
+            for r, _ in cross:
+                heapq.heappush(due, (int(cap[r]) - int(ntok[r]) + 1, r))
+            raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
+        if total:
+            blocks, pos, tables = self._take(total), 0, self._tables
+            for r, extra in cross:
+                tables[r].extend(blocks[pos:pos + extra])
+                pos += extra
+                c = int(cap[r]) + extra * bs
+                cap[r] = c
+                heapq.heappush(due, (c - int(ntok[r]) + 1, r))
+        self._clock = clock
+        self._written += k * len(members)
+
+    def _untrack(self) -> None:
+        """Stop tracking the batch: its members' counts written true (every reader but free,
+        num_tokens and the tracked grow_by calls this first)."""
+        if self._batch is None:
+            return
+        if self._members:
+            ids = np.fromiter(self._members, dtype=np.intp, count=len(self._members))
+            self._ntok[ids] += self._clock
+            self._members.clear()
+        self._batch, self._clock = None, 0
+        self._due.clear()
 
     def _add_blocks(self, req_ids: list[int], new_num_tokens: list[int]) -> None:
         """Extend each table to hold its request's new token count (all or nothing)."""
@@ -258,6 +329,9 @@ class PagedAllocator(KVAllocator):
         table = self._tables.pop(req_id, None)
         if table is None:
             raise AllocationError(f"request {req_id} is not allocated")
+        if req_id in self._members:  # a tracked member leaves: its count true first
+            self._members.remove(req_id)
+            self._ntok[req_id] += self._clock
         n = int(self._ntok[req_id])
         self._active[req_id] = False
         self._ntok[req_id] = self._cap[req_id] = 0
@@ -303,6 +377,8 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id} is not allocated") from None
 
     def num_tokens(self, req_id: int) -> int:
+        if req_id in self._members:
+            return int(self._ntok[req_id]) + self._clock
         return int(self._ntok[req_id]) if req_id < len(self._ntok) else 0
 
     def refcount(self, block: int) -> int:
@@ -335,6 +411,7 @@ class PagedAllocator(KVAllocator):
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the books disagree (for tests and debugging; O(total blocks))."""
+        self._untrack()
 
         def need(ok: bool, what: str) -> None:
             if not ok:
