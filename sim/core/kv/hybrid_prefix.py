@@ -29,7 +29,11 @@ groups' held pages plus the free pages (clean + cached) are the pool. State grou
 
 from __future__ import annotations
 
+import operator
+from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
+from itertools import compress
 from typing import Protocol
 
 import numpy as np
@@ -347,29 +351,26 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         nodes = self._gkeys[r][g] if r in self._gkeys else []
         top = min(hi, keyed)
         positions: Sequence[int] | list[int]
-        if not self._shared[g]:  # every block in use has one user: all are freed
-            for block in table[lo:hi]:
-                del refs[block]
+        span = table[lo:hi]
+        counts = list(map(refs.__getitem__, span)) if self._shared[g] else []
+        if max(counts, default=1) == 1:  # every block here has one user (most releases): all are freed
+            deque(map(refs.__delitem__, span), 0)  # drop each refcount, the loop in C
             freed = hi - lo
             cached, positions = table[lo:top], range(lo, top)
-            if reverse:
-                cached.reverse()
-                positions = positions[::-1]
-        else:
-            freed, cached, positions = 0, [], []
-            order = range(hi - 1, lo - 1, -1) if reverse else range(lo, hi)
-            for j in order:
-                block = table[j]
-                count = refs[block]
-                if count > 1:
-                    refs[block] = count - 1
-                    self._shared[g] -= 1
-                    continue
-                del refs[block]
-                freed += 1
-                if j < top:
-                    cached.append(block)
-                    positions.append(j)
+        else:  # shared blocks lose one user and stay in use; the rest are freed
+            alone = list(map((1).__eq__, counts))
+            shared = list(compress(span, map(operator.not_, alone)))
+            refs.update(zip(shared, map((-1).__add__, map(refs.__getitem__, shared)), strict=True))
+            self._shared[g] -= len(shared)
+            cached = list(compress(span, alone))
+            positions = list(compress(range(lo, hi), alone))
+            deque(map(refs.__delitem__, cached), 0)
+            freed = len(cached)
+            cut = bisect_left(positions, top)  # the keyed ones (positions ascend)
+            del cached[cut:], positions[cut:]
+        if reverse:
+            cached.reverse()
+            positions = positions[::-1]
         if cached:
             self.cache.park(cached, nodes, positions)
         self._free_pages += freed * pages
