@@ -211,3 +211,19 @@ def test_cli_operator_commands(tmp_path, capsys):
     assert capsys.readouterr().err.count("\n") == 1
     assert sim_main(["snapshots", "--db", db, "check", "--move-aside"]) == 0
     assert "moved aside to" in capsys.readouterr().out and SnapshotStore(db).list() == []
+
+
+def test_a_fresh_id_never_starts_with_a_dash_so_the_cli_can_take_it(monkeypatch, tmp_path, capsys):
+    """`sim snapshots delete ID` read an id starting with '-' as an option (1 id in 64). The store
+    draws again when the random token starts with '-'; here the first two draws do."""
+    import sim.report.snapshot_store as store_module
+
+    real = store_module.secrets.token_urlsafe
+    draws = iter(["-dash1", "-dash2"])
+    monkeypatch.setattr(store_module.secrets, "token_urlsafe", lambda n: next(draws, None) or real(n))
+    db = tmp_path / "s.sqlite"
+    snap_id = SnapshotStore(db).save(Snapshot.from_result(make_result(), name="x"), "x")
+    assert not snap_id.startswith("-") and len(snap_id) >= 22  # 16 random bytes, url-safe
+    assert sim_main(["snapshots", "--db", str(db), "delete", snap_id]) == 0
+    assert sim_main(["snapshots", "--db", str(db), "list"]) == 0
+    assert "0 snapshot(s)" in capsys.readouterr().out

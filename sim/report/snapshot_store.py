@@ -35,6 +35,16 @@ DB_ENV = "KVSIM_SNAPSHOT_DB"
 DEFAULT_DB = Path(__file__).resolve().parent.parent.parent / "data" / "snapshots.sqlite"
 BUSY_TIMEOUT_S = 5.0
 ID_BYTES = 16  # 128 bits
+
+
+def fresh_token() -> str:
+    """A fresh url-safe token of ID_BYTES random bytes that does not start with '-': an id is typed
+    on the command line (`sim snapshots delete ID`), where a leading '-' reads as an option (1 id in
+    64 did; the CI run of 2026-11-27 hit one)."""
+    while True:
+        token = secrets.token_urlsafe(ID_BYTES)
+        if not token.startswith("-"):
+            return token
 MAX_NAME = 200
 _COLUMNS = ("id", "name", "created_utc", "scenario_digest", "trace_digest", "body")
 _DAMAGE = ("not a database", "malformed", "corrupt", "disk image", "file is encrypted", "no such table")
@@ -242,7 +252,7 @@ class SnapshotStore:
         body = snapshot.named(name).to_json()
         if len(body) > MAX_SNAPSHOT_BYTES:
             raise SnapshotError(f"snapshot: {len(body):,} bytes is over the {MAX_SNAPSHOT_BYTES:,}-byte limit")
-        saved = Saved(secrets.token_urlsafe(ID_BYTES), secrets.token_urlsafe(ID_BYTES))
+        saved = Saved(fresh_token(), fresh_token())
         created = snapshot.created_utc or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         with self._connect() as db:
             db.execute("INSERT INTO snapshots (id, name, created_utc, scenario_digest, trace_digest, body, manage_hash, "
