@@ -86,7 +86,7 @@ class PagedAllocator(KVAllocator):
         # their count minus _clock, so growing the batch by k adds k to _clock, and _due (a heap of
         # (clock value at which the member outgrows its blocks, id)) says who takes a block.
         self._batch: np.ndarray | None = None
-        self._members: set[int] = set()
+        self._members: dict[int, int] = {}  # member -> its due clock (its _due entry; older ones are stale)
         self._clock = 0
         self._due: list[tuple[int, int]] = []
         self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
@@ -232,7 +232,8 @@ class PagedAllocator(KVAllocator):
         if req_ids is self._batch:
             self._grow_tracked(int(num_new_tokens))
             return
-        self._untrack()
+        if self._batch is not None:
+            self._untrack()
         ids, k, bs = np.asarray(req_ids, dtype=np.intp), int(num_new_tokens), self.block_size
         if self._keys or not 0 < k <= bs:
             self.grow_many(ids, self._ntok[ids] + k)
@@ -263,35 +264,37 @@ class PagedAllocator(KVAllocator):
         for r in joined:
             n = int(ntok[r]) - clock
             ntok[r] = n
-            members.add(r)
-            heapq.heappush(due, (int(cap[r]) - n + 1, r))
+            d = members[r] = int(cap[r]) - n + 1  # the clock at which its count passes its slots
+            heapq.heappush(due, (d, r))
         self._batch = run
 
     def _grow_tracked(self, k: int) -> None:
         """grow_by(the tracked batch, k): the clock moves; members whose due clock it reaches take
         blocks (all or nothing), in (due, id) order."""
         clock = self._clock + k
-        due, ntok, cap, members, bs = self._due, self._ntok, self._cap, self._members, self.block_size
-        cross: list[tuple[int, int]] = []  # (id, new blocks)
+        due, cap, members, bs = self._due, self._cap, self._members, self.block_size
+        cross: list[tuple[int, int, int, int]] = []  # (id, due clock, slots, new blocks)
         total = 0
         while due and due[0][0] <= clock:
             d, r = heapq.heappop(due)
-            if r in members and d == int(cap[r]) - int(ntok[r]) + 1:  # else stale (left, or grown since)
-                extra = -(-(int(ntok[r]) + clock) // bs) - int(cap[r]) // bs
-                cross.append((r, extra))
+            if members.get(r) == d:  # else stale (left, or grown since)
+                c = int(cap[r])
+                extra = -(-(c - d + 1 + clock) // bs) - c // bs  # its stored count is c - d + 1
+                cross.append((r, d, c, extra))
                 total += extra
         if total > self.num_free_blocks:
-            for r, _ in cross:
-                heapq.heappush(due, (int(cap[r]) - int(ntok[r]) + 1, r))
+            for r, d, _, _ in cross:
+                heapq.heappush(due, (d, r))
             raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
         if total:
             blocks, pos, tables = self._take(total), 0, self._tables
-            for r, extra in cross:
-                tables[r].extend(blocks[pos:pos + extra])
-                pos += extra
-                c = int(cap[r]) + extra * bs
-                cap[r] = c
-                heapq.heappush(due, (c - int(ntok[r]) + 1, r))
+            for r, d, c, extra in cross:
+                end = pos + extra
+                tables[r].extend(blocks[pos:end])
+                pos = end
+                cap[r] = c + extra * bs
+                d = members[r] = d + extra * bs
+                heapq.heappush(due, (d, r))
         self._clock = clock
         self._written += k * len(members)
 
@@ -330,7 +333,7 @@ class PagedAllocator(KVAllocator):
         if table is None:
             raise AllocationError(f"request {req_id} is not allocated")
         if req_id in self._members:  # a tracked member leaves: its count true first
-            self._members.remove(req_id)
+            del self._members[req_id]
             self._ntok[req_id] += self._clock
         n = int(self._ntok[req_id])
         self._active[req_id] = False
