@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
+from itertools import compress
 from typing import Any
 
 
@@ -85,15 +86,12 @@ class RunLRU:
         serial, blocks, keys, i = run[:4]
         claimed = self._claimed
         run[4] = self._unparks
-        live_b, live_k = [], []
-        for b, k in zip(blocks[i:], keys[i:], strict=True):
-            at = claimed.get(b)
-            if at is None or at <= serial:
-                if at is not None:
-                    del claimed[b]
-                live_b.append(b)
-                live_k.append(k)
-        run[1], run[2], run[3] = live_b, live_k, 0  # nothing live left: the caller pops it
+        tail_b, tail_k = blocks[i:], keys[i:]
+        ats = list(map(claimed.get, tail_b))  # the note of each block, or None (lookups in C)
+        live = [at is None or at <= serial for at in ats]
+        for b in [b for b, at in zip(tail_b, ats, strict=True) if at is not None and at <= serial]:
+            del claimed[b]
+        run[1], run[2], run[3] = list(compress(tail_b, live)), list(compress(tail_k, live)), 0  # none live: popped
 
     def entries(self) -> Iterator[tuple[int, Any, Any]]:
         """(block, key, tag) of the parked blocks, least recently parked first (tests, invariants)."""
