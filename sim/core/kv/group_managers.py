@@ -30,7 +30,10 @@ cached, one block taken); the hybrid prefix allocator still refuses state groups
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from functools import partial
+from itertools import takewhile
+from operator import is_not
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,6 +41,7 @@ from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingW
 from sim.core.kv.mamba_align import longest_state_hit
 
 Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holding it, or None
+_is_cached = partial(is_not, None)  # a lookup's answer is a block, not None
 UNBOUNDED = 1 << 62  # token_cap of a group that never limits a request's length
 
 
@@ -92,12 +96,7 @@ class GroupManager:
         """The longest cache hit of at most `max_blocks` blocks: (hit blocks n, first block
         index the request still needs, cached blocks for indices first .. n - 1). Full
         attention needs every block, so it is the longest run of cached keys from block 0."""
-        blocks: list[int] = []
-        for key in keys[:max_blocks]:
-            block = lookup(key)
-            if block is None:
-                break
-            blocks.append(block)
+        blocks = cast(list[int], list(takewhile(_is_cached, map(lookup, keys[:max_blocks]))))  # C-level scan
         return len(blocks), 0, blocks
 
 
