@@ -243,12 +243,14 @@ class PagedAllocator(KVAllocator):
         cross = ids[new > cap[ids]]  # an id not allocated has cap 0 and crosses
         if cross.size:  # ~2 of a 30-member batch a step: Python scalars beat numpy's fancy `+=` here
             cross_list, tables = cross.tolist(), self._tables
-            if not all(r in tables for r in cross_list):
-                raise AllocationError("grow_by: a request id is not allocated")
+            try:
+                grown_tables = [tables[r] for r in cross_list]
+            except KeyError:
+                raise AllocationError("grow_by: a request id is not allocated") from None
             if len(cross_list) > self.num_free_blocks:
                 raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-            for r, b in zip(cross_list, self._take(len(cross_list)), strict=True):
-                tables[r].append(b)
+            for r, table, b in zip(cross_list, grown_tables, self._take(len(cross_list)), strict=True):
+                table.append(b)
                 cap[r] += bs
         ntok[ids] = new
         self._written += k * len(ids)
