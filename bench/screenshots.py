@@ -8,7 +8,8 @@ tests. `make screenshots` runs it (about 3 minutes). Two sets:
   (../shared/traces/AzureLLMInferenceTrace_conv.csv, 19,366 requests; the bundled slice of it when
   ../shared is absent) replayed at Load x 3 with max_model_len 4,096, so the overloaded verdict, the
   rejected requests and their fix, and the growing queue all show; Compare on its allocator preset
-  (four scenarios); Capacity for 5,000 users at 32K tokens; a snapshot of the loaded run reopened from
+  (four scenarios); Plan's search on the trace's first 4,000 requests (the whole trace, four
+  configurations, is over the page work budget and takes many minutes on a shared VM); Capacity for 5,000 users at 32K tokens; a snapshot of the loaded run reopened from
   its link; Validate on the shared measured vLLM run when present.
 
 Usage: .venv/bin/python bench/screenshots.py [--out DIR] [--only default|loaded]
@@ -47,6 +48,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 VIEWPORT = {"width": 1440, "height": 1800}
 WAIT_MS = 600_000  # a ceiling: the loaded Plan search over the full Azure trace takes minutes on a shared VM
 LOAD, MAX_LEN = "3", "4096"
+PLAN_FIRST = "4000"  # the loaded Plan searches the trace's first requests: under the page work budget (ui/work_budget.py)
 # what each page shows once it has its answer (the screenshot waits for it)
 READY = {"plan": "text=/^Best.*serves/",  # "Best (lowest $ ...): <config> serves ..." "simulate": '[data-testid="stMetric"]', "compare": "text=In words",
          "trace": '[data-testid="stMetric"]', "capacity": "text=Concurrent sequences that fit",
@@ -135,9 +137,9 @@ def start_large(page) -> None:
         wait_idle(page)
 
 
-def set_number(page, label: str, value: str) -> None:
-    """Type into the sidebar number input whose label starts with `label`, then wait for the rerun."""
-    box = page.locator('[data-testid="stSidebar"] [data-testid="stNumberInput"]', has_text=label).first
+def set_number(page, label: str, value: str, where: str = '[data-testid="stSidebar"]') -> None:
+    """Type into the number input (in the sidebar, or `where`) whose label starts with `label`, then wait for the rerun."""
+    box = page.locator(f'{where} [data-testid="stNumberInput"]', has_text=label).first
     field = box.locator("input")
     field.fill(value)
     field.press("Enter")
@@ -177,6 +179,11 @@ def loaded_pages(browser, base: str, out: Path) -> None:
     start_large(page)
     shoot(page, out, "loaded-compare", "text=In words")
     nav(page, "Plan")
+    set_number(page, "Use only the first N requests", PLAN_FIRST, '[data-testid="stMain"]')
+    run_search = page.get_by_role("button", name="Run the search")  # changed inputs wait for it
+    if run_search.count():
+        run_search.first.click()
+        wait_idle(page)
     start_large(page)
     shoot(page, out, "loaded-plan", READY["plan"])
     if PAGES["gpu"].available():  # a run of the loaded scenario's first requests (the tiny model on a CPU)
