@@ -33,7 +33,7 @@ import operator
 from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
-from itertools import compress
+from itertools import compress, repeat
 from typing import Protocol
 
 import numpy as np
@@ -300,7 +300,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         groups, start = len(self.managers), self._next_id
         self._next_id += count
         blocks = list(range(start * groups + g, (start + count) * groups, groups))  # group = id modulo groups
-        self._refs.update(dict.fromkeys(blocks, 1))
+        self._refs.update(zip(blocks, repeat(1)))  # one pass: no intermediate dict
         return blocks
 
     def _make_clean(self, pages: int) -> None:
