@@ -257,7 +257,7 @@ class Simulation:
     def _next_wake(self, rep: Replica) -> float | None:
         """When an idle replica has something to do: its next arrival, or a tier load completing."""
         t_next = self.next_arrival(rep)
-        if self.s.tiers is not None:
+        if self.timed_events:
             ev = next_event(rep.sched)
             if ev is not None and (t_next is None or ev < t_next):
                 t_next = ev
@@ -382,7 +382,7 @@ class Simulation:
         sched, rec = rep.sched, self.rec
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
         horizon = rec.next_grid
-        if self.s.tiers is not None:  # a load completing: the request joins the batch then
+        if self.timed_events:  # a load completing: the request joins the batch then
             ev = next_event(sched)
             horizon = horizon if ev is None else min(horizon, ev)
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=horizon,
