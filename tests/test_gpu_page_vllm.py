@@ -61,5 +61,6 @@ def test_gpu_page_vllm_in_a_browser(app_server, browser, vllm_env):  # noqa: F81
     except Exception:
         page.screenshot(path=str(Path(__file__).parent.parent / "out" / "gpu_vllm_failure.png"), full_page=True)
         raise
-    assert page.get_by_text("vLLM 0.32.0 on CPU:", exact=False).count() >= 1
+    # the caption follows the heading and the table: wait for it too (the page renders top-down)
+    page.get_by_text("vLLM 0.32.0 on CPU:", exact=False).first.wait_for(timeout=60_000)
     page.close()
