@@ -32,6 +32,7 @@ def test_rtx4090_run_pool_is_an_independent_check():
     p = predicted_pool(run)
     assert p["measured"] == 2588 and p["vllm_version"] == "0.19.0"
     assert p["predicted"] == 2853, p
+    assert p["range"][0] <= 2588 <= p["range"][1]  # inside the range of a start whose compile cache is not known
 
 
 def test_article_000_budget_against_current_rules():
@@ -58,6 +59,25 @@ def test_terms_by_hand_llama_8b_rtx4090():
     assert prof.cudagraph_bytes == 0  # not subtracted before 0.21
     assert prof.bytes_per_block == 16 * 131_072
     assert prof.num_gpu_blocks == prof.available_kv_bytes // prof.bytes_per_block
+
+
+def test_first_start_range_by_hand_llama_8b_rtx4090():
+    """Unknown or cold compile cache: (available - 0.95 GiB) // block - 0.75% up to the warm count + 0.75%;
+    warm: the count +-0.75%; enforce_eager turns torch.compile off, so no first-start term."""
+    spec, gpu = load_spec("llama-3.1-8b"), get_gpu("rtx-4090")
+    kw = dict(max_batched_tokens=2048, max_num_seqs=256, vllm_version="0.19")
+    for state in ("unknown", "cold"):
+        prof = vllm_memory_profile(spec, gpu, compile_cache=state, **kw)
+        low = (prof.available_kv_bytes - round(0.95 * GiB)) // prof.bytes_per_block
+        assert prof.num_gpu_blocks_range == (math.floor(low * 0.9925), math.ceil(prof.num_gpu_blocks * 1.0075))
+        assert prof.compile_cache == state and "vllm#54122" in prof.sources["num_gpu_blocks_range"]
+    warm = vllm_memory_profile(spec, gpu, compile_cache="warm", **kw)
+    assert warm.num_gpu_blocks == prof.num_gpu_blocks and warm.first_start_deficit_bytes == 0
+    assert warm.num_gpu_blocks_range == (math.floor(warm.num_gpu_blocks * 0.9925), math.ceil(warm.num_gpu_blocks * 1.0075))
+    eager = vllm_memory_profile(spec, gpu, compile_cache="cold", enforce_eager=True, **kw)
+    assert eager.compile_cache == "eager" and eager.first_start_deficit_bytes == 0
+    with pytest.raises(ValueError, match="compile cache 'tepid'"):
+        vllm_memory_profile(spec, gpu, compile_cache="tepid", **kw)
 
 
 def test_sampler_paths_by_version_runner_and_rows():
@@ -138,6 +158,14 @@ def test_capacity_cli_reports_vllm_pool():
     assert a["num_gpu_blocks"] == a["vllm_memory"]["num_gpu_blocks"] > 0
     assert row["kv_per_seq_bytes"] == 1_182_269_440 and row["kv_per_seq_bytes_kvsim"] == 1_107_296_256
     assert row["vllm_max_concurrent"] == a["num_gpu_blocks"] // 902 == 17
+    assert a["compile_cache"] == "unknown" and a["num_gpu_blocks_range"][0] < a["num_gpu_blocks"]
+    assert a["num_gpu_blocks_range"] == a["vllm_memory"]["num_gpu_blocks_range"]
+    warm = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm",
+                           "--contexts", "8192", "--compile-cache", "warm"], capture_output=True, text=True, check=True)
+    assert "compile cache warm:" in warm.stdout and "first start" not in warm.stdout
+    bad = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                          "--compile-cache", "tepid"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--compile-cache" in bad.stderr
     bad = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
                           "--vllm-version", "0.5"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--vllm-version" in bad.stderr

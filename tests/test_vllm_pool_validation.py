@@ -15,7 +15,8 @@ import pytest
 from models.cuda_memory import GiB
 from models.gpus import get_gpu
 from models.spec import load_spec
-from sim.memory.startup_logs import DATA, StartupLogError, check, load_logs, summary
+from sim.memory.startup_logs import DATA, StartupLogError, check, load_logs, release_from_traceback, summary
+from sim.memory.vllm_first_start import MAX_DEFICIT_BYTES, PAIRS, WARM_ERROR, compile_cache_from_log
 from sim.memory.vllm_profile import accounting_for, vllm_memory_profile
 from sim.memory.vllm_weights import mxfp4_expert_dims, vllm_weight_bytes
 
@@ -39,11 +40,15 @@ def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
     assert s["rows_with_pool"] == 17 and s["excluded"] == 1
     assert s["median_abs_error"] <= 0.0075  # 0.72%
-    assert s["worst_abs_error"] <= 0.96  # issue 27508: a 1.71 GiB pool, version 0.10.2 or 0.11.0
+    assert s["worst_abs_error"] <= 0.96  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
     assert s["median_abs_available_gib"] <= 0.16
     assert s["worst_abs_available_gib"] <= 1.85
     held = summary(checks, held_out=True)
     assert held["rows_with_pool"] == 4 and held["median_abs_error"] <= 0.007 and held["worst_abs_error"] <= 0.071
+    # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 15 of 17 rows.
+    assert s["in_range"] == 15 and s["ranged_rows"] == 17
+    assert s["compile_cache"] == {"cold": 1, "warm": 2, "unknown": 13, "eager": 1}
 
 
 def test_held_out_rows_record_the_prediction_made_before_the_change():
@@ -170,3 +175,66 @@ def test_bench_prints_the_table_and_json():
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
+
+
+def test_compile_cache_read_from_vllms_log_lines():
+    """vLLM's own lines (compilation/backends.py, 0.10-0.32; decorators.py for AOT): any graph compiled in
+    the start-up makes it cold; all graphs loaded from the cache, warm; neither shown, unknown."""
+    cold = ["INFO 10-18 09:53:31 [backends.py:197] Cache the graph for dynamic shape for later use",
+            "INFO 10-18 09:53:46 [backends.py:218] Compiling a graph for dynamic shape takes 15.65 s"]
+    warm = ["[backends.py:161] Directly load the compiled graph(s) for dynamic shape from the cache, took 4.513 s",
+            "[backends.py:292] Directly load the compiled graph(s) for compile range (1, 8192) from the cache, took 5.958 s",
+            "[decorators.py:311] Directly load AOT compilation from path ~/.cache/vllm/torch_compile_cache/x/model"]
+    assert compile_cache_from_log(cold) == "cold" and compile_cache_from_log(warm) == "warm"
+    assert compile_cache_from_log(["Compiling a graph for compile range (1, 2048) takes 20.10 s"]) == "cold"
+    assert compile_cache_from_log(warm + cold[1:]) == "cold"  # a head compiled beside a loaded backbone
+    assert compile_cache_from_log(["torch.compile takes 5.55 s in total", "Available KV cache memory: 1.71 GiB"]) == "unknown"
+    by_id = {log.id: log for log in load_logs()}
+    assert by_id["tokenkaki-a100-40gb-qwen3-8b"].compile_cache == "warm"  # from its 'Directly load' line
+    assert by_id["distserving-5090-qwen3-8b-first-start"].compile_cache == "cold"  # the document's words
+    assert by_id["llmservingsim-rtx4090-llama-3.1-8b"].compile_cache == "unknown"
+
+
+def test_first_start_range_covers_cold_and_unknown_starts(checks):
+    """A cold or unknown start's range runs from (available - 0.95 GiB) // block to the warm count, both
+    +-0.75%; warm and eager starts get the +-0.75% only. The measured pool lies inside on every row but
+    the multimodal Mistral (its vision encoder is not in kvsim's spec) and vllm#27508 (1.63 GiB short)."""
+    outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
+    assert outside == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b"}
+    by_id = {c.log.id: c for c in checks}
+    for row in ("llmservingsim-rtx4090-llama-3.1-8b", "distserving-5090-qwen3-8b-first-start",
+                "myoceane-a100-gpt-oss-20b"):
+        p = by_id[row].profile
+        assert p.first_start_deficit_bytes == MAX_DEFICIT_BYTES and by_id[row].in_range, row
+        low = ((p.available_kv_bytes - MAX_DEFICIT_BYTES) // p.bytes_per_block) * (1 - WARM_ERROR)
+        assert p.num_gpu_blocks_range == (int(low), -int(-p.num_gpu_blocks * (1 + WARM_ERROR) // 1))
+    for row in ("tokenkaki-a100-40gb-qwen3-8b", "distserving-5090-qwen3-8b-restart",
+                "vllmgce-a100-40gb-llama-3.1-8b-eager"):
+        p = by_id[row].profile
+        assert p.first_start_deficit_bytes == 0 and by_id[row].in_range, row
+        assert p.num_gpu_blocks_range[1] - p.num_gpu_blocks_range[0] <= 2 * WARM_ERROR * p.num_gpu_blocks + 2
+    assert by_id["vllmgce-a100-40gb-llama-3.1-8b-eager"].profile.compile_cache == "eager"
+    shared = by_id["llmservingsim-rtx4090-llama-3.1-8b"]
+    assert shared.profile.num_gpu_blocks_range == (2348, 2875) and shared.measured_blocks == 2588
+
+
+def test_first_start_deficit_is_set_by_public_pairs_not_by_the_rows():
+    """0.95 GiB is the largest cold-minus-warm deficit of one shape in stock vLLM; without the RTX 5090 pair
+    (which is also a row here) it is the same, and the shared run is not among the pairs."""
+    assert round(0.95 * GiB) == MAX_DEFICIT_BYTES
+    assert max(p.deficit_gib for p in PAIRS if p.gpu != "RTX 5090") == 0.95
+    assert all("LLMServingSim" not in p.url for p in PAIRS) and min(p.deficit_gib for p in PAIRS) == 0.0
+    five = next(p for p in PAIRS if p.gpu == "RTX 5090")  # 5,996 - 5,565 blocks of Qwen3-8B's 2.25 MiB
+    assert round((5996 - 5565) * 2_359_296 / GiB, 2) == five.deficit_gib
+
+
+def test_issue_27508_release_pinned_by_its_traceback():
+    """Its 'Available KV cache memory' line (gpu_worker.py:298) fits 0.10.2 and 0.11.0; the traceback in the
+    same comment logs the failure at core.py:708, which is 0.11.0's line (0.10.2: 718). vllm#23278's
+    failure line (core.py:700) agrees with its own 0.10.1 banner."""
+    by_id = {log.id: log for log in load_logs()}
+    row = by_id["issue27508-h100-gpt-oss-120b"]
+    assert release_from_traceback(row.lines) == "0.11.0" == row.vllm_version
+    assert release_from_traceback(["ERROR 11-28 10:01:45 [core.py:718] EngineCore failed to start."]) == "0.10.2"
+    assert release_from_traceback(["ERROR 08-20 18:04:22 [core.py:700] EngineCore failed to start."]) == "0.10.1"
+    assert release_from_traceback(by_id["roethig-2xl40s-qwen3-30b-a3b-fp8"].lines) is None  # no failure line

@@ -126,7 +126,9 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
         return f"vLLM's own pool is not modelled for this model: {v['skipped']}", pd.DataFrame()
     log = a["vllm_logged_max_concurrency"]
     sentence = (f"vLLM {v['vllm_version']} would size {a['num_gpu_blocks']:,} blocks of {v['layout']['block_size']} tokens "
-                f"({v['available_kv_bytes'] / GiB:.2f} GiB): {row['vllm_max_concurrent']:,} sequences of {context:,} tokens. "
+                f"({v['available_kv_bytes'] / GiB:.2f} GiB): {row['vllm_max_concurrent']:,} sequences of {context:,} tokens "
+                f"on a warm torch.compile cache; a first start may get {a['num_gpu_blocks_range'][0]:,}-"
+                f"{a['num_gpu_blocks_range'][1]:,} (compile scratch is charged to its profile). "
                 f"Its start-up log would say 'Maximum concurrency for {log['max_model_len']:,} tokens per request: "
                 f"{log['concurrency']:.2f}x': {log['why_it_differs']}")
     terms = [("CUDA total x utilisation", v["requested_bytes"], v["cuda_total_source"]),

@@ -17,6 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from models.kv_dtypes import KV_DTYPES
     from models.weight_dtypes import WEIGHT_DTYPES
     from sim.memory.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
+    from sim.memory.vllm_first_start import COMPILE_CACHE_STATES, DEFAULT_COMPILE_CACHE
     from sim.memory.vllm_profile import DEFAULT_VLLM_VERSION
 
     p = subparsers.add_parser(
@@ -42,6 +43,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="runtime overhead outside PyTorch per GPU in GiB (default %(default)g)")
     p.add_argument("--vllm-version", default=DEFAULT_VLLM_VERSION,
                    help="vLLM version whose start-up accounting sizes num_gpu_blocks (default %(default)s; docs/CALIBRATION.md)")
+    p.add_argument("--compile-cache", default=DEFAULT_COMPILE_CACHE, choices=COMPILE_CACHE_STATES,
+                   help="vLLM's torch.compile cache at start-up: a cold (first) start may get fewer blocks; "
+                   "unknown and cold give num_gpu_blocks_range (default %(default)s; docs/CALIBRATION.md)")
     p.add_argument("--block-size", type=bounded_int(1, limits.MAX_BLOCK_SIZE), default=16, help="KV block size in tokens (default %(default)s)")
     p.add_argument("--prefix-caching", action="store_true",
                    help="prefix caching on: vLLM's 'align' mode keeps two state pages per linear-attention layer group")
@@ -93,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     table = capacity_table(spec, gpu, contexts, budget=sizing.budget, **budget_args)
     add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,
                   enforce_eager=args.enforce_eager, vllm_version=args.vllm_version, mamba_align=args.prefix_caching,
-                  hybrid_manager=not args.disable_hybrid_kv_cache_manager)
+                  hybrid_manager=not args.disable_hybrid_kv_cache_manager, compile_cache=args.compile_cache)
     if args.kv_eviction:
         from models.eviction import QUALITY_NOTE
 
@@ -139,6 +143,8 @@ def _print_human(table: dict[str, Any]) -> None:
 
 def _print_vllm(a: dict[str, Any]) -> None:
     """vLLM's own sizing beside kvsim's budget: num_gpu_blocks and the start-up concurrency line."""
+    from sim.memory.vllm_first_start import WARM_ERROR
+
     v = a.get("vllm_memory") or {}
     if a.get("num_gpu_blocks") is None:
         print(f"  vLLM num_gpu_blocks: not modelled ({v.get('skipped', 'unknown layout')})")
@@ -149,6 +155,10 @@ def _print_vllm(a: dict[str, Any]) -> None:
     print(f"  vLLM {v['vllm_version']}: {v['cuda_total_bytes'] / GIB:.2f} GiB (CUDA) x {v['gpu_mem_util']:g} = "
           f"{v['requested_bytes'] / GIB:.2f} - {terms} = {v['available_kv_bytes'] / GIB:.2f} GiB "
           f"-> num_gpu_blocks {a['num_gpu_blocks']:,} of {v['bytes_per_block']:,} B")
+    low, high = a["num_gpu_blocks_range"]
+    cold = f", up to {v['first_start_deficit_bytes'] / GIB:.2f} GiB to a first start's compile" if v["first_start_deficit_bytes"] else ""
+    print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks (the warm count +-{WARM_ERROR:.2%}{cold}; "
+          "--compile-cache, docs/CALIBRATION.md 'First starts')")
     log = a["vllm_logged_max_concurrency"]
     print(f"  vLLM logs 'Maximum concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' "
           f"({log['why_it_differs']})")

@@ -46,8 +46,9 @@ def _pool_line(v: Any) -> str:
         return f"KV pool: {p['measured']:,} blocks, assumed ({v.run.meta['assumed']['num_gpu_blocks']})"
     if p["predicted"] is None:
         return f"KV pool: {p['measured']:,} blocks measured; vLLM's accounting not modelled here ({p.get('reason')})"
+    low, high = p["range"]
     return (f"KV pool: {p['measured']:,} blocks measured, {p['predicted']:,} by vLLM {p['vllm_version']}'s accounting "
-            f"({p['error']:+.1%}; the replay uses the measured pool)")
+            f"({p['error']:+.1%}; {low:,}-{high:,} with the compile cache not known to be warm; the replay uses the measured pool)")
 
 
 def format_validation(v: Any) -> str:

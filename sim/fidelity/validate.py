@@ -86,7 +86,8 @@ def interval_coverage(run: MeasuredRun, result: Any) -> dict[str, Any]:
 def predicted_pool(run: MeasuredRun) -> dict[str, Any]:
     """The run's measured num_gpu_blocks beside vLLM's accounting of it (sim/memory/vllm_profile.py)
     at the run's vLLM version: {"measured", "predicted", "error", "vllm_version"} (predicted None
-    where the layout or version is not modelled, with the reason)."""
+    where the layout or version is not modelled, with the reason), and `range`: the blocks a start
+    may get when its torch.compile cache is not known to be warm (sim/memory/vllm_first_start.py)."""
     from sim.memory.vllm_profile import DEFAULT_VLLM_VERSION, PoolLayoutError, vllm_memory_profile
 
     e = run.engine
@@ -101,6 +102,7 @@ def predicted_pool(run: MeasuredRun) -> dict[str, Any]:
         out["reason"] = str(exc)
         return out
     out["predicted"] = prof.num_gpu_blocks
+    out["range"] = list(prof.num_gpu_blocks_range)
     out["error"] = prof.num_gpu_blocks / e.num_gpu_blocks - 1.0 if e.num_gpu_blocks else None
     return out
 

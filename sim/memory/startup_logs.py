@@ -23,12 +23,26 @@ from typing import Any
 from models.cuda_memory import GiB
 from models.gpus import get_gpu
 from models.spec import load_spec
+from sim.memory.vllm_first_start import check_state, compile_cache_from_log
 from sim.memory.vllm_pool import pool_layout
 from sim.memory.vllm_profile import VllmMemoryProfile, cudagraph_estimate_bytes, vllm_memory_profile
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_startup_logs.jsonl"
 REQUIRED = ("id", "url", "lines", "vllm_version", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "gpu_mem_util",
             "max_num_batched_tokens", "max_num_seqs", "block_size", "enforce_eager", "measured")
+
+
+# Where each release logs "EngineCore failed to start" (v1/engine/core.py run_engine_core), as public logs
+# headed by the release's own banner show it: a traceback pins a release that gpu_worker.py's line cannot.
+FAILED_START_LINES = {"0.10.1": "[core.py:700] EngineCore failed to start",  # vllm#23278 (API server 0.10.1)
+                      "0.10.2": "[core.py:718] EngineCore failed to start",  # logs headed 'V1 LLM engine (v0.10.2)'
+                      "0.11.0": "[core.py:708] EngineCore failed to start"}  # logs headed 'V1 LLM engine (v0.11.0)'
+
+
+def release_from_traceback(lines: tuple[str, ...] | list[str]) -> str | None:
+    """The vLLM release whose core.py logs the start-up failure at that line; None if no line tells."""
+    found = {v for v, marker in FAILED_START_LINES.items() for line in lines if marker in line}
+    return found.pop() if len(found) == 1 else None
 
 
 class StartupLogError(ValueError):
@@ -59,6 +73,14 @@ class StartupLog:
     excluded: str = ""  # why the row is shown but left out of the error statistics ("" = counted)
     # found after the model was last changed: when, and kvsim's num_gpu_blocks then (recorded before any change)
     held_out: dict[str, Any] = field(default_factory=dict)
+    # the compile-cache state where the source says it in prose and the lines do not show it ("" = not said)
+    compile_cache_stated: str = ""
+
+    @property
+    def compile_cache(self) -> str:
+        """cold / warm from vLLM's compile lines in `lines`, else what the source states, else unknown."""
+        from_log = compile_cache_from_log(self.lines)
+        return from_log if from_log != "unknown" else check_state(self.compile_cache_stated or "unknown")
 
 
 @dataclass(frozen=True)
@@ -73,6 +95,14 @@ class PoolCheck:
     @property
     def predicted_blocks(self) -> int:
         return self.profile.num_gpu_blocks
+
+    @property
+    def in_range(self) -> bool | None:
+        """The measured pool inside [low, num_gpu_blocks] (a point when warm or eager); None without a pool."""
+        if not self.measured_blocks:
+            return None
+        low, high = self.profile.num_gpu_blocks_range
+        return low <= self.measured_blocks <= high
 
     @property
     def error(self) -> float | None:
@@ -130,7 +160,7 @@ def check(log: StartupLog) -> PoolCheck:
     prof = vllm_memory_profile(
         spec, gpu, tp=log.tp, weight_dtype=log.weight_dtype, kv_dtype=log.kv_dtype, gpu_mem_util=log.gpu_mem_util,
         max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs, block_size=log.block_size,
-        enforce_eager=log.enforce_eager, vllm_version=log.vllm_version)
+        enforce_eager=log.enforce_eager, vllm_version=log.vllm_version, compile_cache=log.compile_cache)
     layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)
     m = log.measured
     terms = {}
@@ -158,10 +188,13 @@ def summary(checks: list[PoolCheck], held_out: bool | None = None) -> dict[str, 
     counted = [c for c in checks if not c.log.excluded]
     errs = [abs(c.error) for c in counted if c.error is not None]
     gib = [abs(c.available_error_gib) for c in counted]
+    ranged = [c for c in counted if c.in_range is not None]
     return {"rows": len(checks), "excluded": len(checks) - len(counted), "rows_with_pool": len(errs),
             "median_abs_error": statistics.median(errs) if errs else None, "worst_abs_error": max(errs, default=None),
             "median_abs_available_gib": statistics.median(gib) if gib else None,
-            "worst_abs_available_gib": max(gib, default=None)}
+            "worst_abs_available_gib": max(gib, default=None),
+            "in_range": sum(bool(c.in_range) for c in ranged), "ranged_rows": len(ranged),
+            "compile_cache": {s: sum(c.profile.compile_cache == s for c in ranged) for s in ("cold", "warm", "unknown", "eager")}}
 
 
 def _summary_line(label: str, s: dict[str, Any]) -> str:
@@ -169,12 +202,13 @@ def _summary_line(label: str, s: dict[str, Any]) -> str:
         return f"{label}: no rows"
     return (f"{label}: {s['rows']} logs ({s['excluded']} not counted), {s['rows_with_pool']} counted with a pool: "
             f"median |error| {s['median_abs_error']:.2%}, worst {s['worst_abs_error']:.2%}; available memory median "
-            f"|error| {s['median_abs_available_gib']:.2f} GiB, worst {s['worst_abs_available_gib']:.2f} GiB")
+            f"|error| {s['median_abs_available_gib']:.2f} GiB, worst {s['worst_abs_available_gib']:.2f} GiB; "
+            f"measured inside kvsim's range on {s['in_range']} of {s['ranged_rows']} (compile cache {s['compile_cache']})")
 
 
 def table(checks: list[PoolCheck]) -> str:
     head = (f"{'row':36} {'vLLM':7} {'GPU':10} {'TP':>2} {'measured':>9} {'kvsim':>9} {'error':>8} "
-            f"{'avail GiB':>9} {'kvsim':>7}  terms logged/kvsim GiB")
+            f"{'avail GiB':>9} {'kvsim':>7} {'cache':>7} {'range':>15}  terms logged/kvsim GiB")
     out = [head, "-" * len(head)]
     for c in checks:
         err = f"{c.error:+.1%}" if c.error is not None else "no pool"
@@ -182,12 +216,16 @@ def table(checks: list[PoolCheck]) -> str:
         err += "h" if c.log.held_out else ""
         meas = f"{c.measured_blocks:,}" if c.measured_blocks else "-"
         terms = " ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b) in c.terms.items())
+        low, high = c.profile.num_gpu_blocks_range
+        span = (f"{low:,}-{high:,}" if high else "-") + ("" if c.in_range in (None, True) else "!")
         out.append(f"{c.log.id:36} {c.log.vllm_version:7} {c.log.gpu:10} {c.log.tp:>2} {meas:>9} "
                    f"{c.predicted_blocks:>9,} {err:>8} {c.measured_available_gib:>9.2f} "
-                   f"{c.profile.available_kv_bytes / GiB:>7.2f}  {terms}")
+                   f"{c.profile.available_kv_bytes / GiB:>7.2f} {c.profile.compile_cache:>7} {span:>15}  {terms}")
     out.extend(f"* {c.log.id}: not counted, {c.log.excluded}" for c in checks if c.log.excluded)
     out.extend(f"h {c.log.id}: held out (found {c.log.held_out.get('found')}), kvsim said "
                f"{c.log.held_out.get('kvsim_blocks_before'):,} blocks before the change" for c in checks if c.log.held_out)
+    out.append("cache: the compile cache from the log's compile lines, else the source's words; range: kvsim's "
+               "num_gpu_blocks_range (sim/memory/vllm_first_start.py); ! = the measured pool outside it")
     out.append(_summary_line("all", summary(checks)))
     out.append(_summary_line("held out", summary(checks, held_out=True)))
     return "\n".join(out)

@@ -17,6 +17,8 @@ the code path the version, model runner and row count take (SamplerPath: sort 38
 Model Runner V2 6); nothing in the sum is fitted to a log. CUDA-graph memory is estimated
 and subtracted only from vLLM 0.21 on ("CUDA graph memory profiling is enabled (default since
 v0.21.0)", gpu_worker.py). `ACCOUNTINGS` holds each version range's rules; `--vllm-version` picks.
+num_gpu_blocks is a warm compile cache's pool; a cold or unknown cache adds a range whose low end
+takes off what a first start's compile may cost (sim/memory/vllm_first_start.py, `--compile-cache`).
 The terms and their sources are in docs/CALIBRATION.md ("vLLM's KV pool").
 """
 
@@ -30,6 +32,13 @@ from models.cuda_memory import GiB, MiB, cuda_total_bytes
 from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
+from sim.memory.vllm_first_start import (
+    DEFAULT_COMPILE_CACHE,
+    WARM_ERROR,
+    blocks_range,
+    first_start_deficit_bytes,
+)
+from sim.memory.vllm_first_start import SOURCE as FIRST_START_SOURCE
 from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
 from sim.memory.vllm_weights import vllm_weight_bytes
 
@@ -213,7 +222,10 @@ class VllmMemoryProfile:
     cudagraph_bytes: int
     available_kv_bytes: int
     bytes_per_block: int
-    num_gpu_blocks: int
+    num_gpu_blocks: int  # a warm-cache start's pool (or an eager one's)
+    compile_cache: str = DEFAULT_COMPILE_CACHE  # the compile-cache state assumed: unknown, warm, cold (eager: none)
+    first_start_deficit_bytes: int = 0  # the most a cold compile may take (0 when warm or eager)
+    num_gpu_blocks_range: tuple[int, int] = (0, 0)  # [a cold start's low end, the warm count], both +- WARM_ERROR
     layout: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -225,10 +237,11 @@ def vllm_memory_profile(
     spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
     gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
     enforce_eager: bool = False, vllm_version: str = DEFAULT_VLLM_VERSION, expert_dtype: str | None = None,
-    mamba_align: bool = False, hybrid_manager: bool = True,
+    mamba_align: bool = False, hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE,
 ) -> VllmMemoryProfile:
-    """num_gpu_blocks as vLLM sizes it; raises PoolLayoutError where the pool layout is not modelled
-    and ValueError for a bad version."""
+    """num_gpu_blocks as vLLM sizes it on a warm compile cache, with the range a cold (or unknown)
+    start may land in (sim/memory/vllm_first_start.py); raises PoolLayoutError where the pool layout
+    is not modelled and ValueError for a bad version or compile-cache state."""
     acc = accounting_for(vllm_version)
     layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size, mamba_align, hybrid_manager)
     total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
@@ -245,12 +258,15 @@ def vllm_memory_profile(
     non_torch = non_torch_bytes(tp)
     available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
+    deficit = first_start_deficit_bytes(compile_cache, enforce_eager)
+    low, high = blocks_range(available, deficit, layout.bytes_per_block)
     return VllmMemoryProfile(
         vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
         requested_bytes=requested, weights_bytes=weights, forward_peak_bytes=forward, sampler_peak_bytes=sampler,
         transient_peak_bytes=transient, sampler_buffer_bytes=buffer, non_torch_bytes=non_torch,
         cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
-        num_gpu_blocks=int(blocks), layout=layout.as_dict(),
+        num_gpu_blocks=int(blocks), compile_cache="eager" if enforce_eager else compile_cache, first_start_deficit_bytes=deficit,
+        num_gpu_blocks_range=(low, high), layout=layout.as_dict(),
         sources={
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
@@ -263,6 +279,10 @@ def vllm_memory_profile(
             "weights": "parameters at the weight dtype, embeddings in 16 bits under fp8/int8/int4, mxfp4 experts "
                        "padded to the MoE kernel's tile (sim/memory/vllm_weights.py)",
             "num_gpu_blocks": "available // bytes per pool block (vllm/v1/core/kv_cache_utils.py)",
+            "num_gpu_blocks_range": (f"+-{WARM_ERROR:.2%}, the warm count's worst error on held-out logs; " + (
+                "enforce_eager: no torch.compile (config/vllm.py CompilationMode.NONE)" if enforce_eager
+                else "warm compile cache: the steady-state profile" if not deficit
+                else f"compile cache {compile_cache}: {FIRST_START_SOURCE}")),
         },
     )
 
@@ -285,7 +305,7 @@ def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec) -> dict[str
 def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block_size: int = 16,
                   max_model_len: int | None = None, enforce_eager: bool = False,
                   vllm_version: str = DEFAULT_VLLM_VERSION, mamba_align: bool = False,
-                  hybrid_manager: bool = True) -> dict[str, Any]:
+                  hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE) -> dict[str, Any]:
     """Put vLLM's pool into a capacity_table() result: `num_gpu_blocks` and `vllm_memory` in the
     assumptions; per row, `kv_per_seq_bytes` becomes what vLLM's pool spends on one sequence
     (whole blocks in every group, padding layers included; kvsim's own figure stays as
@@ -297,13 +317,15 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
             spec, gpu, tp=a["tp"], weight_dtype=a["weight_dtype"], kv_dtype=a["kv_dtype"], gpu_mem_util=a["gpu_mem_util"],
             max_batched_tokens=a["max_batched_tokens"], max_num_seqs=a["max_num_seqs"], block_size=block_size,
             enforce_eager=enforce_eager, vllm_version=vllm_version, expert_dtype=a.get("expert_dtype"),
-            mamba_align=mamba_align, hybrid_manager=hybrid_manager)
+            mamba_align=mamba_align, hybrid_manager=hybrid_manager, compile_cache=compile_cache)
         layout = pool_layout(spec, a["kv_dtype"], a["tp"], block_size, mamba_align, hybrid_manager)
     except PoolLayoutError as exc:
         a["num_gpu_blocks"] = None
         a["vllm_memory"] = {"skipped": str(exc)}
         return table
     a["num_gpu_blocks"] = prof.num_gpu_blocks
+    a["num_gpu_blocks_range"] = list(prof.num_gpu_blocks_range)
+    a["compile_cache"] = prof.compile_cache
     a["vllm_memory"] = prof.as_dict()
     max_len = max_model_len or min(spec.max_position_embeddings, 32768)
     logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"])
