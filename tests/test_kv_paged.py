@@ -220,3 +220,19 @@ def test_tracked_batch_refuses_a_growth_that_does_not_fit_and_changes_nothing():
     a.grow_by(run[1:], 1)  # another array: the plain path
     assert a.num_tokens(1) == 9
     a.check_invariants()
+
+
+def test_tracked_batch_refuses_a_growth_of_several_blocks_that_does_not_fit():
+    """A growth longer than a block (a member takes several) is all or nothing too."""
+    a = make(6)
+    a.allocate(0, 3, final_tokens=40, reserve_tokens=0)
+    a.allocate(1, 1, final_tokens=40, reserve_tokens=0)
+    run = np.array([0, 1], dtype=np.int64)
+    a.track_batch(run, None)
+    with pytest.raises(AllocationError):
+        a.grow_by(run, 2 * BS + 2)  # 3 + 2 more blocks wanted, 4 free
+    assert [a.num_tokens(0), a.num_tokens(1)] == [3, 1] and a.num_free_blocks == 4
+    a.grow_by(run, 2 * BS + 1)  # 2 + 2 more: fits exactly
+    assert [a.num_tokens(0), a.num_tokens(1)] == [4 + 2 * BS, 2 + 2 * BS] and a.num_free_blocks == 0
+    assert [len(a.block_table(0)), len(a.block_table(1))] == [3, 3]
+    a.check_invariants()

@@ -25,7 +25,6 @@ blocks, so no write lands in a shared block and nothing is copied on write.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -83,12 +82,12 @@ class PagedAllocator(KVAllocator):
         self._active = np.zeros(size, dtype=bool)
         self._written = 0  # physical slots written in blocks in use
         # A tracked decode batch (track_batch; never with prefix caching): its members' _ntok is
-        # their count minus _clock, so growing the batch by k adds k to _clock, and _due (a heap of
-        # (clock value at which the member outgrows its blocks, id)) says who takes a block.
+        # their count minus _clock, so growing the batch by k adds k to _clock, and _due (clock
+        # value at which members outgrow their blocks -> those members) says who takes a block.
         self._batch: np.ndarray | None = None
-        self._members: dict[int, int] = {}  # member -> its due clock (its _due entry; older ones are stale)
+        self._members: dict[int, int] = {}  # member -> its due clock (entries elsewhere in _due are stale)
         self._clock = 0
-        self._due: list[tuple[int, int]] = []
+        self._due: dict[int, list[int]] = {}  # every key above _clock
         self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
 
     # --- admission ---------------------------------------------------------------------------
@@ -267,39 +266,85 @@ class PagedAllocator(KVAllocator):
         for r in joined:
             n = int(ntok[r]) - clock
             ntok[r] = n
-            d = members[r] = int(cap[r]) - n + 1  # the clock at which its count passes its slots
-            heapq.heappush(due, (d, r))
+            d = members[r] = int(cap[r]) - n + 1  # the clock at which its count passes its slots (> clock)
+            bucket = due.get(d)
+            if bucket is None:
+                due[d] = [r]
+            else:
+                bucket.append(r)
         self._batch = run
 
     def _grow_tracked(self, k: int) -> None:
         """grow_by(the tracked batch, k): the clock moves; members whose due clock it reaches take
-        blocks (all or nothing), in (due, id) order."""
-        clock = self._clock + k
-        due, cap, members, bs = self._due, self._cap, self._members, self.block_size
-        cross: list[tuple[int, int, int, int]] = []  # (id, due clock, slots, new blocks)
-        total = 0
-        while due and due[0][0] <= clock:
-            d, r = heapq.heappop(due)
-            if members.get(r) == d:  # else stale (left, or grown since)
-                c = int(cap[r])
-                extra = -(-(c - d + 1 + clock) // bs) - c // bs  # its stored count is c - d + 1
-                cross.append((r, d, c, extra))
-                total += extra
-        if total > self.num_free_blocks:
-            for r, d, _, _ in cross:
-                heapq.heappush(due, (d, r))
-            raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-        if total:
-            blocks, pos, tables = self._take(total), 0, self._tables
-            for r, d, c, extra in cross:
-                end = pos + extra
-                tables[r].extend(blocks[pos:end])
-                pos = end
-                cap[r] = c + extra * bs
-                d = members[r] = d + extra * bs
-                heapq.heappush(due, (d, r))
+        blocks (all or nothing): a member due at d <= clock takes 1 + (clock - d) // block_size."""
+        old, clock, due, members = self._clock, self._clock + k, self._due, self._members
+        if k > self.block_size:
+            self._grow_tracked_far(old, clock)
+        else:  # each member due in (old, clock] takes one block (a step or two: one or two clocks)
+            lives, total = [], 0
+            for c in range(old + 1, clock + 1):
+                bucket = due.pop(c, None)
+                if bucket is not None:
+                    live = [r for r in bucket if members.get(r) == c]  # else it left
+                    lives.append((c, live, bucket))
+                    total += len(live)
+            if total and not self._cross_once(lives, total):
+                for c, _, bucket in lives:
+                    due[c] = bucket
+                raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
         self._clock = clock
         self._written += k * len(members)
+
+    def _cross_once(self, lives: list[tuple[int, list[int], list[int]]], total: int) -> bool:
+        """Members due at clock c (`lives`: (c, its live members, its bucket)) take one block each and
+        are due again a block later; False (nothing changed) if fewer than `total` blocks are free."""
+        free = self._free  # tracked: no prefix caching, so the free blocks are the clean stack
+        if total > len(free):
+            return False
+        blocks = free[-total:]  # _take's order: lowest id of the top first
+        del free[-total:]
+        pos = total
+        bs, cap, tables, members, due = self.block_size, self._cap, self._tables, self._members, self._due
+        for c, live, _ in lives:
+            nd = c + bs
+            for r in live:
+                pos -= 1
+                tables[r].append(blocks[pos])
+                cap[r] += bs
+                members[r] = nd
+            bucket = due.get(nd)
+            if bucket is None:
+                due[nd] = live
+            else:
+                bucket.extend(live)
+        return True
+
+    def _grow_tracked_far(self, old: int, clock: int) -> None:
+        """_grow_tracked for k = clock - old > block_size: a member may take several blocks."""
+        due, members, bs = self._due, self._members, self.block_size
+        keys = [c for c in range(old + 1, clock + 1) if c in due] if clock - old <= len(due) else \
+            [c for c in due if c <= clock]
+        popped = [(c, due.pop(c)) for c in keys]
+        cross = [(r, d, 1 + (clock - d) // bs) for d, bucket in popped for r in bucket if members.get(r) == d]
+        total = sum(extra for _, _, extra in cross)
+        if total > self.num_free_blocks:
+            due.update(popped)
+            raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
+        if not total:
+            return
+        cap, tables = self._cap, self._tables
+        blocks, pos = self._take(total), 0
+        for r, d, extra in cross:
+            end = pos + extra
+            tables[r].extend(blocks[pos:end])
+            pos = end
+            cap[r] += extra * bs
+            nd = members[r] = d + extra * bs
+            bucket = due.get(nd)
+            if bucket is None:
+                due[nd] = [r]
+            else:
+                bucket.append(r)
 
     def _untrack(self) -> None:
         """Stop tracking the batch: its members' counts written true (every reader but free,
