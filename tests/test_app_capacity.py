@@ -104,6 +104,7 @@ def test_vllm_pool_beside_the_budget():
     blocks = vllm_memory_profile(load_spec("qwen2.5-7b"), get_gpu("h100-sxm")).num_gpu_blocks
     text = " ".join(m.value for m in at.markdown)
     assert f"would size {blocks:,} blocks" in text and "Maximum concurrency" in text
+    assert "a first start may get" in text and "warm torch.compile cache" in text
     terms = [d.value for d in at.dataframe if "term" in d.value.columns][0]
     assert terms["term"].iloc[-1] == "= KV pool" and len(terms) == 7
 

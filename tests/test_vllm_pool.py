@@ -180,8 +180,12 @@ def test_run_summary_has_num_gpu_blocks():
     summary = simulate(trace, Scenario(model="llama-3.1-8b", gpu="rtx-4090", max_batched_tokens=2048)).summary
     prof = vllm_memory_profile(load_spec("llama-3.1-8b"), get_gpu("rtx-4090"), max_batched_tokens=2048)
     assert summary["num_gpu_blocks"] == prof.num_gpu_blocks == summary["vllm_memory"]["num_gpu_blocks"]
+    # the pool's interval: a run does not know its torch.compile cache, so a first start's range
+    assert summary["intervals"]["num_gpu_blocks"] == list(prof.num_gpu_blocks_range)
+    assert summary["vllm_memory"]["compile_cache"] == "unknown" and prof.num_gpu_blocks_range[0] < prof.num_gpu_blocks
     explicit = simulate(trace, Scenario(model="llama-3.1-8b", kv_budget_gib=4.0)).summary
     assert explicit["num_gpu_blocks"] is None and "explicit" in explicit["vllm_memory"]["skipped"]
+    assert "num_gpu_blocks" not in explicit["intervals"]
 
 
 def test_qwen3_next_forced_block_and_padded_state_by_hand():

@@ -142,6 +142,9 @@ def summary_intervals(summary: Mapping[str, Any], method: IntervalMethod) -> dic
             out[key] = method.inverse_bounds(float(summary[key]), "e2e_s")
     if isinstance(summary.get("duration_s"), int | float):
         out["duration_s"] = method.bounds(float(summary["duration_s"]), "e2e_s")
+    pool = (summary.get("vllm_memory") or {}).get("num_gpu_blocks_range")
+    if summary.get("num_gpu_blocks") is not None and pool:
+        out["num_gpu_blocks"] = list(pool)  # not the step-time method's: the pool's own (sim/memory/vllm_first_start.py)
     return out
 
 
