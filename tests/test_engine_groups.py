@@ -14,7 +14,7 @@ from sim.core.kv import BREAKDOWN_FIELDS
 from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.run.engine import build, simulate
-from sim.scenario import Scenario, ScenarioError
+from sim.scenario import Scenario
 from sim.trace.loader import load_trace
 from sim.trace.synthetic import synthetic
 from sim.trace.transforms import window
@@ -104,9 +104,12 @@ def test_static_batches_keep_per_group_pools(allocator, kind):
     assert set(run.summary["kv_group_breakdown_mean"]) == {"full", "sliding(128)"}
 
 
-def test_prefix_caching_is_refused_for_state_groups_only():
-    with pytest.raises(ScenarioError, match=r"^scenario: prefix caching is not modelled for state .*switch it off$"):
-        build(trace(10), Scenario(model="qwen3-next-80b-a3b", kv_budget_gib=2.0, prefix_caching=True))
+def test_prefix_caching_runs_state_groups_in_vllms_align_mode():
+    """Qwen3-Next with prefix caching: vLLM's align mode (the pool cuts and keys at its block, the
+    attention block vLLM raises to 544 tokens at TP1 so a page holds a layer's state)."""
+    setup = build(trace(10), Scenario(model="qwen3-next-80b-a3b", kv_budget_gib=2.0, prefix_caching=True))
+    pool = setup.replicas[0].alloc
+    assert pool.block_size == 544 and pool.state_align_block == 544 and setup.replicas[0].sched.align_block == 544
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "kv_gib"), [("gpt-oss-120b", "h100-sxm", 1, 4.0), ("deepseek-v3", "h200", 8, 8.0)])

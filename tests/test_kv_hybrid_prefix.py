@@ -17,12 +17,13 @@ BS = 4  # tokens per block; the trace's hash blocks are the same size here
 FULL = FullAttention(1, num_kv_heads=1, head_dim=4)  # 16 B/token: one block is one page
 SLIDING = SlidingWindow(1, num_kv_heads=1, head_dim=4, window=6)  # a hit needs ceil(5 / 4) = 2 blocks
 CHUNKED = ChunkedLocal(1, num_kv_heads=1, head_dim=4, chunk=8)  # two blocks per chunk
+STATE = State(1, bytes_per_layer=100)  # a linear-attention state: 2 pages, vLLM's align mode
 
 
 def make(num_pages: int, groups=(SLIDING, FULL), prefix_block_size: int = BS) -> HybridPrefixAllocator:
     page = page_bytes_for(groups, BS, "bf16", 1)
-    return HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page) for g in groups], num_pages, BS, page,
-                                 prefix_block_size)
+    return HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page, mamba_align=True) for g in groups], num_pages,
+                                 BS, page, prefix_block_size)
 
 
 def test_a_freed_prefix_is_hit_by_every_group():
@@ -89,9 +90,37 @@ def test_a_live_shared_block_counts_once():
     a.check_invariants()
 
 
-def test_state_groups_are_refused_in_one_line():
-    with pytest.raises(ValueError, match=r"^prefix caching is not modelled for state .*\(state\); switch it off$"):
-        make(10, groups=(FULL, State(1, bytes_per_layer=64)))
+def test_a_state_group_without_align_mode_is_refused_in_one_line():
+    page = page_bytes_for((FULL, STATE), BS, "bf16", 1)
+    with pytest.raises(ValueError, match=r"^prefix caching of state groups \(state\) needs vLLM's align-mode manager"):
+        HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page) for g in (FULL, STATE)], 10, BS, page)
+
+
+def test_a_state_group_holds_two_blocks_and_keys_only_the_retained_state():
+    """Align mode by hand (block 4): a 13-token prompt of 3 hashed blocks, chunks 8 + 5. The first
+    chunk holds state block 1 only; the second holds blocks 1 and 3 (null between); only the replay
+    boundary (13 - 1) // 4 - 1 = block 2 may be keyed, and no step ends there: nothing is cached for
+    the state, so the prompt again hits 0 though full attention has 3 blocks. A 12-token chunk ending
+    at block 2's boundary keys it: the next request hits 12 tokens, taking that one state block."""
+    a = make(100, groups=(FULL, STATE))
+    assert a.state_align_block == BS
+    a.allocate(0, 8, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13)
+    assert a._state_held(1, 0) == [1] and a.group_breakdown()["state"]["held"] == 2 * a.page_bytes
+    assert a.append(0, 5) and a._state_held(1, 0) == [3, 1] and a._tables[1][0] == [-1, a._tables[1][0][1], -1,
+                                                                                   a._tables[1][0][3]]
+    check(a)
+    assert a.append(0, 1) and a._state_held(1, 0) == [3]  # the next step frees the running block 1
+    a.free(0)
+    check(a)
+    assert a.prefix_hit_tokens(13, [1, 2, 3]) == 0 and a.prefix_junction(13, [1, 2, 3]) == 12
+    a.allocate(1, 12, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13, junction=12)  # keyed: block 2
+    a.append(1, 1)
+    a.free(1)
+    check(a)
+    assert a.prefix_hit_tokens(13, [1, 2, 3]) == 12
+    assert a.allocate(2, 13, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13) == 12
+    assert a._state_held(1, 2) == [3, 2] and a.hit_blocks["state"] == 1
+    check(a)
 
 
 PREFIXES = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 9, 10, 11], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
@@ -121,22 +150,32 @@ def test_random_operations_with_prefix_hashes_keep_the_books(ops, num_pages, chu
     run_ops(make(num_pages, groups=(SLIDING, FULL, CHUNKED) if chunked else (SLIDING, FULL)), ops)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(op, min_size=4, max_size=40), num_pages=st.integers(1, 80), sliding=st.booleans())
+def test_random_operations_with_a_state_group_keep_the_books(ops, num_pages, sliding):
+    run_ops(make(num_pages, groups=(FULL, STATE, SLIDING) if sliding else (FULL, STATE)), ops)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_long_random_runs_share_and_evict(seed):
     """Long seeded runs (hypothesis keeps its examples short): many admissions of few prefixes,
     so blocks are shared, parked and evicted; the same checks after every operation."""
     rng = random.Random(seed)
     ops = []
+    groups = [(SLIDING, FULL), (SLIDING, FULL, CHUNKED), (FULL, STATE), (FULL, STATE, SLIDING)][seed % 4]
+    sizes = [3, 13, 25, 33] if STATE not in groups else [3, 12, 13, 24, 25, 32]  # a state is keyed on a boundary
     for _ in range(300):
         kind = rng.choice(["alloc", "alloc", "append", "grow", "free", "free"])
-        ops.append({"alloc": ("alloc", rng.choice([3, 13, 25, 33, rng.randint(0, 40)]), rng.randint(0, 3)),
+        ops.append({"alloc": ("alloc", rng.choice([*sizes, rng.randint(0, 40)]), rng.randint(0, 3)),
                     "append": ("append", rng.randint(0, 50), rng.randint(0, 9)),
                     "grow": ("grow", [rng.randint(0, 50) for _ in range(4)], rng.randint(0, 12)),
                     "free": ("free", rng.randint(0, 50))}[kind])
-    a = make(rng.randint(20, 60), groups=(SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL),
+    a = make(rng.randint(20, 60), groups=groups,
              prefix_block_size=BS * (1 + seed % 3))  # one, two or three KV blocks per hash block
     run_ops(a, ops)
     assert sum(a.hit_blocks.values()) > 0 and a.cache.evictions > 0  # the run did exercise the cache
+    if STATE in groups:
+        assert a.hit_blocks["state"] > 0  # states were keyed and hit
 
 
 def run_ops(a: HybridPrefixAllocator, ops) -> None:
@@ -149,8 +188,12 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
             n, p = step[1], step[2]
             hashes = PREFIXES[p] if p < len(PREFIXES) else None
             hit = a.prefix_hit_tokens(n, hashes)
+            # a state group keys the state at its prompt's replay boundary: a first chunk of n tokens
+            # ending on a block boundary keys its last block
+            kw = {"prompt_tokens": n + 1, "junction": a.prefix_junction(n, hashes)} \
+                if a.state_align_block and hashes else {}
             if a.can_allocate(n, 0, hashes):
-                assert a.allocate(next_id, n, n + 5, prefix_hashes=hashes) == hit
+                assert a.allocate(next_id, n, n + 5, prefix_hashes=hashes, **kw) == hit
                 assert hit % BS == 0 and (hit < n or n == 0)
                 tokens[next_id] = n
             else:

@@ -135,8 +135,9 @@ def test_the_html_report_carries_the_tiers_occupancy_hits_and_ttft_split(evict_t
 
 
 def test_a_state_model_with_tiers_is_refused_in_one_line_naming_model_and_group():
+    sc = Scenario(model="qwen3-next-80b-a3b", gpu="h200", tp=2, prefix_caching=True, cpu_tier_gib=50.0)
     with pytest.raises(ScenarioError) as err:
-        Deployment.resolve(Scenario(model="qwen3-next-80b-a3b", gpu="h200", tp=2, prefix_caching=True, cpu_tier_gib=50.0))
+        build_tiers(sc, Deployment.resolve(sc), 1)
     line = str(err.value)
     assert "\n" not in line and "qwen3-next-80b-a3b" in line and "state group" in line and "'align'" in line
 

@@ -17,6 +17,12 @@ Each step (vLLM v1 order):
    `admit_whole_prompt` (vLLM's scheduler_reserve_full_isl) a request is admitted only when blocks
    for its whole prompt (+ generated tokens) are free, though only the first chunk is allocated.
 
+A pool with a linear-attention state group in vLLM's align mode (prefix caching on; the pool's
+`state_align_block` is its block size) has its prefill chunks cut as vLLM's
+`_mamba_block_aligned_split` cuts them (sim/core/kv/mamba_align.py `aligned_chunk`): to a block
+boundary, never past the last cacheable boundary, stopping at the request's shared-prefix
+junction; a chunk cut to nothing waits for the next step.
+
 Prefix-cache hit tokens (from the allocator) are not computed; the budget is charged for the
 tokens computed only. If a whole prompt is cached, its last token is still computed (a token must
 be sampled), as vLLM does.
@@ -46,6 +52,7 @@ import numpy as np
 
 from sim.core import decode_run, interfaces, remote_kv
 from sim.core.decode_run import DecodeBatch
+from sim.core.kv.mamba_align import aligned_chunk
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
 from sim.core.step_types import StepPlan
@@ -110,6 +117,7 @@ class Scheduler(interfaces.Scheduler):
         self.lazy_computed = False
         self.remote = RemoteKV()  # requests whose KV arrives from elsewhere (sim/core/remote_kv.py)
         self.tiers: TierStack | None = None  # KV tiers below the GPU pool (sim/core/tiers/)
+        self.align_block = int(getattr(allocator, "state_align_block", 0))  # vLLM's Mamba align-mode cut (0: none)
 
     # --- queue state ----------------------------------------------------------------------------
     @property
@@ -244,6 +252,8 @@ class Scheduler(interfaces.Scheduler):
             r = self.running[i]
             c = int(t.computed[r])
             n = min(int(t.prompt[r] + t.generated[r]) - c, budget)
+            if n > 0 and self.align_block:
+                n = self._aligned(r, c, n, self.alloc.state_junction(r))  # type: ignore[attr-defined]  # align pool
             if n <= 0:
                 i += 1
                 continue
@@ -321,7 +331,27 @@ class Scheduler(interfaces.Scheduler):
         n = min(total, budget + hits)
         if n <= 0 or (not self.cfg.chunked_prefill and n < total):
             return 0
+        if self.align_block and n > hits:
+            cut = self._aligned(r, hits, n - hits, self._junction(r, hashes))
+            return hits + cut if cut > 0 else 0
         return n
+
+    def _aligned(self, r: int, start: int, n: int, junction: int) -> int:
+        """vLLM's Mamba block-aligned split of an n-token chunk of r from `start` computed tokens."""
+        t = self.t
+        return aligned_chunk(start, n, int(t.prompt[r]), int(t.prompt[r] + t.generated[r]), self.align_block,
+                             self.cfg.max_batched_tokens, junction)
+
+    def _junction(self, r: int, hashes: Sequence[int] | None) -> int:
+        """The shared-prefix junction of waiting request r (an align-mode pool's lookup; 0: none)."""
+        total = int(self.t.prompt[r] + self.t.generated[r])
+        return self.alloc.prefix_junction(total, hashes) if hashes is not None else 0  # type: ignore[attr-defined]
+
+    def align_kwargs(self, r: int, hashes: Sequence[int] | None) -> dict[str, int]:
+        """What an align-mode pool's `allocate` needs for its state retention (empty otherwise)."""
+        if not self.align_block:
+            return {}
+        return {"prompt_tokens": int(self.t.prompt[r]), "junction": self._junction(r, hashes)}
 
     def _can_admit(self, r: int, n: int, hashes: Sequence[int] | None) -> bool:
         """Would the allocator take the head request with a first chunk of n tokens now?"""
@@ -342,7 +372,7 @@ class Scheduler(interfaces.Scheduler):
             reserve = int(t.reserve[r])
             if n == 0 or not self._can_admit(r, n, hashes):
                 break
-            hit = alloc.allocate(r, n, t.final_tokens(r), reserve, hashes)
+            hit = alloc.allocate(r, n, t.final_tokens(r), reserve, hashes, **self.align_kwargs(r, hashes))
             self.waiting.popleft()
             total = int(t.prompt[r] + t.generated[r])
             compute = n - hit

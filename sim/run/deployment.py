@@ -9,10 +9,11 @@ that call), so a new source needs no change here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
+from models.kv_groups import State
 from models.spec import ModelSpec, SpecError, load_spec
 from sim.core.interfaces import Allocator
 from sim.core.kv.registry import (
@@ -32,6 +33,7 @@ from sim.memory.capacity import (
     kv_bytes_per_token_per_gpu,
     memory_budget,
 )
+from sim.memory.vllm_pool import hybrid_block_size
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 from sim.timing.layer_offload import offloaded_layers, split_groups
@@ -90,6 +92,7 @@ class Deployment:
     @classmethod
     def resolve(cls, scenario: Scenario) -> Deployment:
         spec = cls.model_of(scenario)
+        scenario = forced_block_size(scenario, spec)
         gpu = get_gpu(scenario.gpu)
         terms = None
         if scenario.kv_budget_gib is not None:  # fp8 scales taken out (the derived budget has them out)
@@ -123,6 +126,19 @@ class Deployment:
         if self.grouped:
             return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes, prefix_block_size)
         return make_allocator(self.layout, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
+
+
+def forced_block_size(scenario: Scenario, spec: ModelSpec) -> Scenario:
+    """The scenario at the block size vLLM runs the model with: for a model with linear-attention
+    state layers vLLM raises the attention block size until one layer's state fits a page
+    (vllm/platforms/interface.py `_align_hybrid_block_size`, sim/memory/vllm_pool.py
+    hybrid_block_size: 272 tokens for Qwen3-Next at TP4), and its state blocks stand for as many
+    tokens. Other models: unchanged."""
+    groups = [g for g in spec.groups if g.num_layers > 0]
+    if not any(isinstance(g, State) for g in groups) or all(isinstance(g, State) for g in groups):
+        return scenario
+    size = hybrid_block_size(groups, scenario.kv_dtype, scenario.tp, scenario.block_size)[0]
+    return scenario if size == scenario.block_size else replace(scenario, block_size=size)
 
 
 def kv_layout(scenario: Scenario) -> KVLayout:
@@ -164,17 +180,7 @@ def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_bl
     try:
         return make_group_allocator(kv_layout(scenario), groups, budget, prefix_block_size)
     except ValueError as exc:
-        raise ScenarioError(str(exc) + _state_tiers_note(scenario, spec)) from None
-
-
-def _state_tiers_note(scenario: Scenario, spec: ModelSpec) -> str:
-    """Why KV tiers cannot help a model with a state group (docs/TIERS.md, "Per KV group"), said in
-    the prefix-caching refusal's line when the scenario asks for tiers."""
-    if not any(getattr(scenario, f"{t}_tier_gib", 0) for t in ("cpu", "nvme", "remote")):
-        return ""
-    state = ", ".join(g.label() for g in spec.groups if g.kind == "state")
-    return (f" (KV tiers on {scenario.model}: they reuse prefix-cached blocks, and its {state} group is cached and "
-            "offloaded by vLLM only in Mamba's 'align' mode, which kvsim does not model)")
+        raise ScenarioError(str(exc)) from None
 
 
 def _max_model_len(scenario: Scenario, spec: ModelSpec) -> int:

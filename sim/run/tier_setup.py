@@ -55,6 +55,10 @@ def _check(scenario: Any, dep: Any) -> None:
         raise ScenarioError("scenario: KV tiers (cpu/nvme/remote_tier_gib) reuse prefix-cached blocks: turn on prefix_caching")
     if scenario.allocator != "paged" or scenario.static_batch:
         raise ScenarioError("scenario: KV tiers need the paged allocator and continuous batching")
+    state = [g.label() for g in dep.spec.groups if g.kind == "state"]
+    if state:
+        raise ScenarioError(f"scenario: KV tiers with {scenario.model}: its {', '.join(state)} group's blocks do not move "
+                            "through the tiers yet (vLLM's OffloadingConnector offloads them in Mamba's 'align' mode)")
     if dep.grouped and scenario.tier_policy != "write-through":
         groups = ", ".join(g.label() for g in dep.spec.groups)
         why = GROUPED_POLICY_REFUSALS.get(scenario.tier_policy, "is modelled for models with one KV group only")

@@ -13,6 +13,9 @@ share one pool of equal pages, as vLLM's hybrid allocator shares one BlockPool.
   the current chunk's start (c // chunk x chunk) are freed.
 - StateManager: one fixed slot (pages enough for the state) per running request, whatever its
   length (vLLM's MambaManager without prefix caching).
+- AlignStateManager: vLLM's MambaManager in 'align' mode (prefix caching on): a request's table
+  is cdiv(tokens, block) long but holds only the running state's block and the step's last one,
+  with nulls between (`gapped`: `held` counts them, at most 2; sim/core/kv/mamba_align.py).
 
 A contiguous reservation of R tokens (sim/core/kv/contiguous_groups.py) asks each manager how
 many blocks it needs (`contiguous_blocks`): full attention R; a window or chunk only min(R, span)
@@ -24,7 +27,7 @@ Prefix caching (sim/core/kv/hybrid_prefix.py) asks each manager for its longest 
 the prefix, a sliding window only the blocks the next token still attends to, chunked local
 attention only the blocks of the current chunk. A state group's hit is vLLM's align-mode rule
 (sim/core/kv/mamba_align.py `longest_state_hit`: the largest block-aligned end whose state is
-cached, one block taken); the hybrid prefix allocator still refuses state groups (its books).
+cached, one block taken), which the hybrid prefix allocator uses with AlignStateManager.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class GroupManager:
     """Full attention: a request of n tokens holds ceil(n / block_size) blocks, none skipped."""
 
     kind = "full"
+    gapped = False  # True: the held blocks are not one run [first, end) (`held` counts them)
 
     def __init__(self, label: str, block_size: int, bytes_per_token: int, pages: int, state_bytes: int = 0) -> None:
         self.label = label
@@ -70,6 +74,10 @@ class GroupManager:
     def skipped_blocks(self, computed: Any) -> Any:
         """Leading blocks no longer needed once `computed` tokens are in the cache."""
         return computed * 0
+
+    def held(self, first: Any, end: Any) -> Any:
+        """Blocks a request holds with books (first, end): the run between them."""
+        return end - first
 
     def first_drop_computed(self, first: Any) -> Any:
         """Computed tokens at which a step starts dropping block `first` (None: never)."""
@@ -205,12 +213,52 @@ class StateManager(GroupManager):
         return longest_state_hit(lookup, keys, max_blocks)
 
 
-def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int) -> GroupManager:
-    """The manager for one KV group, its bytes for the whole deployment (tp ranks)."""
+class AlignStateManager(StateManager):
+    """vLLM 0.32's MambaManager in 'align' mode (`--mamba-cache-mode align`, which vLLM sets when
+    prefix caching is on: model_executor/models/config.py MambaModelConfig). Books (first, end):
+    end = cdiv(tokens, block), the table's length; first = the running state's block, (computed - 1)
+    // block (`remove_skipped_blocks`), or end - 1 for a fresh request; the request holds block
+    `first` and block end - 1 only (`allocate_new_blocks` takes one block per step), so `held` =
+    min(end - first, 2) (mamba_align.state_blocks_held)."""
+
+    gapped = True
+
+    def blocks_for(self, tokens: Any) -> Any:
+        return -(-tokens // self.block_size)
+
+    def skipped_blocks(self, computed: Any) -> Any:
+        if isinstance(computed, int):
+            return max(computed - 1, 0) // self.block_size
+        return np.maximum(computed - 1, 0) // self.block_size
+
+    def held(self, first: Any, end: Any) -> Any:
+        if isinstance(first, int) and isinstance(end, int):
+            return min(end - first, 2)
+        return np.minimum(end - first, 2)
+
+    def first_drop_computed(self, first: Any) -> Any:
+        return (first + 1) * self.block_size + 1
+
+    def max_blocks(self, final_tokens: Any, chunk: Any) -> Any:
+        return np.minimum(self.blocks_for(final_tokens), 2)
+
+
+def align_mode(m: GroupManager) -> GroupManager:
+    """The manager as prefix caching runs it: a state group in vLLM's align mode, others unchanged."""
+    if type(m) is StateManager:
+        return AlignStateManager(m.label, m.block_size, m.bytes_per_token, m.pages, state_bytes=m.state_bytes)
+    return m
+
+
+def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int,
+                 mamba_align: bool = False) -> GroupManager:
+    """The manager for one KV group, its bytes for the whole deployment (tp ranks); `mamba_align`:
+    a state group in vLLM's align mode (prefix caching on)."""
     bpt = tp * group.bytes_per_token(kv_dtype, tp)
     if isinstance(group, State):
         state = tp * group.state_bytes(tp)
-        return StateManager(group.label(), block_size, 0, -(-state // page_bytes), state_bytes=state)
+        kind = AlignStateManager if mamba_align else StateManager
+        return kind(group.label(), block_size, 0, -(-state // page_bytes), state_bytes=state)
     pages = block_size * bpt // page_bytes
     args = (group.label(), block_size, bpt, pages)
     if isinstance(group, SlidingWindow) or group.cap is not None:  # an eviction cap keeps a window too

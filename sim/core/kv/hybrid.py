@@ -8,7 +8,9 @@ request first drops the blocks its sliding-window or chunked groups no longer at
 takes blocks for its new tokens in every group; a state group holds one slot per request.
 
 The books are counts (no page ids): per request and group, `first` (leading blocks dropped) and
-`end` (blocks taken so far), so the held blocks are end - first. Decode runs grow a whole batch
+`end` (blocks taken so far), so the held blocks are end - first; a `gapped` manager (a state group
+in vLLM's align mode, sim/core/kv/group_managers.py AlignStateManager) holds only blocks `first`
+and end - 1, and its `held` says how many. Decode runs grow a whole batch
 with array arithmetic, as the paged allocator does. The GPU backend does not run these models,
 so `block_table` is refused. Prefix caching needs block identities: its subclass
 sim/core/kv/hybrid_prefix.py adds them.
@@ -58,7 +60,7 @@ class HybridPagedAllocator(KVAllocator):
     # --- sizing --------------------------------------------------------------------------------
     def pages_for(self, num_tokens: int) -> int:
         """Pages one fresh request of `num_tokens` tokens takes at admission."""
-        return sum(m.pages * int(m.blocks_for(num_tokens)) for m in self.managers)
+        return sum(m.pages * min(int(m.blocks_for(num_tokens)), 1 if m.gapped else 1 << 62) for m in self.managers)
 
     def peak_pages(self, final_tokens: np.ndarray, chunk: int | np.ndarray) -> np.ndarray:
         """Most pages each request of `final_tokens` tokens holds at once, with prefill chunks of
@@ -74,7 +76,8 @@ class HybridPagedAllocator(KVAllocator):
         need = self.pages_for(num_tokens)
         self._admit_check(req_id, num_tokens, need)
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            first[req_id], end[req_id] = 0, int(m.blocks_for(num_tokens))
+            end[req_id] = int(m.blocks_for(num_tokens))
+            first[req_id] = max(int(end[req_id]) - 1, 0) if m.gapped else 0  # a fresh state: its last block only
         self._free_pages -= need
         self._version += 1
         self._ntok[req_id] = num_tokens
@@ -93,7 +96,10 @@ class HybridPagedAllocator(KVAllocator):
             e1 = np.maximum(e0, m.blocks_for(new_tokens))
             f1 = np.minimum(np.maximum(f0, m.skipped_blocks(computed)), e1)
             f1 = np.where(new_tokens > self._ntok[ids], f1, f0)  # a request that does not step drops nothing
-            net += m.pages * int(np.add.reduce(e1 - e0) - np.add.reduce(f1 - f0))
+            if m.gapped:
+                net += m.pages * int(np.add.reduce(m.held(f1, e1) - m.held(f0, e0)))
+            else:
+                net += m.pages * int(np.add.reduce(e1 - e0) - np.add.reduce(f1 - f0))
             firsts.append(f1)
             ends.append(e1)
         return net, firsts, ends
@@ -106,7 +112,7 @@ class HybridPagedAllocator(KVAllocator):
             f0, e0 = int(first[r]), int(end[r])
             e1 = max(e0, int(m.blocks_for(new_tokens)))
             f1 = min(max(f0, int(m.skipped_blocks(computed))), e1) if steps else f0
-            net += m.pages * ((e1 - e0) - (f1 - f0))
+            net += m.pages * (m.held(f1, e1) - m.held(f0, e0) if m.gapped else (e1 - e0) - (f1 - f0))
             firsts.append([f1])
             ends.append([e1])
         return net, firsts, ends
@@ -147,8 +153,8 @@ class HybridPagedAllocator(KVAllocator):
         if k <= 0:
             return 0
         if k * ids.size > PEAK_GRID_LIMIT:
-            return max(0, sum(m.pages * int(np.add.reduce(np.maximum(e[ids], m.blocks_for(new)) - e[ids]))
-                              for m, e in zip(self.managers, self._end, strict=True)))
+            return max(0, sum(m.pages * self._growth_bound(m, f[ids], e[ids], new)
+                              for m, f, e in zip(self.managers, self._first, self._end, strict=True)))
         after = np.minimum(n[None, :] + np.arange(1, k + 1)[:, None], new[None, :])  # tokens after step j
         stepped = after > n[None, :]
         before = np.where(stepped, after - 1, n[None, :])  # computed tokens when step j starts
@@ -156,9 +162,22 @@ class HybridPagedAllocator(KVAllocator):
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
             f0, e0 = first[ids][None, :], end[ids][None, :]
             taken = np.maximum(e0, m.blocks_for(after)) - e0
+            if m.gapped:  # held blocks after step j against now
+                fj = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken), f0)
+                total += m.pages * (m.held(fj, e0 + taken) - m.held(f0, e0)).sum(axis=1)
+                continue
             dropped = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken) - f0, 0)
             total += m.pages * (taken - dropped).sum(axis=1)
         return max(0, int(total.max()))
+
+    @staticmethod
+    def _growth_bound(m: GroupManager, first: np.ndarray, end: np.ndarray, new: np.ndarray) -> int:
+        """Blocks a group may add over a long run, drops ignored (an upper bound); a gapped group
+        never holds more than `held` allows (2 blocks: what it holds now up to that)."""
+        grows = np.maximum(end, m.blocks_for(new)) - end
+        if m.gapped:
+            return int(np.add.reduce(np.where(grows > 0, 2 - m.held(first, end), 0)))
+        return int(np.add.reduce(grows))
 
     def steps_until_free_rises(self, req_ids: Ids) -> int:
         """Steps before a sliding or chunked group first drops a block (a step starting at
@@ -232,7 +251,7 @@ class HybridPagedAllocator(KVAllocator):
         return self._free_pages
 
     def _held_pages(self, req_id: int) -> int:
-        return sum(m.pages * int(end[req_id] - first[req_id])
+        return sum(m.pages * int(m.held(int(first[req_id]), int(end[req_id])))
                    for m, first, end in zip(self.managers, self._first, self._end, strict=True))
 
     def group_breakdown(self) -> dict[str, dict[str, int]]:
@@ -242,7 +261,7 @@ class HybridPagedAllocator(KVAllocator):
         n = self._ntok[active]
         out: dict[str, dict[str, int]] = {}
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            blocks = int(np.add.reduce(end[active] - first[active]))
+            blocks = int(np.add.reduce(m.held(first[active], end[active])))
             held = blocks * m.pages * self.page_bytes
             if m.kind == "state":
                 written = blocks * m.state_bytes

@@ -23,8 +23,19 @@ free queue keeps them; they count as free.
 
 Accounting is physical: a block shared by several requests counts once (shared blocks are always
 full: only full blocks are cached), so per group held = token_states + internal_frag, and the
-groups' held pages plus the free pages (clean + cached) are the pool. State groups are refused
-(vLLM caches Mamba state only in its 'align' mode, at block-aligned chunk ends; not modelled).
+groups' held pages plus the free pages (clean + cached) are the pool.
+
+State (Mamba / linear-attention) groups follow vLLM 0.32's 'align' mode (the mode vLLM sets when
+prefix caching is on; rules in sim/core/kv/mamba_align.py): the group's manager is
+AlignStateManager, whose table is cdiv(tokens, block) long but holds only the running state's block
+(`first`) and the step's last block (end - 1), -1 between. A state block is keyed only when a step
+ends on its boundary and vLLM's default retention keeps it (the prompt's replay boundary and the
+shared-prefix junction: `state_block_keyed`); other states are freed unkeyed. Its hit is one block
+at the largest cached aligned end (`longest_state_hit`), which the fixed point intersects with the
+other groups. The scheduler cuts prefill chunks at block boundaries when `state_align_block` is set
+(sim/core/scheduler.py, `aligned_chunk`), asking `prefix_junction` / `state_junction` for the
+junction. Not modelled: a state keyed in a step being a hit for another request only from the next
+step (`cached_blocks_this_step`), and state blocks taken and freed inside one booked decode run.
 """
 
 from __future__ import annotations
@@ -41,6 +52,7 @@ import numpy as np
 from sim.core.kv.base import AllocationError
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.hybrid import HybridPagedAllocator
+from sim.core.kv.mamba_align import shared_prefix_junction, state_block_keyed
 from sim.core.kv.run_cache import RunPrefixCache
 
 
@@ -61,11 +73,17 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int,
                  prefix_block_size: int | None = None) -> None:
         super().__init__(managers, num_pages, block_size, page_bytes)
-        state = [m.label for m in self.managers if m.kind == "state"]
-        if state:
-            raise ValueError(f"prefix caching is not modelled for state (Mamba / linear-attention) groups "
-                             f"({', '.join(state)}); switch it off")
+        plain = [m.label for m in self.managers if m.kind == "state" and not m.gapped]
+        if plain:
+            raise ValueError(f"prefix caching of state groups ({', '.join(plain)}) needs vLLM's align-mode manager "
+                             "(group_managers.make_manager(..., mamba_align=True))")
         self.prefix_caching = True
+        self._gapped = [m.gapped for m in self.managers]
+        self.state_align_block = self.block_size if any(self._gapped) else 0  # the scheduler's cut (0: none)
+        self._keyed_state: set[int] = set()  # state blocks with a key (a block keeps it until evicted)
+        self._prompt: dict[int, int] = {}  # request -> prompt tokens (the retention's replay boundary)
+        self._junction: dict[int, int] = {}  # request -> shared-prefix junction (tokens, 0: none)
+        self._longest = 0  # the last _find_hit's longest single-group hit (blocks)
         self.cache = RunPrefixCache(self.block_size, prefix_block_size)
         self._tables: list[dict[int, list[int]]] = [{} for _ in self.managers]
         self._refs: dict[int, int] = {}  # blocks in use -> refcount (>= 1)
@@ -121,19 +139,35 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def _find_hit(self, num_tokens: int, gkeys: list[list[int]]) -> Hit:
         """The longest prefix every group serves (whole blocks, the last token never a hit)."""
         groups = len(self.managers)
+        self._longest = 0
         if num_tokens <= 1 or not gkeys:
             return 0, [(0, [])] * groups
         length = min((num_tokens - 1) // self.block_size, len(gkeys[0]) * self.cache.per)
         rows = [self.cache.row(nodes, length) for nodes in gkeys]  # block or None per position
         found: list[tuple[int, list[int]]] = [(0, [])] * groups
+        longest = 0  # vLLM's longest_hit_length: the candidate after each group (full attention first)
         while True:
             start = length
             for g, m in enumerate(self.managers):
                 n, first, blocks = m.longest_hit(rows[g].__getitem__, range(len(rows[g])), length)
                 found[g] = (first, blocks)
                 length = min(length, n)
+                longest = max(longest, length)
             if length == start:
+                self._longest = longest
                 return length * self.block_size, found
+
+    def prefix_junction(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> int:
+        """vLLM's shared_prefix_boundary for a new request of `num_tokens` tokens now (0: none, or no
+        state group): where the longest single group's hit ends when it outruns the reconciled hit."""
+        if not self.state_align_block:
+            return 0
+        tokens = self._find_hit(num_tokens, self._group_keys(prefix_hashes))[0]
+        return shared_prefix_junction(tokens, self._longest * self.block_size)
+
+    def state_junction(self, req_id: int) -> int:
+        """The junction request `req_id` was admitted with (the scheduler's cut stops there)."""
+        return self._junction.get(req_id, 0)
 
     def hit_by_group(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> dict[str, tuple[int, int]]:
         """{group: (hit tokens, cached blocks reused)} for a new request now (no side effects):
@@ -162,7 +196,10 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         hit_end = hit[0] // self.block_size
         need = 0
         for m, (first, blocks) in zip(self.managers, self._kept(hit, computed), strict=True):
-            new = int(m.blocks_for(num_tokens)) - max(hit_end, first)
+            if m.gapped:  # one new block (the step's last) unless the table already reaches it
+                new = 1 if int(m.blocks_for(num_tokens)) > first + len(blocks) else 0
+            else:
+                new = int(m.blocks_for(num_tokens)) - max(hit_end, first)
             need += m.pages * (max(new, 0) + len(blocks) - len(self._refs.keys() & blocks))  # hits not in use
         return need
 
@@ -173,7 +210,10 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         return self._admission_pages(num_tokens, hit, computed_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
-                 prefix_hashes: Sequence[int] | None = None, *, computed_tokens: int = 0) -> int:
+                 prefix_hashes: Sequence[int] | None = None, *, computed_tokens: int = 0, prompt_tokens: int = 0,
+                 junction: int = 0) -> int:
+        """prompt_tokens, junction: a state group's retention (the replay boundary, the shared-prefix
+        junction from `prefix_junction`); without them no state block is keyed."""
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
         self._version += 1
@@ -184,17 +224,27 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                 self._claim(g, b)
             self.hit_blocks[m.label] += len(blocks)
             self._tables[g][req_id] = [-1] * first + blocks
-        for g, (m, (first, _)) in enumerate(zip(self.managers, kept, strict=True)):
+        for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
             end = int(m.blocks_for(num_tokens))
             table = self._tables[g][req_id]
-            table.extend(self._take(g, end - len(table)))
+            if m.gapped:  # the hit state (if any), nulls, and one block for the step's last token
+                if end > len(table):
+                    table.extend([-1] * (end - 1 - len(table)))
+                    table.extend(self._take(g, 1))
+                first = first if blocks else max(end - 1, 0)
+            else:
+                table.extend(self._take(g, end - len(table)))
             self._first[g][req_id], self._end[g][req_id] = first, end
-            self._nreg[g][req_id] = tokens // self.block_size
+            self._nreg[g][req_id] = 0 if m.gapped else tokens // self.block_size
         self._ntok[req_id] = num_tokens
         self._active[req_id] = True
+        if self.state_align_block:
+            self._prompt[req_id], self._junction[req_id] = prompt_tokens, junction
         if gkeys:
             self._gkeys[req_id] = gkeys
             self._register(req_id)
+            if self.state_align_block:
+                self._key_state(req_id, tokens, num_tokens)
         return tokens
 
     # --- growth --------------------------------------------------------------------------------
@@ -209,7 +259,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             for g, m in enumerate(self.managers):
                 lo, stop = int(self._first[g][r]), min(int(firsts[g][0]), int(self._end[g][r]))
                 if self._shared[g] and stop > lo:
-                    pages += m.pages * sum(1 for b in self._tables[g][r][lo:stop] if refs[b] > 1)
+                    pages += m.pages * sum(1 for b in self._tables[g][r][lo:stop] if b >= 0 and refs[b] > 1)
             return pages
         for g, m in enumerate(self.managers):
             if not self._shared[g]:
@@ -218,7 +268,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             stop = np.minimum(firsts[g], self._end[g][ids])
             for k in np.flatnonzero(stop > first[ids]).tolist():  # only requests that drop blocks
                 r = int(ids[k])
-                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stop[k])] if refs[b] > 1)
+                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stop[k])] if b >= 0 and refs[b] > 1)
         return pages
 
     def _step_need(self, ids: np.ndarray, computed: np.ndarray, new_tokens: np.ndarray) -> tuple[int, list, list]:
@@ -241,6 +291,9 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         and parked at once (`_park_new`); (3) take the new blocks that stay."""
         self._version += 1
         rows = self._moves(ids, new, firsts, ends)
+        states = self._state_moves(ids, firsts, ends) if self.state_align_block else []
+        for g, r, f1, _ in states:  # the state blocks left behind go first (pages for the takes below)
+            self._drop_state(g, r, f1)
         for g, r, f0, e0, f1, _, keys, full in rows:
             keyed = self._offer(g, r, min(full, e0)) if keys else 0
             stop = min(f1, e0)
@@ -259,6 +312,8 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                 self.cache.register(keys, start, table[start:min(e1, full)])
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
             self._first[g][r], self._end[g][r] = f1, e1
+        if self.state_align_block:
+            self._finish_states(states, ids, new)
         self._ntok[ids] = new
 
     def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[tuple]:
@@ -266,6 +321,8 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         for every request and group whose blocks change or fill up."""
         rows, per = [], self.cache.per
         for g in range(len(self.managers)):
+            if self._gapped[g]:  # state groups: _state_moves
+                continue
             first, end, nreg = self._first[g], self._end[g], self._nreg[g]
             for k, r in enumerate(ids.tolist()):
                 f0, e0, f1, e1 = int(first[r]), int(end[r]), int(firsts[g][k]), int(ends[g][k])
@@ -275,17 +332,99 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                     rows.append((g, r, f0, e0, f1, e1, keys, full))
         return rows
 
+    # --- state groups (align mode) ------------------------------------------------------------
+    def _state_moves(self, ids: np.ndarray, firsts: list, ends: list) -> list[tuple[int, int, int, int]]:
+        """(group, request, new first, new end) of every state group whose books change."""
+        out = []
+        for g, gapped in enumerate(self._gapped):
+            if not gapped:
+                continue
+            first, end = self._first[g], self._end[g]
+            for k, r in enumerate(ids.tolist()):
+                f1, e1 = int(firsts[g][k]), int(ends[g][k])
+                if f1 != int(first[r]) or e1 != int(end[r]):
+                    out.append((g, r, f1, e1))
+        return out
+
+    def _finish_states(self, states: list[tuple[int, int, int, int]], ids: np.ndarray, new: np.ndarray) -> None:
+        """After the other groups' passes: take the state blocks the new books hold, then key the
+        states the step ends on (the requests' token counts not yet moved to `new`)."""
+        for g, r, f1, e1 in states:
+            self._grow_state(g, r, f1, e1)
+        for r, n1 in zip(ids.tolist(), new.tolist(), strict=True):
+            self._key_state(r, int(self._ntok[r]), int(n1))
+
+    def _state_held(self, g: int, r: int) -> list[int]:
+        """Indices of the state blocks request r holds in group g (its first and last), descending."""
+        table, f, e = self._tables[g][r], int(self._first[g][r]), int(self._end[g][r])
+        return [i for i in sorted({f, e - 1}, reverse=True) if 0 <= i < len(table) and table[i] >= 0]
+
+    def _drop_state(self, g: int, r: int, f1: int) -> None:
+        """A step's start: release the state blocks before the running one (`remove_skipped_blocks`)."""
+        self._release_state(g, r, [i for i in self._state_held(g, r) if i < f1])
+
+    def _grow_state(self, g: int, r: int, f1: int, e1: int) -> None:
+        """Take the blocks the new books hold that the table lacks (the step's last block; after a
+        booked decode run, possibly the running one too): nulls between."""
+        table = self._tables[g][r]
+        table.extend([-1] * (e1 - len(table)))
+        for i in sorted({f1, e1 - 1}):
+            if table[i] < 0:
+                table[i] = self._take(g, 1)[0]
+        self._first[g][r], self._end[g][r] = f1, e1
+
+    def _release_state(self, g: int, r: int, indices: Sequence[int]) -> None:
+        """Drop one reference to request r's state blocks at `indices`: a shared one stays in use; a
+        keyed one parks (cached, evictable); an unkeyed one is freed clean (vLLM frees it to the
+        front of its free queue)."""
+        refs, pages, table = self._refs, self.managers[g].pages, self._tables[g][r]
+        nodes = self._gkeys[r][g] if r in self._gkeys else []
+        for i in indices:
+            b = table[i]
+            table[i] = -1
+            if refs[b] > 1:
+                refs[b] -= 1
+                self._shared[g] -= 1
+                continue
+            del refs[b]
+            self._free_pages += pages
+            if b in self._keyed_state:
+                self.cache.park([b], nodes, [i])
+                self._parked_pages += pages
+
+    def _key_state(self, r: int, computed: int, end_tokens: int) -> None:
+        """Key the state block a step from `computed` to `end_tokens` tokens ends on, when vLLM's
+        retention keeps it (mamba_align.state_block_keyed: a boundary, the replay one or the junction)."""
+        gkeys = self._gkeys.get(r)
+        if gkeys is None or end_tokens <= computed:
+            return
+        for g, gapped in enumerate(self._gapped):
+            if not gapped:
+                continue
+            keys = gkeys[g]
+            i = state_block_keyed(computed, end_tokens - computed, self.block_size, len(keys) * self.cache.per,
+                                  self._prompt.get(r, 0), self._junction.get(r, 0))
+            block = self._tables[g][r][i] if i is not None else -1
+            if block >= 0 and block not in self._keyed_state:
+                self.cache.register(keys, i, [block])  # type: ignore[arg-type]  # i is not None here
+                self._keyed_state.add(block)
+
     # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
         self._check(req_id)
         self._version += 1
         for g in range(len(self.managers)):
             first, end = int(self._first[g][req_id]), int(self._end[g][req_id])
-            self._release(g, req_id, first, end, self._nreg[g].get(req_id, 0), reverse=True)  # the tail is evicted first
+            if self._gapped[g]:
+                self._release_state(g, req_id, self._state_held(g, req_id))
+            else:
+                self._release(g, req_id, first, end, self._nreg[g].get(req_id, 0), reverse=True)  # the tail is evicted first
             self._tables[g].pop(req_id)
             self._nreg[g].pop(req_id, None)
             self._first[g][req_id] = self._end[g][req_id] = 0
         self._gkeys.pop(req_id, None)
+        self._prompt.pop(req_id, None)
+        self._junction.pop(req_id, None)
         self._ntok[req_id] = 0
         self._active[req_id] = False
 
@@ -311,6 +450,8 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             if not self.cache.num_parked:
                 raise AllocationError("hybrid prefix allocator: out of pages (check the need first)")
             evicted = self.cache.evict(min(-(-deficit // most), self.cache.num_parked))
+            if self._keyed_state:
+                self._keyed_state.difference_update(evicted)
             if uniform:  # every group's block has the same pages: no per-block sum
                 self._parked_pages -= len(evicted) * most
             else:
@@ -391,15 +532,13 @@ class HybridPrefixAllocator(HybridPagedAllocator):
     def _register(self, r: int) -> None:
         full = int(self._ntok[r]) // self.block_size
         for g in range(len(self.managers)):
+            if self._gapped[g]:  # state blocks are keyed by _key_state
+                continue
             upto = min(len(self._gkeys[r][g]) * self.cache.per, full, int(self._end[g][r]))
             self._offer(g, r, upto)
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), upto)
 
     # --- books ------------------------------------------------------------------------------------
-    def _held_pages(self, req_id: int) -> int:
-        return sum(m.pages * int(end[req_id] - first[req_id])
-                   for m, first, end in zip(self.managers, self._first, self._end, strict=True))
-
     @property
     def cached_bytes(self) -> int:
         """Bytes in cached-but-evictable blocks (a part of `free` in the breakdown)."""
@@ -411,7 +550,7 @@ class HybridPrefixAllocator(HybridPagedAllocator):
         for m, shared in zip(self.managers, self._shared, strict=True):
             parts = out[m.label]
             parts["held"] -= shared * m.pages * self.page_bytes
-            parts["token_states"] -= shared * self.block_size * m.bytes_per_token
+            parts["token_states"] -= shared * (m.state_bytes if m.kind == "state" else self.block_size * m.bytes_per_token)
             parts["internal_frag"] = parts["held"] - parts["token_states"]
         return out
 
@@ -440,11 +579,17 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             shared = 0
             for r, table in tables.items():
                 f, e = int(self._first[g][r]), int(self._end[g][r])
-                if len(table) != e or any(b >= 0 for b in table[:f]) or any(b < 0 for b in table[f:]):
+                if m.gapped:  # exactly the running state's block and the last one
+                    held = [i for i, b in enumerate(table) if b >= 0]
+                    if len(table) != e or (e and held != sorted({f, e - 1})):
+                        raise AssertionError(f"hybrid prefix allocator: request {r} group {m.label} state table vs counts")
+                elif len(table) != e or any(b >= 0 for b in table[:f]) or any(b < 0 for b in table[f:]):
                     raise AssertionError(f"hybrid prefix allocator: request {r} group {m.label} table vs counts")
-                if any(b % len(self.managers) != g for b in table[f:]):
+                if any(b % len(self.managers) != g for b in table[f:] if b >= 0):
                     raise AssertionError(f"hybrid prefix allocator: request {r} holds another group's block")
                 for b in table[f:]:
+                    if b < 0:
+                        continue
                     refs[b] = refs.get(b, 0) + 1
                     shared += refs[b] > 1
             if shared != self._shared[g]:

@@ -33,9 +33,10 @@ off by default):
   (sim/core/kv/group_managers.py), so the hybrid coordinator's fixed point
   (sim/core/kv/hybrid_prefix.py `_find_hit`) intersects it with the attention groups' hits.
 
-The hybrid prefix allocator does not use these yet (it refuses prefix caching for state groups):
-its books hold a group's blocks as one run [first, end), and align mode holds two blocks with a
-null gap between them during a multi-block chunk (docs/TIERS.md "Mamba `align` mode").
+Used by the simulator: the scheduler's cut (sim/core/scheduler.py `aligned_chunk`), the state
+group's books and keying (sim/core/kv/group_managers.py AlignStateManager, sim/core/kv/hybrid_prefix.py
+`state_block_keyed`, `shared_prefix_junction`) and its hit (StateManager.longest_hit); docs/TIERS.md
+"Mamba `align` mode".
 """
 
 from __future__ import annotations

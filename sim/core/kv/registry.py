@@ -18,7 +18,7 @@ from models.registry import Registry
 from sim.core.interfaces import Allocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
-from sim.core.kv.group_managers import GroupManager, make_manager, page_bytes_for
+from sim.core.kv.group_managers import GroupManager, align_mode, make_manager, page_bytes_for
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 from sim.core.kv.paged import PagedAllocator
@@ -61,8 +61,9 @@ def _contiguous(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_
 
 def _paged_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int, page_bytes: int,
                   prefix_block_size: int | None) -> Allocator:
-    if layout.prefix_caching:  # refused in one line for state groups
-        return HybridPrefixAllocator(managers, num_pages, layout.block_size, page_bytes, prefix_block_size)
+    if layout.prefix_caching:  # state groups in vLLM's align mode (the mode vLLM sets with prefix caching)
+        return HybridPrefixAllocator([align_mode(m) for m in managers], num_pages, layout.block_size, page_bytes,
+                                     prefix_block_size)
     return HybridPagedAllocator(managers, num_pages, layout.block_size, page_bytes)
 
 

@@ -60,6 +60,8 @@ class TierHost(Protocol):
     @property
     def waiting(self) -> deque[int]: ...
 
+    def align_kwargs(self, r: int, hashes: Sequence[int] | None) -> dict[str, int]: ...
+
 
 def lower_hits(sched: TierHost, r: int, hashes: Sequence[int]) -> tuple[int, TierHits | GroupHits] | None:
     """(GPU hit tokens, lower-tier hits) for waiting request r, or None when no lower tier adds any."""
@@ -87,13 +89,14 @@ def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: in
     need = total if sched.cfg.admit_whole_prompt else hold
     # a per-group pool counts the loaded tokens as computed: no blocks for what its windows skip
     loaded = {"computed_tokens": hold} if isinstance(hits, GroupHits) else {}
+    align = sched.align_kwargs(r, hashes)  # a state group's retention (align mode)
     if not alloc.can_allocate(need, int(t.reserve[r]), hashes, **loaded):
         return False
     stack.now = now
     ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # type: ignore[arg-type]  # before the allocation: an exclusive tier gives its blocks up first
     stack.muted = True  # the loaded blocks came from the tiers: load() touched or moved them there
     try:
-        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, **loaded)
+        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, **loaded, **align)
     finally:
         stack.muted = False
     sched.waiting.popleft()
