@@ -3,8 +3,8 @@
 Reads tests/data/vllm_startup_logs.jsonl (one real vLLM V1 start-up per row, each with the URL
 and the exact lines it came from; sim/memory/startup_logs.py) and predicts every row with
 sim/memory/vllm_profile.py at the row's vLLM version. Prints per row the measured and predicted
-num_gpu_blocks, vLLM's and kvsim's available KV memory, each logged term beside kvsim's, and the
-median and worst |error|. docs/CALIBRATION.md ("Validation on public start-up logs") holds the table.
+num_gpu_blocks, vLLM's and kvsim's available KV memory, the compile cache the log shows and
+kvsim's num_gpu_blocks_range, each logged term beside kvsim's, and the median and worst |error|. docs/CALIBRATION.md ("Validation on public start-up logs") holds the table.
 
 Run: .venv/bin/python bench/vllm_pool_validation.py [--json] [--file PATH]
 """
@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = [{"id": c.log.id, "url": c.log.url, "vllm_version": c.log.vllm_version, "gpu": c.log.gpu,
                  "model": c.log.model, "tp": c.log.tp, "measured_blocks": c.measured_blocks,
                  "predicted_blocks": c.predicted_blocks, "error": c.error,
-                 "available_error_gib": c.available_error_gib, "terms_gib": c.terms} for c in checks]
+                 "available_error_gib": c.available_error_gib, "terms_gib": c.terms,
+                 "compile_cache": c.profile.compile_cache, "num_gpu_blocks_range": list(c.profile.num_gpu_blocks_range),
+                 "in_range": c.in_range} for c in checks]
         print(json.dumps({"rows": rows, "summary": summary(checks)}, indent=1))
     else:
         print(table(checks))

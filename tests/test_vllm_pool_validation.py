@@ -171,7 +171,10 @@ def test_bench_prints_the_table_and_json():
     assert "median |error|" in out.stdout and "llmservingsim-rtx4090-llama-3.1-8b" in out.stdout
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
-    assert json.loads(js.stdout)["summary"]["rows"] >= 16
+    data = json.loads(js.stdout)
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 15
+    shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
+    assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2348, 2875] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
