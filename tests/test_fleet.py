@@ -120,3 +120,41 @@ def test_cli_and_page_run_the_same_pd_preset(capsys):
     page = preset_variants(PRESETS[5], BASE.replace(replicas=3, router="least-kv"))
     assert rc == 0 and [r["variant"] for r in rows] == list(page) == ["aggregated x3", "P/D 1:2", "P/D 2:1"]
     assert [(r["scenario"]["pd"], r["scenario"]["router"]) for r in rows] == [(sc.pd, sc.router) for sc in page.values()]
+
+
+def test_what_the_router_reads_at_each_arrival_is_the_same_with_and_without_skip_ahead():
+    """The router's inputs (queue, running, KV blocks in use, prefill backlog) at every arrival equal
+    stepping's: a replica in a decode run has booked none of it yet, and its view computes the state
+    stepping would show at the arrival (sim/fleet/live_view.py), for every replica the router reads."""
+    from sim.core.routing.registry import RouterKind
+
+    seen: list[list[tuple[int, ...]]] = []
+    mid_run = [0]
+
+    class Reader:
+        """The least KV blocks in use, recording every view (a test router)."""
+
+        state_free = False
+
+        def __init__(self, p):
+            pass
+
+        def choose(self, req, views):
+            looks = [(v.waiting(), v.running(), v.used_blocks(), v.pending_prefill_tokens()) for v in views]
+            seen[-1].append(tuple(x for look in looks for x in look))
+            mid_run[0] += sum(v.slot.run is not None for v in views)  # LiveView: a replica in a decode run
+            return min(range(len(views)), key=lambda i: (looks[i][2], looks[i][0] + looks[i][1], i))
+
+    ROUTERS.register("test-reader", RouterKind("test-reader", Reader, False, "test"))
+    try:
+        sc = BASE.replace(router="test-reader", kv_budget_gib=0.5)
+        runs = []
+        for skip in (True, False):
+            seen.append([])
+            runs.append(fleet_simulate(small_trace(n=300, rate=40.0), sc, skip_ahead=skip))
+    finally:
+        ROUTERS.unregister("test-reader")
+    fast, slow = seen
+    assert len(fast) == 300 and fast == slow
+    assert mid_run[0] > 100  # many looks fell inside decode runs (their growth read from the view)
+    pd.testing.assert_frame_equal(runs[0].requests, runs[1].requests)
