@@ -76,8 +76,9 @@ def test_first_start_range_by_hand_llama_8b_rtx4090():
     assert warm.num_gpu_blocks_range == (math.floor(warm.num_gpu_blocks * 0.9925), math.ceil(warm.num_gpu_blocks * 1.0075))
     eager = vllm_memory_profile(spec, gpu, compile_cache="cold", enforce_eager=True, **kw)
     assert eager.compile_cache == "eager" and eager.first_start_deficit_bytes == 0
-    with pytest.raises(ValueError, match="compile cache 'tepid'"):
-        vllm_memory_profile(spec, gpu, compile_cache="tepid", **kw)
+    for eager in (False, True):
+        with pytest.raises(ValueError, match="compile cache 'tepid'"):
+            vllm_memory_profile(spec, gpu, compile_cache="tepid", enforce_eager=eager, **kw)
 
 
 def test_sampler_paths_by_version_runner_and_rows():

@@ -98,6 +98,6 @@ def check_state(state: str) -> str:
 
 def first_start_deficit_bytes(state: str, enforce_eager: bool) -> int:
     """How much a start may lose to its compile at most: 0 when warm or eager."""
-    if enforce_eager or check_state(state) == "warm":
+    if check_state(state) == "warm" or enforce_eager:
         return 0
     return MAX_DEFICIT_BYTES
