@@ -56,3 +56,29 @@ def test_vllm_cpu_hits_end_to_end() -> None:
     b650 = _prompt("B650", 650)
     _, res = _replay([a, a, b650, b650])
     assert res.requests["prefix_cache_hit_tokens"].tolist() == [0, 1280, 0, 1280]
+
+
+# The tiny model's pool at block 640: a full-attention block is 640 x 256 B = 163,840 B, one page;
+# a state block is its 3 layers' states, 3 x 137,216 B = 411,648 B, rounded up to 3 pages in the
+# pool (vLLM pads each layer's state page by 19.40% to the attention page); the tiers move the
+# unpadded state, as vLLM's offload copies it (offloading/worker.py unpadded_page_size_bytes).
+PAGE = 640 * 256
+FULL_BLOCK, STATE_BLOCK = PAGE, 3 * 137_216
+
+
+def test_state_blocks_move_through_the_cpu_tier_at_their_own_size() -> None:
+    """vLLM's OffloadingConnector offloads a state group in align mode (docs/TIERS.md "Per KV group"):
+    a pool of 9 pages (one 1,500-token request's peak: 3 full blocks + 2 state blocks of 3 pages).
+    A keys full blocks 0, 1 and its replay-boundary state (block 1), all stored in the CPU tier;
+    B (other tokens) evicts them all from the GPU; A again hits nothing on the GPU and 1,280 tokens
+    in the CPU tier, loading 2 full blocks and only the state at the hit's end (1 block)."""
+    a = _prompt("A", 1500)
+    sc = CPU_RUN.replace(kv_budget_gib=9 * PAGE / 2**30, cpu_tier_gib=1.0)
+    _, res = _replay([a, _prompt("B", 0), a], sc)
+    s = res.summary
+    assert s["completed"] == 3 and res.requests["prefix_cache_hit_tokens"].tolist() == [0, 0, 0]
+    assert s["tier_hit_tokens"]["cpu"] == 1280
+    moved = s["tier_bytes_moved"]["cpu"]
+    assert moved["load"] == 2 * FULL_BLOCK + 1 * STATE_BLOCK == 739_328
+    assert moved["store"] == 2 * (2 * FULL_BLOCK + 1 * STATE_BLOCK) == 1_478_656  # A and B; A again: nothing new
+    assert s["tier_occupancy"]["cpu/replica0"]["end_bytes"] == 2 * (2 + 3) * PAGE  # held as pool pages

@@ -134,12 +134,17 @@ def test_the_html_report_carries_the_tiers_occupancy_hits_and_ttft_split(evict_t
     assert "KV tiers" not in plain
 
 
-def test_a_state_model_with_tiers_is_refused_in_one_line_naming_model_and_group():
+def test_a_state_models_tiers_move_state_blocks_unpadded():
+    """Qwen3-Next with a CPU tier (vLLM offloads Mamba groups in align mode): a state block holds its
+    pool pages in the tier and moves at its 36 layers' unpadded state (tests/test_mamba_align_sim.py
+    has the run)."""
     sc = Scenario(model="qwen3-next-80b-a3b", gpu="h200", tp=2, prefix_caching=True, cpu_tier_gib=50.0)
-    with pytest.raises(ScenarioError) as err:
-        build_tiers(sc, Deployment.resolve(sc), 1)
-    line = str(err.value)
-    assert "\n" not in line and "qwen3-next-80b-a3b" in line and "state group" in line and "'align'" in line
+    dep, stack = _pool_and_stack(sc)
+    pool = dep.make_allocator()
+    full, state = pool.managers
+    assert (full.kind, state.kind) == ("full", "state") and stack.group_pages == (full.pages, state.pages)
+    assert stack.group_bytes == (full.pages * pool.page_bytes, state.state_bytes)
+    assert state.state_bytes <= state.pages * pool.page_bytes
 
 
 def test_a_kv_aware_router_sees_a_grouped_replicas_lower_tier_hits():

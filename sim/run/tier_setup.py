@@ -55,10 +55,6 @@ def _check(scenario: Any, dep: Any) -> None:
         raise ScenarioError("scenario: KV tiers (cpu/nvme/remote_tier_gib) reuse prefix-cached blocks: turn on prefix_caching")
     if scenario.allocator != "paged" or scenario.static_batch:
         raise ScenarioError("scenario: KV tiers need the paged allocator and continuous batching")
-    state = [g.label() for g in dep.spec.groups if g.kind == "state"]
-    if state:
-        raise ScenarioError(f"scenario: KV tiers with {scenario.model}: its {', '.join(state)} group's blocks do not move "
-                            "through the tiers yet (vLLM's OffloadingConnector offloads them in Mamba's 'align' mode)")
     if dep.grouped and scenario.tier_policy != "write-through":
         groups = ", ".join(g.label() for g in dep.spec.groups)
         why = GROUPED_POLICY_REFUSALS.get(scenario.tier_policy, "is modelled for models with one KV group only")
@@ -142,9 +138,12 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     policy = TIER_POLICIES.lookup(scenario.tier_policy)
     bytes_per_block = scenario.block_size * dep.bytes_per_token
     group_pages: tuple[int, ...] = ()
+    group_bytes: tuple[int, ...] = ()
     if dep.grouped:  # units are the pool's pages; a block of group g is its pages (sim/core/tiers/grouped.py)
         pool = dep.make_allocator()
         bytes_per_block, group_pages = pool.page_bytes, tuple(m.pages for m in pool.managers)
+        # bytes moved per block: its pages, a state block its unpadded state (as vLLM copies it)
+        group_bytes = tuple(m.state_bytes if m.kind == "state" else m.pages * pool.page_bytes for m in pool.managers)
     try:
         chunk_bytes = policy.chunk_blocks(scenario.block_size) * bytes_per_block
     except ValueError as exc:
@@ -160,7 +159,7 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
         try:
             if dep.grouped:
                 fleet.stacks.append(GroupedTierStack(policy, levels, scenario.block_size, bytes_per_block,
-                                                     group_pages=group_pages))
+                                                     group_pages=group_pages, group_bytes=group_bytes))
             else:
                 fleet.stacks.append(TierStack(policy, levels, scenario.block_size, bytes_per_block))
         except ValueError as exc:

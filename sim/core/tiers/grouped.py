@@ -5,11 +5,16 @@ manager (docs/TIERS.md "Per KV group" has each rule with its source):
 - every group's blocks are offloaded (vLLM offloads `prefix_cacheable_group_ids`: full, sliding,
   chunked, MLA and Mamba groups alike), each under its own key (`make_offload_key(hash, group)`)
   and at its own size: a block of group g is its `pages` pages of the GPU pool (its layers at its
-  bytes per token), so bytes moved = blocks moved x bytes per block of their group, per group;
+  bytes per token), so bytes moved = blocks moved x bytes per block of their group, per group
+  (`group_bytes`). A state block moves at its state's bytes, unpadded, as vLLM copies it
+  (offloading/worker.py `unpadded_page_size_bytes`, kv_offload/cpu/gpu_worker.py); it holds
+  its pool pages in a tier. Which state blocks exist is the GPU pool's align-mode rule (only
+  retained states are keyed, so stored: vLLM's store applies the same `reachable_block_mask`);
 - a block is stored as soon as the GPU pool keys it (write-through; every tier, inclusive);
 - a lookup finds the longest prefix every group can serve from the GPU hit on, by the same fixed
   point as the GPU prefix cache (each group's manager `longest_hit`: full attention needs every
-  block, a sliding window the blocks the next token attends to, a chunked layer its current chunk),
+  block, a sliding window the blocks the next token attends to, a chunked layer its current chunk,
+  a state group one block at the largest aligned end: vLLM's window of 1 chunk for MambaSpec),
   with blocks before the GPU hit's end counted as present and the rest looked up in the tiers;
 - a load brings in, per group, only the blocks the request will hold: from the GPU hit's end, or
   for a window or chunk group from the first block it still attends to (vLLM pads the others with
@@ -63,6 +68,12 @@ class GroupedTierStack(TierStack):
     page's bytes), `group_pages` the pages of one block of each group."""
 
     group_pages: tuple[int, ...] = ()
+    group_bytes: tuple[int, ...] = ()  # bytes moved per block of each group (default: its pages' bytes)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.group_bytes:
+            self.group_bytes = tuple(p * self.bytes_per_block for p in self.group_pages)
 
     # --- lookup (no side effects) ----------------------------------------------------------------
     def lookup_groups(self, pool: GroupedPool, total: int, hashes: Sequence[int]) -> GroupHits | None:
@@ -126,19 +137,17 @@ class GroupedTierStack(TierStack):
     def load(self, hits: Any, r: int = -1, *, count_hits: bool = True) -> float:
         """Bring the planned blocks into the GPU pool (reserved already); returns when the last byte
         has landed. Each tier's blocks are one transfer over its load path; tiers load at once."""
-        pages = self.group_pages
         for where, _, key in hits.loads:  # a use: most recent now (the tiers keep their copies)
             self.levels[where].lru.touch(key)
         for i, above in enumerate(self.levels):  # promotion through the tiers above (counted, no second transfer)
-            promoted = {key: pages[g] for where, g, key in hits.loads if where > i}
+            promoted = {key: g for where, g, key in hits.loads if where > i}
             if promoted:
-                self._store(above, above.lru.insert_many(promoted)[0], transfer=False)
+                self._store_groups(above, promoted, transfer=False)
         ready = self.now
         for i, lv in enumerate(self.levels):
-            units = sum(pages[g] for where, g, _ in hits.loads if where == i)
-            if not units:
+            nbytes = sum(self.group_bytes[g] for where, g, _ in hits.loads if where == i)
+            if not nbytes:
                 continue
-            nbytes = units * self.bytes_per_block
             self.bytes_moved[lv.kind.name]["load"] += nbytes
             ready = max(ready, schedule_over(lv.load_path, self.now, nbytes).done)
         if count_hits:
@@ -152,10 +161,17 @@ class GroupedTierStack(TierStack):
         """Blocks the GPU pool just keyed (computed), with their groups: stored into every tier."""
         if self.muted or not self.levels:
             return
-        pages = self.group_pages
-        items = dict(zip(keys, map(pages.__getitem__, groups), strict=True))  # a key once: later copies were touches
+        items = dict(zip(keys, groups, strict=True))  # a key once: later copies were touches
         for lv in self.levels:
-            self._store(lv, lv.lru.insert_many(items)[0])  # a WeightedLRUTier: key -> its pages
+            self._store_groups(lv, items)
+
+    def _store_groups(self, lv: Any, items: dict[int, int], *, transfer: bool = True) -> None:
+        """Write blocks (key -> group) into tier `lv` (a WeightedLRUTier: key -> its pages), booking
+        the bytes of those newly stored, each at its group's bytes (one transfer)."""
+        pages, held = self.group_pages, lv.lru.contents
+        fresh = [g for key, g in items.items() if key not in held and pages[g] <= lv.lru.capacity_chunks]
+        lv.lru.insert_many({key: pages[g] for key, g in items.items()})
+        self._store_bytes(lv, sum(map(self.group_bytes.__getitem__, fresh)), transfer=transfer)
 
     def on_registered(self, keys: Sequence[int], lo: int, hi: int) -> None:
         raise AssertionError("a per-group pool reports its blocks through on_group_blocks")

@@ -186,7 +186,11 @@ class TierStack:
     def _store(self, lv: TierLevel, nblocks: int, *, transfer: bool = True) -> None:
         """Book `nblocks` blocks written into `lv` (one transfer over its store path)."""
         if nblocks:
-            nbytes = nblocks * self.bytes_per_block
+            self._store_bytes(lv, nblocks * self.bytes_per_block, transfer=transfer)
+
+    def _store_bytes(self, lv: TierLevel, nbytes: int, *, transfer: bool = True) -> None:
+        """Book `nbytes` written into `lv` (one transfer over its store path)."""
+        if nbytes:
             self.bytes_moved[lv.kind.name]["store"] += nbytes
             if transfer:
                 schedule_over(lv.store_path, self.now, nbytes)
