@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from models.kv_groups import ChunkedLocal, FullAttention, SlidingWindow, State
 from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
 from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 
 BS = 4  # tokens per block; the trace's hash blocks are the same size here
@@ -273,3 +274,62 @@ def test_keys_per_hash_block_hit_as_keys_chained_per_kv_block(seed):
         assert (fast.cache.evictions, fast.cache.registrations) == (ref.cache.evictions, ref.cache.registrations)
         fast.check_invariants()
     assert fast.cache.evictions > 0 and sum(fast.hit_blocks.values()) > 0
+
+
+class AlwaysSlowAppend(HybridPrefixAllocator):
+    """Every append through `_step_need` and `_apply` (the path before the quiet-append shortcut)."""
+
+    def _append_quiet(self, r, k):
+        return False
+
+
+class SlowCounts(HybridPagedAllocator):
+    def _append_quiet(self, r, k):
+        return False
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("prefix", [True, False])
+def test_quiet_appends_keep_the_books_of_the_full_path(seed, prefix):
+    """An append that takes, drops and registers no block only moves the token count: many small
+    appends (decode tokens, short chunks) through the shortcut leave the same books, cache and
+    hits as the same appends through _step_need and _apply, and the shortcut is taken."""
+    rng = random.Random(seed)
+    groups = (SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL)
+    page = page_bytes_for(groups, BS, "bf16", 1)
+    managers = lambda: [make_manager(g, BS, "bf16", 1, page) for g in groups]  # noqa: E731
+    num_pages = rng.randint(20, 60)
+    if prefix:
+        fast = HybridPrefixAllocator(managers(), num_pages, BS, page, prefix_block_size=BS * (1 + seed % 3))
+        slow = AlwaysSlowAppend(managers(), num_pages, BS, page, prefix_block_size=BS * (1 + seed % 3))
+    else:
+        fast, slow = HybridPagedAllocator(managers(), num_pages, BS, page), SlowCounts(managers(), num_pages, BS, page)
+    quiet = 0
+    live: list[int] = []
+    for r in range(400):
+        if live and rng.random() < 0.15:
+            gone = live.pop(rng.randrange(len(live)))
+            fast.free(gone)
+            slow.free(gone)
+        elif live and rng.random() < 0.8:
+            who, k = rng.choice(live), rng.choice([0, 1, 1, 1, 2, 3])
+            quiet += fast._append_quiet(who, k)
+            assert fast.append(who, k) == slow.append(who, k)
+        else:
+            n, hashes = rng.randint(1, 40), PREFIXES[rng.randrange(len(PREFIXES))] if prefix else None
+            if fast.can_allocate(n, 0, hashes):
+                assert fast.allocate(r, n, n, prefix_hashes=hashes) == slow.allocate(r, n, n, prefix_hashes=hashes)
+                live.append(r)
+        assert [fast.num_tokens(x) for x in live] == [slow.num_tokens(x) for x in live]
+        assert fast.num_free_blocks == slow.num_free_blocks and fast.group_breakdown() == slow.group_breakdown()
+        for f_first, s_first, f_end, s_end in zip(fast._first, slow._first, fast._end, slow._end, strict=True):
+            assert [int(f_first[x]) for x in live] == [int(s_first[x]) for x in live]
+            assert [int(f_end[x]) for x in live] == [int(s_end[x]) for x in live]
+        if prefix:
+            assert fast._tables == slow._tables and fast._refs == slow._refs and fast._nreg == slow._nreg
+            assert fast.cache.parked() == slow.cache.parked() and fast.cached_bytes == slow.cached_bytes
+            assert (fast.cache.evictions, fast.cache.registrations) == (slow.cache.evictions, slow.cache.registrations)
+            fast.check_invariants()
+    assert quiet > 50  # the shortcut was taken
+    if prefix:
+        assert fast.cache.registrations > 0 and sum(fast.hit_blocks.values()) > 0

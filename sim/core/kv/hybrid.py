@@ -121,12 +121,26 @@ class HybridPagedAllocator(KVAllocator):
         self._check(req_id)
         if num_new_tokens < 0:
             raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
+        if self._append_quiet(req_id, num_new_tokens):  # only the token count moves (most decode appends)
+            self._version += 1
+            self._ntok[req_id] += num_new_tokens
+            return True
         ids = np.array([req_id], dtype=np.intp)
         n = self._ntok[ids]
         net, firsts, ends = self._step_need(ids, n, n + num_new_tokens)
         if net > self._free_pages:
             return False
         self._apply(ids, n + num_new_tokens, net, firsts, ends)
+        return True
+
+    def _append_quiet(self, r: int, k: int) -> bool:
+        """Whether appending k tokens to request r leaves every group's [first, end) as it is (no
+        block to take, none to drop), so `append` need only move the token count: what
+        `_step_need_one` then `_apply` would do, checked in plain ints. False when unsure."""
+        n = int(self._ntok[r])
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            if int(m.blocks_for(n + k)) > int(end[r]) or (k and int(m.skipped_blocks(n)) > int(first[r])):
+                return False
         return True
 
     def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:

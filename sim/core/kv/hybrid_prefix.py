@@ -316,6 +316,18 @@ class HybridPrefixAllocator(HybridPagedAllocator):
             self._finish_states(states, ids, new)
         self._ntok[ids] = new
 
+    def _append_quiet(self, r: int, k: int) -> bool:
+        """The parent's test, and no block of the request's hashed range fills up (nothing to
+        register): `_moves` would list no row, so `_apply` only moves the token count."""
+        if not super()._append_quiet(r, k):
+            return False
+        nodes = self._gkeys.get(r)
+        if nodes is None:
+            return True
+        full = (int(self._ntok[r]) + k) // self.block_size
+        return all(min(len(keys) * self.cache.per, full) <= nreg.get(r, 0)
+                   for keys, nreg in zip(nodes, self._nreg, strict=True))
+
     def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[tuple]:
         """(group, request, old first, old end, new first, new end, its node keys, full keyed blocks)
         for every request and group whose blocks change or fill up."""
