@@ -308,3 +308,25 @@ def test_measured_table_memo_gives_the_computed_floats(model_name):
     for i in range(measured_table.MEMO_LIMIT + 10):
         cm.table._remember(("probe", i), i)
     assert len(cm.table._memo) <= measured_table.MEMO_LIMIT
+
+
+def test_prefill_step_in_one_call_is_the_general_formula_bit_for_bit():
+    """On the plain measured table a step with a prompt chunk is timed by MeasuredTable.prefill_step
+    (one call, d's half of the decode-attention interpolation kept): the very floats of the general
+    path (_times -> step_seconds) over random shapes, small and large contexts, with and without
+    decoders, memo cold and warm."""
+    cm = cost_of(Scenario(model="llama-3-8b", gpu="h100-sxm", cost_source="measured-db"))
+    assert cm._table_prefill
+    assert not cost_of(Scenario(model="gpt-oss-20b", gpu="h100-sxm", cost_source="measured-db"))._table_prefill
+    rng = np.random.default_rng(5)
+    shapes = [(0, 0, 512, 0, 0, 1), (3, 10, 300, 0, 0, 1), (33, 33 * 16, 64, 0, 0, 1), (2000, 2000 * 9000, 50, 10, 0, 1)]
+    for _ in range(300):
+        d = int(rng.integers(0, 300))
+        np_ = int(rng.integers(1, 4))
+        shapes.append((d, d * int(rng.integers(1, 40_000)), int(rng.integers(1, 9000)), int(rng.integers(0, 70_000)), 0, np_))
+    for warm in (False, True):
+        if not warm:
+            cm.table._memo.clear()
+        for shape in shapes:
+            general = float(cm._times(*(float(v) for v in shape), max))
+            assert cm.step_time(*shape) == general, shape

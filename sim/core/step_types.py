@@ -94,11 +94,12 @@ class StepPlan:
         """(decode_seqs, decode_kv, prefill_tokens, prefill_kv, prefill_pairs, prefill_seqs) for
         CostModel.step_time (sim/timing/cost_model.py defines them)."""
         kd = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
-        kp = pairs = 0
+        kp = pairs = p = 0
         for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
             kp += s
+            p += q
             pairs += q * s + q * (q + 1) // 2
-        return int(self.decode_ids.size), kd, self.num_prefill_tokens, kp, pairs, len(self.prefill_ids)
+        return int(self.decode_ids.size), kd, int(p), kp, pairs, len(self.prefill_ids)
 
     def cost_args(self) -> tuple[int, int, int]:
         """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""

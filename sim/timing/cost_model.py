@@ -102,6 +102,16 @@ class CostModel:
     _decode_cache: dict[int, tuple[float, Any]] = field(default_factory=dict, init=False, compare=False, repr=False)
     _decode_timers: dict[int, DecodeTimer] = field(default_factory=dict, init=False, compare=False,
                                                               repr=False)
+    # The measured table times a step with a prompt chunk on its own (MeasuredTable.prefill_step):
+    # no profile, no offload, no per-group attention, decode attention and all-reduces measured.
+    _table_prefill: bool = field(default=False, init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        t = self.table
+        plain = (t is not None and self.profile is None and not self.offload_kv_bytes_per_token
+                 and not self.offload_groups and not t.attn_groups and t.gen_attn is not None
+                 and not t.roofline_allreduce)
+        object.__setattr__(self, "_table_prefill", plain)
 
     @classmethod
     def from_scenario(cls, spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs, **overrides: Any) -> CostModel:
@@ -158,7 +168,12 @@ class CostModel:
 
         Evaluated on Python floats (the engine calls this once per event; numpy costs ~15 us per
         scalar call). The very same formula as decode_step_times' arrays, operation for
-        operation, so the floats are bit-identical (tests/test_cost_model.py checks)."""
+        operation, so the floats are bit-identical (tests/test_cost_model.py checks). A step with a
+        prompt chunk on the plain measured table (the engine's general step) takes one call."""
+        if prefill_tokens > 0 and self._table_prefill:
+            d, np_ = float(decode_seqs), float(prefill_seqs)
+            gpu = self.table.prefill_step(d, float(decode_kv), float(prefill_tokens), float(prefill_kv), np_)
+            return float(gpu + self.layer_overhead_s + self.step_overhead_s + self.per_seq_s * (d + np_))
         return float(self._times(float(decode_seqs), float(decode_kv), float(prefill_tokens), float(prefill_kv),
                                  float(prefill_pairs), float(prefill_seqs), max))
 

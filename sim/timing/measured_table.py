@@ -150,6 +150,45 @@ class MeasuredTable:
             comm = self.roofline.allreduce(t)
         return other + attn + logits + comm
 
+    def prefill_step(self, d: float, kd: float, p: float, kp: float, np_: float) -> float:
+        """step_seconds(d, kd, p, kp, pp, np_, max) for p > 0 on a table without attention groups,
+        with measured decode attention and all-reduces: the same float operations in the same order,
+        the memo read inline and the decode attention's per-batch-size half kept (`_gen_row`)."""
+        memo = self._memo
+        t = d + p
+        pair = memo.get((True, t))
+        other, comm = pair if pair is not None else self._other_comm(t, True)
+        attn = memo.get((p, kp, np_))
+        if attn is None:
+            attn = self._prefill_attention(p, kp, 0.0, np_, max)
+        if d > 0:  # _interp2_scalar(SEQS, CONTEXTS, gen_attn, d, kd / d) with d's bracket kept
+            wx, row0, row1 = self._gen_row(d)
+            y = max(kd / d, CONTEXTS[0])
+            j = min(max(bisect_right(CONTEXTS, y) - 1, 0), len(CONTEXTS) - 2)
+            wy = (y - CONTEXTS[j]) / (CONTEXTS[j + 1] - CONTEXTS[j])
+            v00, v01, v10, v11 = row0[j], row0[j + 1], row1[j], row1[j + 1]
+            lo = v00 + wy * (v01 - v00)
+            hi = v10 + wy * (v11 - v10)
+            attn = attn + (lo + wx * (hi - lo))
+        s = d + np_
+        logits = 0.0
+        if s > 0:
+            got = memo.get(("logits", s))
+            logits = got if got is not None else self._logits(s)
+        return other + attn + logits + comm
+
+    def _gen_row(self, d: float) -> tuple[float, list[float], list[float]]:
+        """_interp2_scalar's half that depends on d over (SEQS, CONTEXTS): (wx, gen_attn rows i, i + 1)."""
+        key = ("gen", d)
+        got = self._memo.get(key)
+        if got is None:
+            assert self.gen_attn is not None  # prefill_step's condition
+            i = min(max(bisect_right(SEQS, d) - 1, 0), len(SEQS) - 2)
+            wx = (d - SEQS[i]) / (SEQS[i + 1] - SEQS[i])
+            got = (wx, self.gen_attn[i].tolist(), self.gen_attn[i + 1].tolist())
+            self._remember(key, got)
+        return got
+
     def _other_comm(self, n: Any, prefill: bool) -> tuple[Any, Any]:
         """(non-attention ops, all-reduces) of a step of n tokens (prefill) or n sequences (decode)."""
         key = (prefill, n)
