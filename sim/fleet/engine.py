@@ -10,7 +10,9 @@ router, appends the request to the chosen replica's feed and wakes that replica.
 its exactness: a replica in a decode run when a request is routed to it cuts the run at the first
 step that ends at or after the arrival (any prefix of a valid run is a valid run: the contract of
 sim/core/decode_run.py), which is the step after which stepping would have admitted it; an idle
-replica wakes at the arrival. tests/test_fleet.py checks skip-ahead and stepping give equal frames.
+replica wakes at the arrival. tests/test_fleet.py checks that skip-ahead and stepping give the same
+requests frame and router inputs at every arrival; the steps frame's gauges of several replicas are
+sampled at one replica's step ends, so they may differ (as for `--replicas N`: tests/test_engine.py).
 A cut only moves the run's end timer (`_arm`): the engine sleeps on one event per run and resumes
 once, at the run's end, however often it was cut.
 """
