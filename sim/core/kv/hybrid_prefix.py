@@ -52,7 +52,8 @@ import numpy as np
 from sim.core.kv.base import AllocationError
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.hybrid import HybridPagedAllocator
-from sim.core.kv.mamba_align import shared_prefix_junction, state_block_keyed
+from sim.core.kv.hybrid_state import AlignStateBooks
+from sim.core.kv.mamba_align import shared_prefix_junction
 from sim.core.kv.run_cache import RunPrefixCache
 
 
@@ -67,7 +68,7 @@ _ROOT_KEY = 0x5EED  # parent key of hash block 0
 Hit = tuple[int, list[tuple[int, list[int]]]]  # (hit tokens, per group (first block index, hit blocks))
 
 
-class HybridPrefixAllocator(HybridPagedAllocator):
+class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     """The per-group paged allocator with prefix caching (see the module docstring)."""
 
     def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int,
@@ -343,83 +344,6 @@ class HybridPrefixAllocator(HybridPagedAllocator):
                 if f0 != f1 or e0 != e1 or full > nreg.get(r, 0):
                     rows.append((g, r, f0, e0, f1, e1, keys, full))
         return rows
-
-    # --- state groups (align mode) ------------------------------------------------------------
-    def _state_moves(self, ids: np.ndarray, firsts: list, ends: list) -> list[tuple[int, int, int, int]]:
-        """(group, request, new first, new end) of every state group whose books change."""
-        out = []
-        for g, gapped in enumerate(self._gapped):
-            if not gapped:
-                continue
-            first, end = self._first[g], self._end[g]
-            for k, r in enumerate(ids.tolist()):
-                f1, e1 = int(firsts[g][k]), int(ends[g][k])
-                if f1 != int(first[r]) or e1 != int(end[r]):
-                    out.append((g, r, f1, e1))
-        return out
-
-    def _finish_states(self, states: list[tuple[int, int, int, int]], ids: np.ndarray, new: np.ndarray) -> None:
-        """After the other groups' passes: take the state blocks the new books hold, then key the
-        states the step ends on (the requests' token counts not yet moved to `new`)."""
-        for g, r, f1, e1 in states:
-            self._grow_state(g, r, f1, e1)
-        for r, n1 in zip(ids.tolist(), new.tolist(), strict=True):
-            self._key_state(r, int(self._ntok[r]), int(n1))
-
-    def _state_held(self, g: int, r: int) -> list[int]:
-        """Indices of the state blocks request r holds in group g (its first and last), descending."""
-        table, f, e = self._tables[g][r], int(self._first[g][r]), int(self._end[g][r])
-        return [i for i in sorted({f, e - 1}, reverse=True) if 0 <= i < len(table) and table[i] >= 0]
-
-    def _drop_state(self, g: int, r: int, f1: int) -> None:
-        """A step's start: release the state blocks before the running one (`remove_skipped_blocks`)."""
-        self._release_state(g, r, [i for i in self._state_held(g, r) if i < f1])
-
-    def _grow_state(self, g: int, r: int, f1: int, e1: int) -> None:
-        """Take the blocks the new books hold that the table lacks (the step's last block; after a
-        booked decode run, possibly the running one too): nulls between."""
-        table = self._tables[g][r]
-        table.extend([-1] * (e1 - len(table)))
-        for i in sorted({f1, e1 - 1}):
-            if table[i] < 0:
-                table[i] = self._take(g, 1)[0]
-        self._first[g][r], self._end[g][r] = f1, e1
-
-    def _release_state(self, g: int, r: int, indices: Sequence[int]) -> None:
-        """Drop one reference to request r's state blocks at `indices`: a shared one stays in use; a
-        keyed one parks (cached, evictable); an unkeyed one is freed clean (vLLM frees it to the
-        front of its free queue)."""
-        refs, pages, table = self._refs, self.managers[g].pages, self._tables[g][r]
-        nodes = self._gkeys[r][g] if r in self._gkeys else []
-        for i in indices:
-            b = table[i]
-            table[i] = -1
-            if refs[b] > 1:
-                refs[b] -= 1
-                self._shared[g] -= 1
-                continue
-            del refs[b]
-            self._free_pages += pages
-            if b in self._keyed_state:
-                self.cache.park([b], nodes, [i])
-                self._parked_pages += pages
-
-    def _key_state(self, r: int, computed: int, end_tokens: int) -> None:
-        """Key the state block a step from `computed` to `end_tokens` tokens ends on, when vLLM's
-        retention keeps it (mamba_align.state_block_keyed: a boundary, the replay one or the junction)."""
-        gkeys = self._gkeys.get(r)
-        if gkeys is None or end_tokens <= computed:
-            return
-        for g, gapped in enumerate(self._gapped):
-            if not gapped:
-                continue
-            keys = gkeys[g]
-            i = state_block_keyed(computed, end_tokens - computed, self.block_size, len(keys) * self.cache.per,
-                                  self._prompt.get(r, 0), self._junction.get(r, 0))
-            block = self._tables[g][r][i] if i is not None else -1
-            if block >= 0 and block not in self._keyed_state:
-                self.cache.register(keys, i, [block])  # type: ignore[arg-type]  # i is not None here
-                self._keyed_state.add(block)
 
     # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
