@@ -82,3 +82,33 @@ def test_state_blocks_move_through_the_cpu_tier_at_their_own_size() -> None:
     assert moved["load"] == 2 * FULL_BLOCK + 1 * STATE_BLOCK == 739_328
     assert moved["store"] == 2 * (2 * FULL_BLOCK + 1 * STATE_BLOCK) == 1_478_656  # A and B; A again: nothing new
     assert s["tier_occupancy"]["cpu/replica0"]["end_bytes"] == 2 * (2 + 3) * PAGE  # held as pool pages
+
+
+def test_qwen3_next_prefill_is_cut_as_vllm_cuts_it_and_hits_its_replay_state() -> None:
+    """Qwen3-Next at TP4 (block 272) through the shared scheduler, budget 2,048: a 3,000-token
+    prompt runs 1,904 + 1,088 + 8 (tests/test_kv_mamba_align.py has the same by hand), keys only
+    its replay-boundary state (block 10, ending at 2,992); the same prompt again hits 2,992 tokens
+    and computes 8."""
+    from sim.core.request import RequestTable
+    from sim.core.scheduler import Scheduler, SchedulerConfig
+
+    sc = Scenario(model="qwen3-next-80b-a3b", gpu="h100-sxm", tp=4, prefix_caching=True, kv_budget_gib=8.0,
+                  max_batched_tokens=2048)
+    pool = Deployment.resolve(sc).make_allocator(prefix_block_size=16)
+    prompt = [hash(("P", i)) for i in range(3000 // 16)]  # 187 hash blocks of 16: 2,992 hashed tokens
+    table = RequestTable.create(np.array([0.0, 1.0]), np.array([3000, 3000]), np.array([2, 2]))
+    sched = Scheduler(table, pool, SchedulerConfig(max_num_seqs=4, max_batched_tokens=2048), lambda r: prompt)
+    chunks: list[list[tuple[int, int]]] = [[], []]
+    t = 0.0
+    for r in (0, 1):
+        sched.add_request(r)
+        while sched.has_work:
+            plan = sched.schedule(t)
+            for q, c, n in zip(plan.prefill_ids, plan.prefill_context, plan.prefill_tokens, strict=True):
+                chunks[q].append((c, n))
+            pool.check_invariants()
+            t += 0.01
+            sched.complete_step(plan, t)
+    assert chunks[0] == [(0, 1904), (1904, 1088), (2992, 8)]
+    assert chunks[1] == [(2992, 8)] and int(table.prefix_hit[1]) == 2992
+    assert pool.hit_blocks["state"] == 1 and pool.hit_blocks["full"] == 11
