@@ -60,6 +60,8 @@ from sim.core.tiers import admission as tier_admission
 from sim.core.tiers.stack import TierStack
 
 _count = np.count_nonzero  # cheap on small batches
+_NO_IDS = np.zeros(0, dtype=np.int64)  # a plan's empty decode ids and context (replaced, never written)
+_NO_IDS.flags.writeable = False
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
@@ -102,6 +104,7 @@ class Scheduler(interfaces.Scheduler):
         self.alloc = allocator
         self.cfg = config
         self.prefix_hashes = prefix_hashes or (lambda r: None)
+        self._keyed = prefix_hashes is not None  # else every request's hashes are None (no call per admission)
         self.waiting: deque[int] = deque()
         self.swapped: deque[int] = deque()
         self.running: list[int] = []  # admission order; the victim is the last
@@ -220,7 +223,7 @@ class Scheduler(interfaces.Scheduler):
         t, cfg = self.t, self.cfg
         budget = cfg.max_batched_tokens
         run = self.running_ids()
-        plan = StepPlan(now, run[:0], run[:0])
+        plan = StepPlan(now, _NO_IDS, _NO_IDS)
         if run.size:
             batch = self.decode_batch() if run.size <= budget else None
             if batch is not None and self.alloc.fits_growth(run, 1):
@@ -234,13 +237,18 @@ class Scheduler(interfaces.Scheduler):
                 self._drop_batch()  # the per-request path reads (and preempts) every member
                 budget = self._schedule_running_slow(plan, budget)
         if not plan.preempted:
-            budget = self._resume_swapped(plan, budget)
-            if not self.swapped:
-                self._admit_waiting(plan, budget, now)
+            self._admit(plan, budget, now)
         self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
-        if plan.batch_size == 0 and not plan.preempted:
+        if not plan.decode_ids.size and not plan.prefill_ids and not plan.preempted:
             return None
         return plan
+
+    def _admit(self, plan: StepPlan, budget: int, now: float) -> None:
+        """Swapped-out requests come back first, then waiting ones (none while any stays out)."""
+        if self.swapped:
+            budget = self._resume_swapped(plan, budget)
+        if not self.swapped and self.waiting:
+            self._admit_waiting(plan, budget, now)
 
     def _schedule_running_slow(self, plan: StepPlan, budget: int) -> int:
         """Per-request path: budget-limited chunks and preemption when the allocator is full."""
@@ -323,10 +331,12 @@ class Scheduler(interfaces.Scheduler):
             budget -= 1
         return budget
 
-    def _admission_chunk(self, r: int, budget: int, hashes: Sequence[int] | None = None) -> int:
+    def _admission_chunk(self, r: int, budget: int, hashes: Sequence[int] | None = None, total: int = -1) -> int:
         """Tokens the head request would be given now (0: it cannot start this step). Cached
-        prefix tokens cost no budget, so the first chunk is sized as hits + budget."""
-        total = int(self.t.prompt[r] + self.t.generated[r])
+        prefix tokens cost no budget, so the first chunk is sized as hits + budget. `total`: its
+        known tokens (prompt + generated) when the caller has them."""
+        if total < 0:
+            total = self.t.prompt.item(r) + self.t.generated.item(r)
         hits = self.alloc.prefix_hit_tokens(total, hashes) if hashes is not None and budget > 0 else 0
         n = min(total, budget + hits)
         if n <= 0 or (not self.cfg.chunked_prefill and n < total):
@@ -353,28 +363,34 @@ class Scheduler(interfaces.Scheduler):
             return {}
         return {"prompt_tokens": int(self.t.prompt[r]), "junction": self._junction(r, hashes)}
 
-    def _can_admit(self, r: int, n: int, hashes: Sequence[int] | None) -> bool:
+    def _can_admit(self, r: int, n: int, hashes: Sequence[int] | None, total: int = -1) -> bool:
         """Would the allocator take the head request with a first chunk of n tokens now?"""
-        need = int(self.t.prompt[r] + self.t.generated[r]) if self.cfg.admit_whole_prompt else n
-        return self.alloc.can_allocate(need, int(self.t.reserve[r]), hashes)
+        if not self.cfg.admit_whole_prompt:
+            need = n
+        else:
+            need = total if total >= 0 else self.t.prompt.item(r) + self.t.generated.item(r)
+        return self.alloc.can_allocate(need, self.t.reserve.item(r), hashes)
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
-        t, alloc = self.t, self.alloc
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+        t = self.t
+        expected, max_seqs = self.remote.expected, self.cfg.max_num_seqs
+        while self.waiting and budget > 0 and len(self.running) < max_seqs:
             r = self.waiting[0]
-            hashes = self.prefix_hashes(r)
-            loaded = self._admit_loading(r, hashes, now)
-            if loaded is not None:  # its KV comes from elsewhere: reserved, or the queue waits
-                if not loaded:
-                    break
-                continue
-            n = self._admission_chunk(r, budget, hashes)
-            reserve = int(t.reserve[r])
-            if n == 0 or not self._can_admit(r, n, hashes):
+            hashes = self.prefix_hashes(r) if self._keyed else None
+            if (expected and r in expected) or (self.tiers is not None and hashes is not None):
+                loaded = self._admit_loading(r, hashes, now)
+                if loaded is not None:  # its KV comes from elsewhere: reserved, or the queue waits
+                    if not loaded:
+                        break
+                    continue
+            prompt = t.prompt.item(r)
+            total = prompt + t.generated.item(r)
+            n = self._admission_chunk(r, budget, hashes, total)
+            reserve = t.reserve.item(r)
+            if n == 0 or not self._can_admit(r, n, hashes, total):
                 break
-            hit = alloc.allocate(r, n, t.final_tokens(r), reserve, hashes, **self.align_kwargs(r, hashes))
+            hit = self._allocate_head(r, n, prompt + t.output.item(r), reserve, hashes)
             self.waiting.popleft()
-            total = int(t.prompt[r] + t.generated[r])
             compute = n - hit
             if n == total and compute < 1:
                 compute = 1  # a token must be computed to sample the next one
@@ -386,15 +402,24 @@ class Scheduler(interfaces.Scheduler):
                 self.prefix_hits += hit
             if hit:
                 t.prefix_hit[r] += hit
-            if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission (cheaper than np.isnan on a scalar)
+            admitted = t.admitted_s.item(r)
+            if admitted != admitted:  # NaN: first admission (cheaper than np.isnan on a scalar)
                 t.admitted_s[r] = now
             t.status[r] = RUNNING
-            self._start_running(r)
+            self.running.append(r)  # _start_running
+            self._run_arr = None
             plan.prefill_ids.append(r)
             plan.prefill_context.append(hit)
             plan.prefill_tokens.append(compute)
             plan.prefill_end.append(n)
             budget -= compute
+
+    def _allocate_head(self, r: int, n: int, final: int, reserve: int, hashes: Sequence[int] | None) -> int:
+        """The allocator's `allocate` for the admitted head (an align-mode pool gets its retention
+        arguments too); `final` is RequestTable.final_tokens(r). Returns the hit tokens."""
+        if self.align_block:
+            return self.alloc.allocate(r, n, final, reserve, hashes, **self.align_kwargs(r, hashes))
+        return self.alloc.allocate(r, n, final, reserve, hashes)
 
     def _admit_loading(self, r: int, hashes: Sequence[int] | None, now: float) -> bool | None:
         """Admit head request r on the remote-KV path if its KV comes from elsewhere: a handoff
@@ -517,9 +542,10 @@ class Scheduler(interfaces.Scheduler):
         r = self.waiting[0]
         if r in self.remote.expected:
             return remote_kv.head_fits(self, r)
-        hashes = self.prefix_hashes(r)
-        n = self._admission_chunk(r, self.cfg.max_batched_tokens - batch_size, hashes)
-        return bool(n) and self._can_admit(r, n, hashes)
+        hashes = self.prefix_hashes(r) if self._keyed else None
+        total = self.t.prompt.item(r) + self.t.generated.item(r)
+        n = self._admission_chunk(r, self.cfg.max_batched_tokens - batch_size, hashes, total)
+        return bool(n) and self._can_admit(r, n, hashes, total)
 
     # --- skip-ahead over runs of decode steps: the machinery and its contract are in decode_run --
     # (bound as methods, not wrapped: the engine asks for the limit before every step)

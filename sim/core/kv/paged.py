@@ -118,9 +118,20 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
         if req_id < len(self._active) and self._active[req_id]:
             raise AllocationError(f"request {req_id} is already allocated")
-        self._ensure(req_id)
+        if not 0 <= req_id < len(self._active):
+            self._ensure(req_id)
         bs = self.block_size
-        hits, keys = self._match(num_tokens, prefix_hashes) if self.prefix_caching else ([], [])
+        if not self.prefix_caching:  # the books below with no hits and no keys
+            need = -(-num_tokens // bs)
+            if need > len(self._free):
+                raise AllocationError(f"request {req_id}: {need} blocks needed, {len(self._free)} free")
+            self._tables[req_id] = self._take(need)
+            self._written += num_tokens
+            self._ntok[req_id] = num_tokens
+            self._cap[req_id] = need * bs
+            self._active[req_id] = True
+            return 0
+        hits, keys = self._match(num_tokens, prefix_hashes)
         need = -(-num_tokens // bs) - len(hits)
         parked = self._claim_hits(req_id, hits, need) if hits else 0
         if not hits and need > self.num_free_blocks:
