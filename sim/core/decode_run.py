@@ -282,11 +282,10 @@ def grow(sched: DecodeRunHost, k: int) -> None:
     """The K/V and token books of k decode steps of the running batch (k <= run_limit(sched));
     the caller then releases the members that finished."""
     t, alloc = sched.t, sched.alloc
-    run = sched.running_ids()
     batch = sched.decode_batch()  # before the table moves on: it is advanced below
-    off = batch.offset() if batch is not None else 0
+    run = batch.run if batch is not None else sched.running_ids()  # the same array
     if alloc.steps_until_free_rises(run) < k:  # blocks come back inside the run: it may peak before its end
-        _grow_past_releases(sched, run, k, off)
+        _grow_past_releases(sched, run, k, batch.offset() if batch is not None else 0)
     else:
         alloc.grow_by(run, k)
     sched.peak_used_blocks = max(sched.peak_used_blocks, alloc.num_used_blocks)

@@ -518,13 +518,16 @@ class Scheduler(interfaces.Scheduler):
         if not done:
             return []
         t, context, off = self.t, batch.context, batch.offset()
+        computed = t.computed
         for r in done:  # running order: frees happen in this order
             t.generated[r] = t.output[r]  # its last token (the batch's steps add to computed only)
+            c = computed.item(r)
             if off:
-                t.computed[r] += off  # a lazy batch's member leaves: its true count
+                c += off  # a lazy batch's member leaves: its true count
+                computed[r] = c
             t.finish_s[r] = t_end
             t.status[r] = FINISHED
-            context -= int(t.computed[r])
+            context -= c
             self._free_finished(r)
         self._run_arr = None
         # the rest are carried; with nobody left it is dropped (each leaver's generated is written)

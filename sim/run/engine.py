@@ -346,7 +346,8 @@ class Simulation:
         while limit is None or self.total_steps < limit:
             self.admit_arrivals(rep, rep.t)
             work = sched.has_work
-            k = sched.decode_run_limit() if skip_ahead and work and not self._event_due(rep) else 0
+            due = self.timed_events and self._event_due(rep)  # (False whenever timed_events is)
+            k = sched.decode_run_limit() if skip_ahead and work and not due else 0
             if k:
                 yield from self._decode_run(rep, k)
                 continue

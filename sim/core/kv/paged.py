@@ -391,12 +391,16 @@ class PagedAllocator(KVAllocator):
         table = self._tables.pop(req_id, None)
         if table is None:
             raise AllocationError(f"request {req_id} is not allocated")
-        if req_id in self._members:  # a tracked member leaves: its count true first
+        n = self._ntok.item(req_id)
+        if req_id in self._members:  # a tracked member leaves: its true count
             del self._members[req_id]
-            self._ntok[req_id] += self._clock
-        n = int(self._ntok[req_id])
+            n += self._clock
         self._active[req_id] = False
         self._ntok[req_id] = self._cap[req_id] = 0
+        if not self.prefix_caching:  # no keys, no shared blocks (those come from prefix hits only)
+            self._written -= n
+            self._free.extend(reversed(table))
+            return
         self._keys.pop(req_id, None)
         self._nkeys[req_id] = self._nreg[req_id] = 0
         if not table:
