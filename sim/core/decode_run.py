@@ -185,10 +185,11 @@ def joined(batch: DecodeBatch | None, t: RequestTable, run: np.ndarray, prefill_
     if batch is None:
         return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in prefill_ids], ctx, lazy)
     heap, clock, off = batch.finishes, batch.clock, batch.offset()
+    output, generated, computed = t.output, t.generated, t.computed
     for r in prefill_ids:
-        heapq.heappush(heap, (clock + int(t.output[r] - t.generated[r]), r))
+        heapq.heappush(heap, (clock + output.item(r) - generated.item(r), r))
         if off:
-            t.computed[r] -= off
+            computed[r] = computed.item(r) - off
     return DecodeBatch(run, batch.context + ctx, clock, heap, batch.lazy)
 
 

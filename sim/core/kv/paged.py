@@ -275,9 +275,9 @@ class PagedAllocator(KVAllocator):
             joined = run.tolist()
         ntok, cap, clock, due, members = self._ntok, self._cap, self._clock, self._due, self._members
         for r in joined:
-            n = int(ntok[r]) - clock
+            n = ntok.item(r) - clock
             ntok[r] = n
-            d = members[r] = int(cap[r]) - n + 1  # the clock at which its count passes its slots (> clock)
+            d = members[r] = cap.item(r) - n + 1  # the clock at which its count passes its slots (> clock)
             bucket = due.get(d)
             if bucket is None:
                 due[d] = [r]
@@ -458,6 +458,13 @@ class PagedAllocator(KVAllocator):
         if not self.prefix_caching:  # nothing is ever parked: skip the cache (a hot property)
             return len(self._free)
         return len(self._free) + self.cache.num_parked
+
+    @property
+    def num_used_blocks(self) -> int:
+        """num_blocks - num_free_blocks in one call (read after every step's growth)."""
+        if not self.prefix_caching:
+            return self.num_blocks - len(self._free)
+        return self.num_blocks - len(self._free) - self.cache.num_parked
 
     @property
     def cached_bytes(self) -> int:
