@@ -4,6 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 PORT   ?= 8501
+# pytest-xdist workers for `make test`: one per core of the 2-core machines CI and developers have; each
+# worker takes whole test files (--dist loadfile) so module fixtures (a vLLM run, a full trace replay) run once.
+TEST_WORKERS ?= 2
 # 127.0.0.1: this machine only. ADDRESS=0.0.0.0 shares the dashboard on the network (docs/DASHBOARD.md).
 ADDRESS ?= 127.0.0.1
 
@@ -39,7 +42,7 @@ test: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q
+	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) gpu-bundle-check
 
 # Wheels bench/gpu_suite.py needs beyond torch + transformers, for the GPU machine's Python 3.12 (docs/GPU_BACKEND.md).

@@ -38,7 +38,8 @@ def _open(browser, url: str, outside: list[str]):  # noqa: F811
 def test_every_page_opens_at_its_own_address_and_nothing_leaves(app_server, browser):  # noqa: F811
     outside: list[str] = []
     root = _open(browser, app_server + "/?kvsim_probe=1", outside)
-    assert urlsplit(root.url).path == "/plan"  # the root forwards to the landing page...
+    # the root forwards to the landing page (the address changes once the page has run: wait for it)...
+    root.wait_for_url(lambda url: urlsplit(url).path == "/plan", timeout=WAIT_MS)
     assert "kvsim_probe=1" in root.url  # ...keeping the query string (links carry state)
     links = root.locator('[data-testid="stSidebarNavLink"]')
     paths = sorted({urlsplit(links.nth(i).get_attribute("href")).path for i in range(links.count())})
