@@ -45,3 +45,11 @@ def vllm_env() -> Path:
         if os.environ.get("KVSIM_REQUIRE_VLLM") == "1":
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Files with slow or browser tests run first, each file's tests kept together and in order: `make test`
+    hands whole files to two pytest-xdist workers in this order, and the longest jobs started first
+    leave no single worker finishing a long file alone at the end."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("browser")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: collection order otherwise
