@@ -406,8 +406,7 @@ class Scheduler(interfaces.Scheduler):
             if admitted != admitted:  # NaN: first admission (cheaper than np.isnan on a scalar)
                 t.admitted_s[r] = now
             t.status[r] = RUNNING
-            self.running.append(r)  # _start_running
-            self._run_arr = None
+            self._start_running(r)
             plan.prefill_ids.append(r)
             plan.prefill_context.append(hit)
             plan.prefill_tokens.append(compute)

@@ -230,10 +230,6 @@ class CostModel:
         a, b = float(row[i]), float(row[i + 1])
         return base + (a + (x - CONTEXTS[i]) / (CONTEXTS[i + 1] - CONTEXTS[i]) * (b - a))
 
-    def plan_time(self, plan: Any) -> float:
-        """step_time of a scheduler StepPlan."""
-        return self.step_time(*plan.step_shape())
-
     def decode_step_times(self, k: int, batch: int, context_tokens_start: int) -> np.ndarray:
         """Times of k consecutive pure-decode steps of `batch` sequences.
 

@@ -79,6 +79,14 @@ class GroupManager:
         """Blocks a request holds with books (first, end): the run between them."""
         return end - first
 
+    def fresh_first(self, end: int) -> int:
+        """`first` of a request just admitted with `end` blocks in its table: it holds them all."""
+        return 0
+
+    def fresh_held(self, end: int) -> int:
+        """Blocks a request just admitted with `end` blocks in its table holds."""
+        return int(self.held(self.fresh_first(end), end))
+
     def first_drop_computed(self, first: Any) -> Any:
         """Computed tokens at which a step starts dropping block `first` (None: never)."""
         return None
@@ -235,6 +243,9 @@ class AlignStateManager(StateManager):
         if isinstance(first, int) and isinstance(end, int):
             return min(end - first, 2)
         return np.minimum(end - first, 2)
+
+    def fresh_first(self, end: int) -> int:
+        return max(end - 1, 0)  # a fresh state: its last block only
 
     def first_drop_computed(self, first: Any) -> Any:
         return (first + 1) * self.block_size + 1

@@ -60,7 +60,7 @@ class HybridPagedAllocator(KVAllocator):
     # --- sizing --------------------------------------------------------------------------------
     def pages_for(self, num_tokens: int) -> int:
         """Pages one fresh request of `num_tokens` tokens takes at admission."""
-        return sum(m.pages * min(int(m.blocks_for(num_tokens)), 1 if m.gapped else 1 << 62) for m in self.managers)
+        return sum(m.pages * int(m.fresh_held(int(m.blocks_for(num_tokens)))) for m in self.managers)
 
     def peak_pages(self, final_tokens: np.ndarray, chunk: int | np.ndarray) -> np.ndarray:
         """Most pages each request of `final_tokens` tokens holds at once, with prefill chunks of
@@ -76,8 +76,8 @@ class HybridPagedAllocator(KVAllocator):
         need = self.pages_for(num_tokens)
         self._admit_check(req_id, num_tokens, need)
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            end[req_id] = int(m.blocks_for(num_tokens))
-            first[req_id] = max(int(end[req_id]) - 1, 0) if m.gapped else 0  # a fresh state: its last block only
+            e = int(m.blocks_for(num_tokens))
+            end[req_id], first[req_id] = e, m.fresh_first(e)
         self._free_pages -= need
         self._version += 1
         self._ntok[req_id] = num_tokens
@@ -96,10 +96,7 @@ class HybridPagedAllocator(KVAllocator):
             e1 = np.maximum(e0, m.blocks_for(new_tokens))
             f1 = np.minimum(np.maximum(f0, m.skipped_blocks(computed)), e1)
             f1 = np.where(new_tokens > self._ntok[ids], f1, f0)  # a request that does not step drops nothing
-            if m.gapped:
-                net += m.pages * int(np.add.reduce(m.held(f1, e1) - m.held(f0, e0)))
-            else:
-                net += m.pages * int(np.add.reduce(e1 - e0) - np.add.reduce(f1 - f0))
+            net += m.pages * int(np.add.reduce(m.held(f1, e1) - m.held(f0, e0)))
             firsts.append(f1)
             ends.append(e1)
         return net, firsts, ends
@@ -112,7 +109,7 @@ class HybridPagedAllocator(KVAllocator):
             f0, e0 = int(first[r]), int(end[r])
             e1 = max(e0, int(m.blocks_for(new_tokens)))
             f1 = min(max(f0, int(m.skipped_blocks(computed))), e1) if steps else f0
-            net += m.pages * (m.held(f1, e1) - m.held(f0, e0) if m.gapped else (e1 - e0) - (f1 - f0))
+            net += m.pages * (m.held(f1, e1) - m.held(f0, e0))
             firsts.append([f1])
             ends.append([e1])
         return net, firsts, ends
@@ -176,12 +173,8 @@ class HybridPagedAllocator(KVAllocator):
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
             f0, e0 = first[ids][None, :], end[ids][None, :]
             taken = np.maximum(e0, m.blocks_for(after)) - e0
-            if m.gapped:  # held blocks after step j against now
-                fj = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken), f0)
-                total += m.pages * (m.held(fj, e0 + taken) - m.held(f0, e0)).sum(axis=1)
-                continue
-            dropped = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken) - f0, 0)
-            total += m.pages * (taken - dropped).sum(axis=1)
+            fj = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken), f0)
+            total += m.pages * (m.held(fj, e0 + taken) - m.held(f0, e0)).sum(axis=1)  # held after step j against now
         return max(0, int(total.max()))
 
     @staticmethod
