@@ -183,6 +183,7 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
     num_pages = a.num_blocks
     tokens: dict[int, int] = {}
     next_id = 0
+    probe = a._group_keys(PREFIXES[0])  # one keys object for the whole run: _find_hit's memo may answer
     for step in ops:
         live = sorted(tokens)
         if step[0] == "alloc":
@@ -223,6 +224,7 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
         for r, n in tokens.items():
             assert a.num_tokens(r) == n
         check(a)
+        assert a._find_hit(30, probe) == a._search_hit(min(29 // BS, len(probe[0]) * a.cache.per), probe)  # memo fresh
     for r in list(tokens):
         a.free(r)
     check(a)

@@ -94,6 +94,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._gkeys: dict[int, list[list[int]]] = {}  # request -> its node keys, per group
         self._nreg: list[dict[int, int]] = [{} for _ in self.managers]  # leading blocks offered to the cache
         self._memo: tuple[object, list[list[int]]] = (None, [])
+        self._hit_memo: tuple[object, int, object, Hit, int] = (None, 0, None, (0, []), 0)  # see _find_hit
         self.hit_blocks = {m.label: 0 for m in self.managers}  # blocks reused from the cache, per group
         self._group_salts = [hash((0x6A0, g)) for g in range(len(self.managers))]  # fixed: int tuples
         self._most_pages = max(m.pages for m in self.managers)
@@ -138,12 +139,24 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self.cache.on_register = report
 
     def _find_hit(self, num_tokens: int, gkeys: list[list[int]]) -> Hit:
-        """The longest prefix every group serves (whole blocks, the last token never a hit)."""
-        groups = len(self.managers)
+        """The longest prefix every group serves (whole blocks, the last token never a hit). An
+        admission asks it up to three times (first chunk, fits, allocate), and a blocked head again
+        each step: the last answer is kept while no block is keyed or evicted (the cache's counters)."""
         self._longest = 0
         if num_tokens <= 1 or not gkeys:
-            return 0, [(0, [])] * groups
-        length = min((num_tokens - 1) // self.block_size, len(gkeys[0]) * self.cache.per)
+            return 0, [(0, [])] * len(self.managers)
+        length = min((num_tokens - 1) // self.block_size, len(gkeys[0]) * self.cache.per)  # blocks a hit may cover
+        memo, state = self._hit_memo, (self.cache.registrations, self.cache.evictions)
+        if memo[0] == state and memo[1] == length and memo[2] is gkeys:
+            self._longest = memo[4]
+            return memo[3]
+        hit = self._search_hit(length, gkeys)
+        self._hit_memo = (state, length, gkeys, hit, self._longest)  # holds gkeys: its id stays its own
+        return hit
+
+    def _search_hit(self, length: int, gkeys: list[list[int]]) -> Hit:
+        """_find_hit's answer for at most `length` blocks: each group's longest_hit until none shortens it."""
+        groups = len(self.managers)
         rows = [self.cache.row(nodes, length) for nodes in gkeys]  # block or None per position
         found: list[tuple[int, list[int]]] = [(0, [])] * groups
         longest = 0  # vLLM's longest_hit_length: the candidate after each group (full attention first)
