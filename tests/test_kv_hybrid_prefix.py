@@ -124,6 +124,26 @@ def test_a_state_group_holds_two_blocks_and_keys_only_the_retained_state():
     check(a)
 
 
+
+def test_a_freed_request_parks_its_state_before_its_attention_blocks():
+    """vLLM frees a request group by group in its group order (linear-attention groups first for
+    Qwen3-Next: the first layer's type) and evicts from the head of its free queue, so a keyed
+    state goes before the attention blocks freed with it. Request 0 (13-token prompt, junction 12)
+    keys full blocks 0-2 and state block 2, then frees: 2 + 3 pages park, 7 of 12 are clean. A
+    24-token request needs 6 + 2 = 8 pages: one eviction, the state. The prompt then hits nothing
+    (no state) but full attention still serves 12 tokens (the junction); attention-first order
+    would have evicted full block 2 (junction 8)."""
+    a = make(12, groups=(FULL, STATE))
+    a.allocate(0, 12, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13, junction=12)
+    a.append(0, 1)
+    a.free(0)
+    check(a)
+    assert a.prefix_hit_tokens(13, [1, 2, 3]) == 12 and a.cached_bytes == 5 * a.page_bytes
+    a.allocate(1, 24, 30)
+    check(a)
+    assert a.prefix_hit_tokens(13, [1, 2, 3]) == 0 and a.prefix_junction(13, [1, 2, 3]) == 12
+    assert a.cached_bytes == 3 * a.page_bytes
+
 PREFIXES = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 9, 10, 11], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
 alloc = st.tuples(st.just("alloc"), st.integers(0, 40) | st.sampled_from([13, 25, 33]), st.integers(0, len(PREFIXES)))
 op = st.one_of(

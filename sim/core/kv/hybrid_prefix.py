@@ -80,6 +80,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                              "(group_managers.make_manager(..., mamba_align=True))")
         self.prefix_caching = True
         self._gapped = [m.gapped for m in self.managers]
+        self._free_order = sorted(range(len(self.managers)), key=lambda g: not self._gapped[g])  # states first
         self.state_align_block = self.block_size if any(self._gapped) else 0  # the scheduler's cut (0: none)
         self._keyed_state: set[int] = set()  # state blocks with a key (a block keeps it until evicted)
         self._prompt: dict[int, int] = {}  # request -> prompt tokens (the retention's replay boundary)
@@ -360,9 +361,13 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
 
     # --- release --------------------------------------------------------------------
     def free(self, req_id: int) -> None:
+        """Release every group's blocks, state groups first: vLLM orders its KV cache groups by
+        each layer type's first layer (kv_cache_utils `_get_kv_cache_groups_uniform_page_size`),
+        linear attention before full for Qwen3-Next, and frees group by group, so a freed
+        request's keyed states join the LRU queue, and are evicted, before its attention blocks."""
         self._check(req_id)
         self._version += 1
-        for g in range(len(self.managers)):
+        for g in self._free_order:
             first, end = int(self._first[g][req_id]), int(self._end[g][req_id])
             if self._gapped[g]:
                 self._release_state(g, req_id, self._state_held(g, req_id))
