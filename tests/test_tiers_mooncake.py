@@ -1,5 +1,6 @@
 """Issue 26's done-when checks on the shared Mooncake conversation trace (llama-3.1-8b, h100-sxm,
-prefix caching, max_model_len 131072, load x0.25: every request admitted). Slow: ~4 full replays."""
+prefix caching, max_model_len 131072, load x0.25: every request admitted). Slow: 2 full replays
+(module fixture) and 3 replays of the first 2,000 requests."""
 
 from __future__ import annotations
 
@@ -76,11 +77,23 @@ def test_a_1000_gib_cpu_tier_reaches_90_percent_of_the_lru_bound_and_lowers_ttft
     assert moved["load"] >= c["tier_hit_tokens"]["cpu"] // c["block_size"] * per_block > 0
 
 
-def test_a_slower_host_link_raises_ttft_monotonically(mooncake, runs):
-    fast = runs["cpu"].summary
+SLICE = 2000  # the trace's first requests, for the host-link test (below)
+
+
+def test_a_slower_host_link_raises_ttft_monotonically(mooncake):
+    """Host link at 1x, 10x and 100x slower, on the trace's first 2,000 requests (a contiguous slice:
+    the same arrivals, prompts and shared prefixes, one sixth of the replay time). The claim is about
+    how each load's time scales with the link, which every CPU-tier load shows: the slice loads over a
+    fifth of its prompt tokens from the CPU tier (asserted below; 21.4% measured, the full trace
+    22.4%), so TTFT and the load delay are dominated by the same loads as on the full trace. Three
+    slice replays cost less than the two full replays this test made before (CI time)."""
+    head = mooncake.first(SLICE)
     host = 64.0  # the h100-sxm entry's PCIe Gen5 x16, GB/s per direction (nominal)
-    slower = [simulate(mooncake, BASE.replace(cpu_tier_gib=CPU_GIB, host_link_gb_s=host / f)).summary for f in (10, 100)]
-    ttft = [fast["ttft_s"]["mean"]] + [s["ttft_s"]["mean"] for s in slower]
-    loads = [fast["tier_load_delay_s"]["mean"]] + [s["tier_load_delay_s"]["mean"] for s in slower]
+    runs = [simulate(head, BASE.replace(cpu_tier_gib=CPU_GIB, host_link_gb_s=host / f)).summary for f in (1, 10, 100)]
+    for s in runs:
+        assert s["rejected"] == 0 and s["completed"] == SLICE
+        assert s["tier_hit_rate"]["cpu"] >= 0.2, s["tier_hit_rate"]  # the CPU tier loads heavily
+    ttft = [s["ttft_s"]["mean"] for s in runs]
+    loads = [s["tier_load_delay_s"]["mean"] for s in runs]
     assert np.all(np.diff(ttft) > 0), ttft
     assert np.all(np.diff(loads) > 0), loads
