@@ -38,6 +38,7 @@ TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0
 FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
                   "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
                   "gpus_per_node": 8}
+ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0}
 MAX_GPUS_PER_NODE = 72  # GB200 NVL72, the largest NVLink domain sold as one system
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
@@ -90,6 +91,11 @@ class Scenario:
     reserve: str = "max"  # contiguous only
     placement: str = "first-fit"  # contiguous only
     prefix_caching: bool = False
+    # vLLM's prefix_cache_retention_interval (tokens): which full blocks of a sliding-window or state
+    # group the prefix cache keys. 0 (vLLM's default): only where a request may be resumed (its
+    # replay boundary, a shared-prefix junction); N > 0: also the end of every N tokens; None: every
+    # block (sim/core/kv/sliding_retention.py).
+    prefix_cache_retention_interval: int | None = 0
     expert_parallel: bool = False  # MoE experts placed whole on ranks (vLLM --enable-expert-parallel)
     expert_imbalance: float = 1.0  # max / mean routed-token load per rank under expert parallelism
     kv_eviction: str | None = None  # cap KV per sequence: window:N, streaming:S+R, h2o:N (models/eviction.py)
@@ -141,6 +147,9 @@ class Scenario:
         for name, hi in optional.items():
             if getattr(self, name) is not None:
                 whole(getattr(self, name), f"scenario: {name}", 1, hi, ScenarioError)
+        if self.prefix_cache_retention_interval is not None:
+            whole(self.prefix_cache_retention_interval, "scenario: prefix_cache_retention_interval", 0,
+                  limits.MAX_MODEL_LEN, ScenarioError)
         whole(self.gpus_per_node, "scenario: gpus_per_node", 1, MAX_GPUS_PER_NODE, ScenarioError)
         whole(self.seed, "scenario: seed", 0, limits.MAX_SEED, ScenarioError)
         number(self.gpu_mem_util, "scenario: gpu_mem_util", 0.0, 1.0, ScenarioError, lo_open=True)
@@ -222,7 +231,7 @@ class Scenario:
         data = self.to_dict()
         if data.get("speedup") == 1.0:  # added later: runs at the recorded rate keep their digests
             data.pop("speedup")
-        for name, default in (*TIER_DEFAULTS.items(), *FLEET_DEFAULTS.items()):  # added later (issues 25, 26): runs without keep their digests
+        for name, default in (*TIER_DEFAULTS.items(), *FLEET_DEFAULTS.items(), *ENGINE_DEFAULTS.items()):  # added later (issues 25, 26): runs without keep their digests
             if data.get(name) == default:
                 data.pop(name)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

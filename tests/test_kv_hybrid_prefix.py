@@ -13,6 +13,7 @@ from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
 from sim.core.kv.group_managers import make_manager, page_bytes_for
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
+from sim.core.step_types import Retention
 
 BS = 4  # tokens per block; the trace's hash blocks are the same size here
 FULL = FullAttention(1, num_kv_heads=1, head_dim=4)  # 16 B/token: one block is one page
@@ -105,7 +106,7 @@ def test_a_state_group_holds_two_blocks_and_keys_only_the_retained_state():
     at block 2's boundary keys it: the next request hits 12 tokens, taking that one state block."""
     a = make(100, groups=(FULL, STATE))
     assert a.state_align_block == BS
-    a.allocate(0, 8, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13)
+    a.allocate(0, 8, 20, prefix_hashes=[1, 2, 3], retention=Retention(13))
     assert a._state_held(1, 0) == [1] and a.group_breakdown()["state"]["held"] == 2 * a.page_bytes
     assert a.append(0, 5) and a._state_held(1, 0) == [3, 1] and a._tables[1][0] == [-1, a._tables[1][0][1], -1,
                                                                                    a._tables[1][0][3]]
@@ -114,12 +115,12 @@ def test_a_state_group_holds_two_blocks_and_keys_only_the_retained_state():
     a.free(0)
     check(a)
     assert a.prefix_hit_tokens(13, [1, 2, 3]) == 0 and a.prefix_junction(13, [1, 2, 3]) == 12
-    a.allocate(1, 12, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13, junction=12)  # keyed: block 2
+    a.allocate(1, 12, 20, prefix_hashes=[1, 2, 3], retention=Retention(13, 12))  # keyed: block 2
     a.append(1, 1)
     a.free(1)
     check(a)
     assert a.prefix_hit_tokens(13, [1, 2, 3]) == 12
-    assert a.allocate(2, 13, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13) == 12
+    assert a.allocate(2, 13, 20, prefix_hashes=[1, 2, 3], retention=Retention(13)) == 12
     assert a._state_held(1, 2) == [3, 2] and a.hit_blocks["state"] == 1
     check(a)
 
@@ -212,8 +213,7 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
             hit = a.prefix_hit_tokens(n, hashes)
             # a state group keys the state at its prompt's replay boundary: a first chunk of n tokens
             # ending on a block boundary keys its last block
-            kw = {"prompt_tokens": n + 1, "junction": a.prefix_junction(n, hashes)} \
-                if a.state_align_block and hashes else {}
+            kw = {"retention": Retention(n + 1, a.prefix_junction(n, hashes))} if a.keys_sparsely and hashes else {}
             if a.can_allocate(n, 0, hashes):
                 assert a.allocate(next_id, n, n + 5, prefix_hashes=hashes, **kw) == hit
                 assert hit % BS == 0 and (hit < n or n == 0)

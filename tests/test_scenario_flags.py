@@ -34,7 +34,8 @@ def _candidates(action: argparse.Action) -> list[object]:
         return [(default or 1) + 1]
     if action.type is float:
         return [v for v in ((default or 0.5) * 1.5, (default or 1.0) / 2) if v != default]
-    return ["window:64", "custom-name", "/tmp/x.json", "1:2"]
+    # last: None, for a flag whose type reads "none" (--prefix-cache-retention-interval, default 0)
+    return [v for v in ("window:64", "custom-name", "/tmp/x.json", "1:2", None) if v != default]
 
 
 def _argv(action: argparse.Action, value: object) -> list[str]:

@@ -41,14 +41,21 @@ def test_bytes_moved_are_blocks_moved_times_each_groups_block_bytes_by_hand(evic
     computed). Loads: the full group every block, 127 x 1,310,720 B; the sliding group only the
     blocks the next token attends to, from block (2,032 - 1,023) // 16 = 63: 64 x 6,815,744 B.
     Stores (write-through, every block the pool keys, once): A's 128 and B's 2,100 // 16 = 131 full
-    blocks in each group; the repeat stores nothing new."""
+    blocks; of the sliding group only what vLLM's default retention keys (and its offloading
+    stores, through the same mask): the ceil(1,023 / 16) = 64 blocks before A's replay boundary
+    (63-126), and B's 64 before its own (67-130) and before its last whole hash block's end 2,048
+    (64-127): 131 blocks. The repeat stores nothing new. Interval None keys and stores every
+    sliding block: 128 + 131."""
     s = simulate(evict_then_repeat, GEMMA).summary
     assert s["completed"] == 3 and s["prefix_cache_hit_rate"] == 0.0  # evicted from the GPU
     assert s["tier_hit_tokens"]["cpu"] == 127 * 16
     moved = s["tier_bytes_moved"]["cpu"]
     assert moved["load"] == 127 * FULL_BLOCK + 64 * SLIDING_BLOCK == 602_669_056
-    assert moved["store"] == (128 + 131) * (FULL_BLOCK + SLIDING_BLOCK) == 2_104_754_176
+    assert moved["store"] == (128 + 131) * FULL_BLOCK + (64 + 67) * SLIDING_BLOCK == 1_232_338_944
     assert s["tier_occupancy"]["cpu/replica0"]["end_bytes"] == moved["store"]  # nothing evicted: 4 GiB
+    dense = simulate(evict_then_repeat, GEMMA.replace(prefix_cache_retention_interval=None)).summary
+    assert dense["tier_bytes_moved"]["cpu"]["load"] == moved["load"]
+    assert dense["tier_bytes_moved"]["cpu"]["store"] == (128 + 131) * (FULL_BLOCK + SLIDING_BLOCK) == 2_104_754_176
 
 
 def _pool_and_stack(sc: Scenario):
@@ -127,7 +134,7 @@ def test_the_html_report_carries_the_tiers_occupancy_hits_and_ttft_split(evict_t
     page = html_report(res)
     section = page[page.index("<h2>KV tiers</h2>"):]
     assert '<figure id="chart-tiers"><svg' in section  # the stacked occupancy, as on the dashboard
-    assert "<td>cpu</td><td>32.80%</td><td>0.603</td><td>2.105</td>" in section  # 602,669,056 B loaded
+    assert "<td>cpu</td><td>32.80%</td><td>0.603</td><td>1.232</td>" in section  # 602,669,056 B loaded
     split = res.summary["ttft_split_s"]
     assert f"<td>load</td><td>admission -&gt; KV loaded from a lower tier</td><td>{split['load']['mean'] * 1e3:,.1f}</td>" in section
     plain = html_report(simulate(evict_then_repeat, GEMMA.replace(cpu_tier_gib=0.0)))

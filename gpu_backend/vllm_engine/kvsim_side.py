@@ -12,18 +12,22 @@ import numpy as np
 
 from gpu_backend.vllm_engine.protocol import EngineConfig, EngineRequest, StepRecord
 from gpu_backend.vllm_engine.trace_requests import block_content_ids
+from sim.core.interfaces import Allocator
 from sim.core.kv.paged import PagedAllocator
 from sim.core.request import RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
 
 
-def build_kvsim(reqs: list[EngineRequest], cfg: EngineConfig,
-                sched_cfg: SchedulerConfig | None = None) -> tuple[Scheduler, RequestTable]:
-    """kvsim's scheduler and paged allocator configured like the vLLM engine of `cfg`."""
+def build_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, sched_cfg: SchedulerConfig | None = None,
+                alloc: Allocator | None = None) -> tuple[Scheduler, RequestTable]:
+    """kvsim's scheduler and paged allocator configured like the vLLM engine of `cfg` (`alloc`: a
+    pool built by the caller instead, e.g. the per-group pool of a model with several KV groups,
+    keyed per KV block of cfg.block_size)."""
     table = RequestTable.create(np.array([r.arrival_step for r in reqs], dtype=np.float64),
                                 np.array([len(r.prompt) for r in reqs]), np.array([r.max_tokens for r in reqs]))
-    alloc = PagedAllocator(cfg.num_blocks, cfg.block_size, 1, prefix_caching=cfg.prefix_caching,
-                           prefix_block_size=cfg.block_size)
+    if alloc is None:
+        alloc = PagedAllocator(cfg.num_blocks, cfg.block_size, 1, prefix_caching=cfg.prefix_caching,
+                               prefix_block_size=cfg.block_size)
     hashes: Callable[[int], list[int]] | None = None
     if cfg.prefix_caching:
         keys = [block_content_ids(r, cfg.block_size) for r in reqs]
@@ -35,9 +39,9 @@ def build_kvsim(reqs: list[EngineRequest], cfg: EngineConfig,
 
 
 def replay_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, *, sched_cfg: SchedulerConfig | None = None,
-                 max_steps: int | None = None) -> list[StepRecord]:
+                 max_steps: int | None = None, alloc: Allocator | None = None) -> list[StepRecord]:
     """Step records of kvsim on `reqs`, with arrivals replayed as steps exactly as the worker does."""
-    sched, table = build_kvsim(reqs, cfg, sched_cfg)
+    sched, table = build_kvsim(reqs, cfg, sched_cfg, alloc)
     name = [r.id for r in reqs]
     order = sorted(range(len(reqs)), key=lambda i: reqs[i].arrival_step)
     records: list[StepRecord] = []

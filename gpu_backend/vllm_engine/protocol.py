@@ -35,6 +35,9 @@ class EngineConfig:
     max_model_len: int
     seed: int = 0
     dtype: str = "float32"
+    # vLLM's: which sliding-window / state blocks the prefix cache keys (0, its default: only
+    # where a request may resume; None: every block; sim/core/kv/sliding_retention.py)
+    prefix_cache_retention_interval: int | None = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

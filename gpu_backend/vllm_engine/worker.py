@@ -55,6 +55,7 @@ def build_engine(model_dir: str, eng: dict):
         max_num_seqs=int(eng["max_num_seqs"]), max_num_batched_tokens=int(eng["max_num_batched_tokens"]),
         enable_chunked_prefill=bool(eng["chunked_prefill"]), enable_prefix_caching=bool(eng["prefix_caching"]),
         max_model_len=int(eng["max_model_len"]), gpu_memory_utilization=float(eng.get("gpu_memory_utilization", 0.2)),
+        prefix_cache_retention_interval=eng.get("prefix_cache_retention_interval", 0),
         async_scheduling=False,  # one schedule() per step, outputs applied before the next: what kvsim models
         enforce_eager=bool(eng.get("enforce_eager", True)),
     )

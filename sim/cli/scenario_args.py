@@ -14,10 +14,17 @@ from sim.scenario import CHOICES, Scenario
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "pd", "prefill_tp", "decode_tp", "kv_link",
           "kv_layer_pipelined", "decode_router", "gpus_per_node", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
-          "allocator", "block_size", "reserve", "placement", "prefix_caching", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
+          "allocator", "block_size", "reserve", "placement", "prefix_caching", "prefix_cache_retention_interval", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
           "tier_policy", "cpu_tier_scope", "host_link_gb_s", "offload_layers")
+
+
+def retention_interval(text: str) -> int | None:
+    """--prefix-cache-retention-interval: tokens, or "none" (every block)."""
+    if text.strip().lower() == "none":
+        return None
+    return int(text)
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -65,6 +72,10 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--reserve", default=d.reserve, choices=CHOICES["reserve"].names(), help="contiguous reservation policy")
     g.add_argument("--placement", default=d.placement, choices=CHOICES["placement"].names(), help="contiguous placement")
     g.add_argument("--prefix-caching", action="store_true", default=d.prefix_caching)
+    g.add_argument("--prefix-cache-retention-interval", type=retention_interval, metavar="N|none",
+                   default=d.prefix_cache_retention_interval,
+                   help="vLLM's: sliding-window and state blocks the prefix cache keys; 0 = only where a request "
+                   "may resume (default), N = also every N tokens, none = every block")
     g.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs)
     g.add_argument("--max-batched-tokens", type=int, default=d.max_batched_tokens)
     g.add_argument("--max-model-len", type=int, help="default: min(model context, 32768)")

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from sim.core.step_types import Ids, KVBreakdown, SkipAhead, StepPlan
+from sim.core.step_types import Ids, KVBreakdown, Retention, SkipAhead, StepPlan
 
 
 class Allocator(Protocol):
@@ -36,6 +36,7 @@ class Allocator(Protocol):
     block_size: int  # token slots per block
     num_blocks: int  # blocks in the pool (pages for the per-group allocators)
     bytes_per_token: int  # whole deployment, K and V, every layer, scales included
+    keys_sparsely: bool  # True: `allocate` wants the request's Retention (a sliding or state group keyed sparsely)
 
     # --- admission
     def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
@@ -43,8 +44,14 @@ class Allocator(Protocol):
         ...
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int,
-                 prefix_hashes: Sequence[int] | None = None) -> int:
-        """Room for the first `num_tokens`; returns the leading tokens already cached (prefix hits)."""
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None) -> int:
+        """Room for the first `num_tokens`; returns the leading tokens already cached (prefix hits).
+        `retention`: where the request's blocks may be keyed, when `keys_sparsely` (None: everywhere)."""
+        ...
+
+    def prefix_junction(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> int:
+        """vLLM's shared-prefix junction of a new request now (tokens; 0: none, or a pool that
+        keys densely): where the longest single group's hit ends when it outruns the common hit."""
         ...
 
     def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:

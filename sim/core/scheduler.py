@@ -55,7 +55,7 @@ from sim.core.decode_run import DecodeBatch
 from sim.core.kv.mamba_align import aligned_chunk
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
-from sim.core.step_types import StepPlan
+from sim.core.step_types import Retention, StepPlan
 from sim.core.tiers import admission as tier_admission
 from sim.core.tiers.stack import TierStack
 
@@ -121,6 +121,7 @@ class Scheduler(interfaces.Scheduler):
         self.remote = RemoteKV()  # requests whose KV arrives from elsewhere (sim/core/remote_kv.py)
         self.tiers: TierStack | None = None  # KV tiers below the GPU pool (sim/core/tiers/)
         self.align_block = int(getattr(allocator, "state_align_block", 0))  # vLLM's Mamba align-mode cut (0: none)
+        self.sparse_keys = allocator.keys_sparsely  # allocate wants each request's Retention
 
     # --- queue state ----------------------------------------------------------------------------
     @property
@@ -353,15 +354,15 @@ class Scheduler(interfaces.Scheduler):
                              self.cfg.max_batched_tokens, junction)
 
     def _junction(self, r: int, hashes: Sequence[int] | None) -> int:
-        """The shared-prefix junction of waiting request r (an align-mode pool's lookup; 0: none)."""
+        """The shared-prefix junction of waiting request r (a sparsely keying pool's lookup; 0: none)."""
         total = int(self.t.prompt[r] + self.t.generated[r])
-        return self.alloc.prefix_junction(total, hashes) if hashes is not None else 0  # type: ignore[attr-defined]
+        return self.alloc.prefix_junction(total, hashes) if hashes is not None else 0
 
-    def align_kwargs(self, r: int, hashes: Sequence[int] | None) -> dict[str, int]:
-        """What an align-mode pool's `allocate` needs for its state retention (empty otherwise)."""
-        if not self.align_block:
-            return {}
-        return {"prompt_tokens": int(self.t.prompt[r]), "junction": self._junction(r, hashes)}
+    def retention(self, r: int, hashes: Sequence[int] | None) -> Retention | None:
+        """Where a sparsely keying pool may key waiting request r's blocks (None: the pool keys densely)."""
+        if not self.sparse_keys:
+            return None
+        return Retention(int(self.t.prompt[r]), self._junction(r, hashes))
 
     def _can_admit(self, r: int, n: int, hashes: Sequence[int] | None, total: int = -1) -> bool:
         """Would the allocator take the head request with a first chunk of n tokens now?"""
@@ -414,10 +415,10 @@ class Scheduler(interfaces.Scheduler):
             budget -= compute
 
     def _allocate_head(self, r: int, n: int, final: int, reserve: int, hashes: Sequence[int] | None) -> int:
-        """The allocator's `allocate` for the admitted head (an align-mode pool gets its retention
-        arguments too); `final` is RequestTable.final_tokens(r). Returns the hit tokens."""
-        if self.align_block:
-            return self.alloc.allocate(r, n, final, reserve, hashes, **self.align_kwargs(r, hashes))
+        """The allocator's `allocate` for the admitted head (a sparsely keying pool gets its Retention
+        too); `final` is RequestTable.final_tokens(r). Returns the hit tokens."""
+        if self.sparse_keys:
+            return self.alloc.allocate(r, n, final, reserve, hashes, retention=self.retention(r, hashes))
         return self.alloc.allocate(r, n, final, reserve, hashes)
 
     def _admit_loading(self, r: int, hashes: Sequence[int] | None, now: float) -> bool | None:

@@ -12,11 +12,22 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["BREAKDOWN_FIELDS", "PEAK_GRID_LIMIT", "Ids", "KVBreakdown", "SkipAhead", "StepPlan"]
+__all__ = ["BREAKDOWN_FIELDS", "PEAK_GRID_LIMIT", "Ids", "KVBreakdown", "Retention", "SkipAhead", "StepPlan"]
 
 Ids = Sequence[int] | np.ndarray  # request ids or token counts: a list or an int array
 
 BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Where a new request's cache may later be resumed (vLLM's reachable boundaries), for a pool
+    that keys a sliding-window or state group's blocks only there (`Allocator.keys_sparsely`):
+    the replay boundary `prompt_tokens - 1` and the shared-prefix junction (tokens, 0: none;
+    `Allocator.prefix_junction`)."""
+
+    prompt_tokens: int
+    junction: int = 0
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,7 @@ class Deployment:
     @classmethod
     def resolve(cls, scenario: Scenario) -> Deployment:
         spec = cls.model_of(scenario)
+        _check_retention(scenario, spec)
         scenario = forced_block_size(scenario, spec)
         gpu = get_gpu(scenario.gpu)
         terms = None
@@ -141,10 +142,18 @@ def forced_block_size(scenario: Scenario, spec: ModelSpec) -> Scenario:
     return scenario if size == scenario.block_size else replace(scenario, block_size=size)
 
 
+def _check_retention(scenario: Scenario, spec: ModelSpec) -> None:
+    """vLLM refuses a retention interval > 0 for a model with no sliding-window or state group
+    (kv_cache_coordinator.py `_validate_prefix_cache_retention_interval`); so does kvsim."""
+    if scenario.prefix_cache_retention_interval and not any(g.kind in ("sliding", "state") for g in spec.groups):
+        raise ScenarioError(f"scenario: prefix_cache_retention_interval={scenario.prefix_cache_retention_interval}: "
+                            f"{scenario.model} has no sliding-window or state KV group, where it applies (use 0)")
+
+
 def kv_layout(scenario: Scenario) -> KVLayout:
     """The scenario's KV layout (sim.core.kv.registry.KVLayout: what the allocator factories read)."""
     return KVLayout(scenario.allocator, scenario.block_size, scenario.prefix_caching, scenario.placement,
-                    scenario.kv_dtype, scenario.tp)
+                    scenario.kv_dtype, scenario.tp, scenario.prefix_cache_retention_interval)
 
 
 def scenario_memory_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec,

@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from sim.core.interfaces import Allocator
-from sim.core.step_types import Ids, KVBreakdown
+from sim.core.step_types import Ids, KVBreakdown, Retention
 
 
 class AllocationError(RuntimeError):
@@ -33,6 +33,7 @@ class KVAllocator(Allocator, ABC):
     block_size: int
     num_blocks: int
     bytes_per_token: int  # whole deployment, K and V, every layer, scales included
+    keys_sparsely = False  # True: allocate keys a sliding or state group only at the request's Retention
 
     # --- admission ---------------------------------------------------------------------------
     @abstractmethod
@@ -47,6 +48,8 @@ class KVAllocator(Allocator, ABC):
         final_tokens: int,
         reserve_tokens: int,
         prefix_hashes: Sequence[int] | None = None,
+        *,
+        retention: Retention | None = None,
     ) -> int:
         """Give `req_id` room for its first `num_tokens`; return how many leading tokens were
         already cached (prefix-cache hit tokens, 0 without prefix caching). Raises AllocationError
@@ -87,6 +90,10 @@ class KVAllocator(Allocator, ABC):
 
     def prefix_hit_tokens(self, num_tokens: int, prefix_hashes: Sequence[int] | None = None) -> int:
         """Leading tokens of a new request already in the prefix cache (0: this allocator keeps none)."""
+        return 0
+
+    def prefix_junction(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> int:
+        """The shared-prefix junction a sparsely keying pool retains (0: this allocator keys densely)."""
         return 0
 
     def steps_until_free_rises(self, req_ids: Ids) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.paged import grown, grown_size
 from sim.core.kv.placement import make_placement
-from sim.core.step_types import Ids, KVBreakdown
+from sim.core.step_types import Ids, KVBreakdown, Retention
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # ufunc reduce: cheapest on small batches
 
@@ -69,6 +69,8 @@ class ContiguousAllocator(KVAllocator):
         final_tokens: int,
         reserve_tokens: int,
         prefix_hashes: Sequence[int] | None = None,
+        *,
+        retention: Retention | None = None,
     ) -> int:
         """Reserve max(reserve_tokens, num_tokens) slots in one run; no prefix caching (returns 0)."""
         if num_tokens < 0:

@@ -28,7 +28,7 @@ from sim.core.kv.base import AllocationError
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.paged import grown
-from sim.core.step_types import KVBreakdown
+from sim.core.step_types import KVBreakdown, Retention
 
 ROUNDING = "(placement rounding)"
 
@@ -56,7 +56,7 @@ class GroupedContiguousAllocator(ContiguousAllocator):
         return sum(m.pages * int(m.contiguous_blocks(tokens)) for m in self.managers)
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int,
-                 prefix_hashes: Sequence[int] | None = None) -> int:
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None) -> int:
         """Reserve max(reserve_tokens, num_tokens) tokens, each group what it keeps of them."""
         if req_id >= 0:
             self._ensure(req_id)

@@ -33,6 +33,7 @@ from sim.core.step_types import (
     PEAK_GRID_LIMIT,  # (steps x requests) evaluated exactly for a decode run
     Ids,
     KVBreakdown,
+    Retention,
 )
 
 
@@ -72,7 +73,7 @@ class HybridPagedAllocator(KVAllocator):
         return self.pages_for(num_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
-                 prefix_hashes: Sequence[int] | None = None) -> int:
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None) -> int:
         need = self.pages_for(num_tokens)
         self._admit_check(req_id, num_tokens, need)
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):

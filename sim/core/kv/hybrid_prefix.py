@@ -50,11 +50,19 @@ from typing import Protocol
 import numpy as np
 
 from sim.core.kv.base import AllocationError
-from sim.core.kv.group_managers import GroupManager
+from sim.core.kv.group_managers import GroupManager, SlidingWindowManager
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_state import AlignStateBooks
 from sim.core.kv.mamba_align import shared_prefix_junction
 from sim.core.kv.run_cache import RunPrefixCache
+from sim.core.kv.sliding_retention import (
+    SlidingKeep,
+    blocks_for_hit,
+    check_interval,
+    hashed_boundary,
+    is_dense,
+)
+from sim.core.step_types import Retention
 
 
 class GroupTierHooks(Protocol):
@@ -72,8 +80,10 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     """The per-group paged allocator with prefix caching (see the module docstring)."""
 
     def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int,
-                 prefix_block_size: int | None = None) -> None:
+                 prefix_block_size: int | None = None, retention_interval: int | None = 0) -> None:
+        """retention_interval: vLLM's prefix_cache_retention_interval (sim/core/kv/sliding_retention.py)."""
         super().__init__(managers, num_pages, block_size, page_bytes)
+        check_interval(retention_interval, block_size)
         plain = [m.label for m in self.managers if m.kind == "state" and not m.gapped]
         if plain:
             raise ValueError(f"prefix caching of state groups ({', '.join(plain)}) needs vLLM's align-mode manager "
@@ -82,6 +92,13 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._gapped = [m.gapped for m in self.managers]
         self._free_order = sorted(range(len(self.managers)), key=lambda g: not self._gapped[g])  # states first
         self.state_align_block = self.block_size if any(self._gapped) else 0  # the scheduler's cut (0: none)
+        self.retention_interval = retention_interval
+        # per group: blocks a sliding hit needs, when the group is keyed sparsely (0: densely)
+        self._need = [blocks_for_hit(m.window, block_size) if isinstance(m, SlidingWindowManager) else 0
+                      for m in self.managers]
+        self._need = [n if n and not is_dense(retention_interval, n, block_size) else 0 for n in self._need]
+        self.keys_sparsely = bool(self.state_align_block or any(self._need))
+        self._keep: list[dict[int, SlidingKeep]] = [{} for _ in self.managers]  # sparse sliding groups' keyed blocks
         self._keyed_state: set[int] = set()  # state blocks with a key (a block keeps it until evicted)
         self._prompt: dict[int, int] = {}  # request -> prompt tokens (the retention's replay boundary)
         self._junction: dict[int, int] = {}  # request -> shared-prefix junction (tokens, 0: none)
@@ -175,7 +192,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def prefix_junction(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> int:
         """vLLM's shared_prefix_boundary for a new request of `num_tokens` tokens now (0: none, or no
         state group): where the longest single group's hit ends when it outruns the reconciled hit."""
-        if not self.state_align_block:
+        if not self.keys_sparsely:
             return 0
         tokens = self._find_hit(num_tokens, self._group_keys(prefix_hashes))[0]
         return shared_prefix_junction(tokens, self._longest * self.block_size)
@@ -225,10 +242,11 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         return self._admission_pages(num_tokens, hit, computed_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
-                 prefix_hashes: Sequence[int] | None = None, *, computed_tokens: int = 0, prompt_tokens: int = 0,
-                 junction: int = 0) -> int:
-        """prompt_tokens, junction: a state group's retention (the replay boundary, the shared-prefix
-        junction from `prefix_junction`); without them no state block is keyed."""
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None,
+                 computed_tokens: int = 0) -> int:
+        """retention: where a sparse sliding or state group keys the request's blocks (the replay
+        boundary, the junction from `prefix_junction`); without it no state block is keyed and a
+        sliding group keys every full block."""
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
         self._version += 1
@@ -253,8 +271,9 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._nreg[g][req_id] = 0 if m.gapped else tokens // self.block_size
         self._ntok[req_id] = num_tokens
         self._active[req_id] = True
-        if self.state_align_block:
-            self._prompt[req_id], self._junction[req_id] = prompt_tokens, junction
+        if retention is not None and self.keys_sparsely:
+            self._prompt[req_id], self._junction[req_id] = retention.prompt_tokens, retention.junction
+            self._sliding_keep(req_id, retention, tokens // self.block_size)
         if gkeys:
             self._gkeys[req_id] = gkeys
             self._register(req_id)
@@ -318,13 +337,13 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         for g, r, _, e0, f1, e1, keys, full in rows:
             if f1 > e0:
                 self._tables[g][r].extend([-1] * (min(f1, e1) - e0))
-                self._park_new(g, keys, e0, min(f1, e1, full))
+                self._park_keyed(g, r, keys, e0, min(f1, e1, full))
         for g, r, _, e0, f1, e1, keys, full in rows:
             table = self._tables[g][r]
             start = max(e0, f1)
             table.extend(self._take(g, e1 - start))
             if full > start:
-                self.cache.register(keys, start, table[start:min(e1, full)])
+                self._key_run(g, r, keys, start, min(e1, full))
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
             self._first[g][r], self._end[g][r] = f1, e1
         if self.state_align_block:
@@ -375,6 +394,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                 self._release(g, req_id, first, end, self._nreg[g].get(req_id, 0), reverse=True)  # the tail is evicted first
             self._tables[g].pop(req_id)
             self._nreg[g].pop(req_id, None)
+            self._keep[g].pop(req_id, None)
             self._first[g][req_id] = self._end[g][req_id] = 0
         self._gkeys.pop(req_id, None)
         self._prompt.pop(req_id, None)
@@ -463,6 +483,9 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             freed = len(cached)
             cut = bisect_left(positions, top)  # the keyed ones (positions ascend)
             del cached[cut:], positions[cut:]
+        keep = self._keep[g].get(r) if self._need[g] else None
+        if keep is not None and cached:  # a sparse sliding group: only its keyed blocks park
+            cached, positions = self._keyed_only(keep, cached, list(positions))
         if reverse:
             cached.reverse()
             positions = positions[::-1]
@@ -474,14 +497,54 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def _offer(self, g: int, r: int, upto: int) -> int:
         """Register the request's held blocks nreg .. upto - 1 of group g, now full; return how
         many leading blocks are registered now (held ones below it are keyed)."""
-        keys, table = self._gkeys[r][g], self._tables[g][r]
+        keys = self._gkeys[r][g]
         lo = self._nreg[g].get(r, 0)
         if upto <= lo:
             return lo
         start = max(lo, int(self._first[g][r]))  # blocks before `first` are dropped (-1), the rest held
         if upto > start:
-            self.cache.register(keys, start, table[start:upto])
+            self._key_run(g, r, keys, start, upto)
         return upto
+
+    # --- a sparse sliding group's keys (sim/core/kv/sliding_retention.py) -------------------------------
+    def _sliding_keep(self, r: int, retention: Retention, hit_end: int) -> None:
+        """The blocks request r keys in each sparsely keyed sliding group."""
+        if not any(self._need):
+            return
+        p = retention.prompt_tokens
+        bounds = (p - 1, retention.junction, hashed_boundary(p, self.cache.prefix_block_size, self.block_size))
+        for g, need in enumerate(self._need):
+            if need:
+                self._keep[g][r] = SlidingKeep.of(need, self.block_size, bounds, hit_end, self.retention_interval or 0)
+
+    def _key_run(self, g: int, r: int, nodes: list[int], lo: int, hi: int) -> None:
+        """Register request r's held blocks lo .. hi - 1 of group g (a sparse group: its kept ones)."""
+        table = self._tables[g][r]
+        keep = self._keep[g].get(r) if self._need[g] else None
+        if keep is None:
+            self.cache.register(nodes, lo, table[lo:hi])
+            return
+        for a, b in keep.runs(lo, hi):
+            self.cache.register(nodes, a, table[a:b])
+
+    def _park_keyed(self, g: int, r: int, nodes: list[int], lo: int, hi: int) -> None:
+        """`_park_new` for the blocks lo .. hi - 1 request r keys (all but a sparse group's masked ones,
+        which are taken and freed clean: nothing to book)."""
+        keep = self._keep[g].get(r) if self._need[g] else None
+        if keep is None:
+            self._park_new(g, nodes, lo, hi)
+            return
+        for a, b in keep.runs(lo, hi):
+            self._park_new(g, nodes, a, b)
+
+    @staticmethod
+    def _keyed_only(keep: SlidingKeep, blocks: list[int], positions: list[int]) -> tuple[list[int], list[int]]:
+        """The blocks (at ascending positions) that `keep` keys."""
+        if not positions:
+            return blocks, positions
+        runs = keep.runs(positions[0], positions[-1] + 1)
+        pairs = [(b, p) for b, p in zip(blocks, positions, strict=True) if any(a <= p < e for a, e in runs)]
+        return [b for b, _ in pairs], [p for _, p in pairs]
 
     def _register(self, r: int) -> None:
         full = int(self._ntok[r]) // self.block_size

@@ -39,6 +39,7 @@ class AlignStateBooks:
     _keyed_state: set[int]
     _prompt: dict[int, int]
     _junction: dict[int, int]
+    retention_interval: int | None
 
     def _take(self, g: int, count: int = 1) -> list[int]:
         raise NotImplementedError
@@ -113,7 +114,7 @@ class AlignStateBooks:
                 continue
             keys = gkeys[g]
             i = state_block_keyed(computed, end_tokens - computed, self.block_size, len(keys) * self.cache.per,
-                                  self._prompt.get(r, 0), self._junction.get(r, 0))
+                                  self._prompt.get(r, 0), self._junction.get(r, 0), self.retention_interval)
             block = self._tables[g][r][i] if i is not None else -1
             if block >= 0 and block not in self._keyed_state:
                 self.cache.register(keys, i, [block])  # type: ignore[arg-type]  # i is not None here

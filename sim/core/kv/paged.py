@@ -31,7 +31,7 @@ import numpy as np
 
 from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.prefix_cache import PrefixCache, TierHooks
-from sim.core.step_types import Ids, KVBreakdown
+from sim.core.step_types import Ids, KVBreakdown, Retention
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
 
@@ -111,6 +111,8 @@ class PagedAllocator(KVAllocator):
         final_tokens: int,
         reserve_tokens: int = 0,
         prefix_hashes: Sequence[int] | None = None,
+        *,
+        retention: Retention | None = None,
     ) -> int:
         """Blocks for the first `num_tokens` (reserve_tokens is ignored: paging reserves nothing).
         Returns the prefix-cache hit tokens (whole blocks)."""

@@ -37,6 +37,7 @@ class KVLayout:
     placement: str = "first-fit"  # contiguous only
     kv_dtype: str = "bf16"  # per-group page sizes
     tp: int = 1
+    retention_interval: int | None = 0  # sliding and state groups with prefix caching (vLLM's, sliding_retention.py)
 
 
 AllocatorFactory = Callable[[KVLayout, int, int, "int | None"], Allocator]
@@ -63,7 +64,7 @@ def _paged_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int
                   prefix_block_size: int | None) -> Allocator:
     if layout.prefix_caching:  # state groups in vLLM's align mode (the mode vLLM sets with prefix caching)
         return HybridPrefixAllocator([align_mode(m) for m in managers], num_pages, layout.block_size, page_bytes,
-                                     prefix_block_size)
+                                     prefix_block_size, layout.retention_interval)
     return HybridPagedAllocator(managers, num_pages, layout.block_size, page_bytes)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from sim.core.request import LOADING, RequestTable
+from sim.core.step_types import Retention
 from sim.core.tiers.grouped import GroupedTierStack, GroupHits
 from sim.core.tiers.stack import TierHits, TierStack
 
@@ -60,7 +61,7 @@ class TierHost(Protocol):
     @property
     def waiting(self) -> deque[int]: ...
 
-    def align_kwargs(self, r: int, hashes: Sequence[int] | None) -> dict[str, int]: ...
+    def retention(self, r: int, hashes: Sequence[int] | None) -> Retention | None: ...
 
 
 def lower_hits(sched: TierHost, r: int, hashes: Sequence[int]) -> tuple[int, TierHits | GroupHits] | None:
@@ -89,14 +90,14 @@ def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: in
     need = total if sched.cfg.admit_whole_prompt else hold
     # a per-group pool counts the loaded tokens as computed: no blocks for what its windows skip
     loaded = {"computed_tokens": hold} if isinstance(hits, GroupHits) else {}
-    align = sched.align_kwargs(r, hashes)  # a state group's retention (align mode)
+    retention = sched.retention(r, hashes)  # a sparsely keyed sliding or state group
     if not alloc.can_allocate(need, int(t.reserve[r]), hashes, **loaded):
         return False
     stack.now = now
     ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # type: ignore[arg-type]  # before the allocation: an exclusive tier gives its blocks up first
     stack.muted = True  # the loaded blocks came from the tiers: load() touched or moved them there
     try:
-        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, **loaded, **align)
+        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, retention=retention, **loaded)
     finally:
         stack.muted = False
     sched.waiting.popleft()
