@@ -12,8 +12,8 @@ the tier would hold every block and its size would go unchecked.
 The independent bound is an exact LRU over the trace's 512-token hash blocks (test_tiers_mooncake's
 `exact_lru_hit_rate`) of the same bytes: a prompt position costs one block of each group, so a pool
 or tier of P pages (pool pages) holds P / (pages per position) positions. The sliding group's
-blocks are stored too (vLLM's offloading stores every block it can, docs/TIERS.md), which is why a
-position costs both groups' blocks in the tier as on the GPU."""
+blocks are stored too (with prefix_cache_retention_interval None vLLM keys and offloads every block,
+docs/TIERS.md; the runs use it), which is why a position costs both groups' blocks in the tier as on the GPU."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def mooncake(shared_traces):
 
 @pytest.fixture(scope="module")
 def runs(mooncake):
-    out = {"gpu": simulate(mooncake, BASE).summary, "cpu": simulate(mooncake, BASE.replace(cpu_tier_gib=CPU_GIB)).summary}
+    dense = BASE.replace(prefix_cache_retention_interval=None)  # every sliding block keyed and stored, as the bound
+    out = {"gpu": simulate(mooncake, dense).summary, "cpu": simulate(mooncake, dense.replace(cpu_tier_gib=CPU_GIB)).summary}
     for name, s in out.items():
         assert s["rejected"] == 0 and s["completed"] == len(mooncake.df), name
     return out
