@@ -135,7 +135,7 @@ def test_a_freed_request_parks_its_state_before_its_attention_blocks():
     (no state) but full attention still serves 12 tokens (the junction); attention-first order
     would have evicted full block 2 (junction 8)."""
     a = make(12, groups=(FULL, STATE))
-    a.allocate(0, 12, 20, prefix_hashes=[1, 2, 3], prompt_tokens=13, junction=12)
+    a.allocate(0, 12, 20, prefix_hashes=[1, 2, 3], retention=Retention(13, 12))
     a.append(0, 1)
     a.free(0)
     check(a)
