@@ -67,7 +67,8 @@ def engine_config(scenario, num_blocks: int, max_model_len: int) -> EngineConfig
         max_len = min(max_len, scenario.max_batched_tokens)
     return EngineConfig(block_size=scenario.block_size, num_blocks=num_blocks, max_num_seqs=scenario.max_num_seqs,
                         max_num_batched_tokens=scenario.max_batched_tokens, chunked_prefill=scenario.chunked_prefill,
-                        prefix_caching=scenario.prefix_caching, max_model_len=max_len, seed=scenario.seed)
+                        prefix_caching=scenario.prefix_caching, max_model_len=max_len, seed=scenario.seed,
+                        prefix_cache_retention_interval=scenario.prefix_cache_retention_interval)
 
 
 def compare(vllm: list[StepRecord], kvsim: list[StepRecord]) -> tuple[int, dict[str, Any] | None]:

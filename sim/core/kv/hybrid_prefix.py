@@ -6,7 +6,8 @@ sliding or chunked group dropped or never needed), a refcount per block in use, 
 cache for all groups (sim/core/kv/run_cache.py: the prefix cache's rules, kept per trace hash
 block, a request's node keys salted per group; parked blocks kept as runs). A request's held
 blocks below its registered count (`_nreg`) are exactly its keyed ones, so a release parks a run
-of (blocks, positions) without asking the cache which blocks are keyed.
+of (blocks, positions) without asking the cache which blocks are keyed; a sparsely keyed sliding
+group is the exception, whose keyed ones are its `SlidingKeep` runs (below).
 The parent's per-request counts (`first`, `end`, tokens) still describe what each request holds,
 so its decode-run arithmetic (blocks_to_grow, steps_until_free_rises) is reused.
 
@@ -17,7 +18,10 @@ the prefix; a sliding window only the last ceil((window - 1) / block_size) block
 end; chunked local attention only the blocks of the chunk holding the hit's end. A request then
 takes its hit blocks from `first` (what the group still attends to) and new blocks after them.
 Like the paged allocator, the last prompt token is always computed, hits are whole blocks, and a
-block is cached (keyed) once it is full and inside the trace's hashed range. Blocks a sliding or
+block is cached (keyed) once it is full and inside the trace's hashed range; in a sliding group
+under vLLM's default `prefix_cache_retention_interval` only if sim/core/kv/sliding_retention.py
+keeps it (the window before the request's replay boundary or shared-prefix junction, handed over
+in its `Retention`), the others being freed clean. Blocks a sliding or
 chunked group drops stay cached (refcount 0, evictable, least recently freed first), as vLLM's
 free queue keeps them; they count as free.
 
