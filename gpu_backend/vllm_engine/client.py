@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,42 +60,63 @@ def run_worker(model_dir: str | Path, cfg: EngineConfig, reqs: list[EngineReques
                max_steps: int | None = None, on_step: Callable[[StepRecord], None] | None = None,
                timeout_s: float = 3600.0) -> VllmRun:
     """Run `reqs` through a real vLLM engine configured by `cfg`; step records in step order."""
+    return run_workers(model_dir, [(cfg, reqs)], clock=clock, max_steps=max_steps, on_step=on_step,
+                       timeout_s=timeout_s)[0]
+
+
+def run_workers(model_dir: str | Path, jobs: list[tuple[EngineConfig, list[EngineRequest]]], *,
+                clock: str = "steps", max_steps: int | None = None,
+                on_step: Callable[[StepRecord], None] | None = None, timeout_s: float = 3600.0) -> list[VllmRun]:
+    """Each (cfg, reqs) run as `run_worker` runs it, one after another in one worker process, each
+    on a fresh engine: vLLM's import, most of a worker's start, is paid once."""
     py = vllm_python()
-    payload = {"protocol": PROTOCOL, "model_dir": str(Path(model_dir).resolve()), "clock": clock,
-               "max_steps": max_steps, "engine": cfg.to_dict(), "requests": [r.to_dict() for r in reqs]}
+    payload = [{"protocol": PROTOCOL, "model_dir": str(Path(model_dir).resolve()), "clock": clock,
+                "max_steps": max_steps, "engine": cfg.to_dict(), "requests": [r.to_dict() for r in reqs]}
+               for cfg, reqs in jobs]
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([str(py), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=str(ROOT))
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(json.dumps(payload))
-    proc.stdin.close()
-    version, steps, requests, wall, error = "", [], {}, 0.0, None
-    try:
-        for line in proc.stdout:
-            try:
-                msg = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # stray output of a library: not ours
-            kind = msg.get("type")
-            if kind == "hello":
-                version = msg["vllm_version"]
-            elif kind == "step":
-                rec = StepRecord.from_json(msg)
-                steps.append(rec)
-                if on_step is not None:
-                    on_step(rec)
-            elif kind == "request":
-                requests[msg.pop("id")] = msg
-            elif kind == "done":
-                wall = float(msg["wall_s"])
-            elif kind == "error":
-                error = msg["message"]
-        stderr = proc.stderr.read() if proc.stderr else ""
-        rc = proc.wait(timeout=timeout_s)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    tail = "\n".join(stderr.strip().splitlines()[-20:])
-    if error or rc != 0:
-        raise VllmError(f"vLLM worker failed: {error or f'exit status {rc}'}")
-    return VllmRun(version, steps, requests, wall, tail)
+    with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: vLLM's logging never blocks the worker
+        proc = subprocess.Popen([str(py), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=err, text=True, env=env, cwd=str(ROOT))
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(payload[0] if len(payload) == 1 else payload))
+        proc.stdin.close()
+        try:
+            runs, error = _read_runs(proc.stdout, on_step)
+            rc = proc.wait(timeout=timeout_s)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        err.seek(0)
+        tail = "\n".join(err.read().strip().splitlines()[-20:])
+    if error or rc != 0 or len(runs) != len(jobs):
+        why = error or (f"exit status {rc}" if rc else f"{len(runs)} of {len(jobs)} runs reported")
+        raise VllmError(f"vLLM worker failed: {why}")
+    for run in runs:
+        run.stderr_tail = tail
+    return runs
+
+
+def _read_runs(lines: Iterable[str], on_step: Callable[[StepRecord], None] | None) -> tuple[list[VllmRun], str | None]:
+    """The worker's JSON lines: one VllmRun per "done", and the first error's message."""
+    runs: list[VllmRun] = []
+    version, steps, requests, error = "", [], {}, None
+    for line in lines:
+        try:
+            msg = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # stray output of a library: not ours
+        kind = msg.get("type")
+        if kind == "hello":
+            version, steps, requests = msg["vllm_version"], [], {}
+        elif kind == "step":
+            rec = StepRecord.from_json(msg)
+            steps.append(rec)
+            if on_step is not None:
+                on_step(rec)
+        elif kind == "request":
+            requests[msg.pop("id")] = msg
+        elif kind == "done":
+            runs.append(VllmRun(version, steps, requests, float(msg["wall_s"])))
+        elif kind == "error" and error is None:
+            error = msg["message"]
+    return runs, error

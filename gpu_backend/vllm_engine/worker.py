@@ -1,8 +1,9 @@
 """Drive a real vLLM V1 engine step by step and report what its scheduler decided (runs in .venv-vllm).
 
 Run by gpu_backend/vllm_engine/client.py as `.venv-vllm/bin/python worker.py`: one JSON request on
-stdin (docs/CONFORMANCE.md, "Protocol"), JSON lines on stdout. Imports only the standard library
-and vLLM, because it runs in vLLM's own virtual environment, not the project's.
+stdin, or a JSON list of them run one after another, each on a fresh engine (docs/CONFORMANCE.md,
+"Protocol"), JSON lines on stdout. Imports only the standard library and vLLM, because it runs in
+vLLM's own virtual environment, not the project's.
 
 Each engine step is one `Scheduler.schedule()` call; the worker wraps that method to read the
 `SchedulerOutput` (tokens scheduled per request, new and resumed requests with their prefix-cache
@@ -99,20 +100,37 @@ class StepProbe:
 
 
 def main() -> int:
+    """One request, or a list run in turn: vLLM is imported once (most of a start's time), then each
+    run builds its own engine and shuts it down; every run ends with its "done" (or an "error")."""
     try:
         req = json.loads(sys.stdin.read())
     except json.JSONDecodeError as exc:
         emit({"type": "error", "message": f"request is not JSON: {exc}"})
         return 2
-    if req.get("protocol") != PROTOCOL:
-        emit({"type": "error", "message": f"protocol {req.get('protocol')!r} not spoken (this worker: {PROTOCOL})"})
-        return 2
+    runs = req if isinstance(req, list) else [req]
+    for one in runs:
+        if not isinstance(one, dict) or one.get("protocol") != PROTOCOL:
+            got = one.get("protocol") if isinstance(one, dict) else one
+            emit({"type": "error", "message": f"protocol {got!r} not spoken (this worker: {PROTOCOL})"})
+            return 2
+    engine = None
+    for one in runs:
+        if engine is not None:  # the last run's engine goes with the process
+            engine.engine_core.shutdown()  # frees it in-process, as vLLM's own unit tests do
+        engine = build_engine(one["model_dir"], one["engine"])
+        code = drive(engine, one)
+        if code:
+            return code
+    return 0
+
+
+def drive(engine, req: dict) -> int:
+    """Replay one request's arrivals through `engine`, a step record per scheduler step."""
     import vllm
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    eng_cfg, clock = req["engine"], req.get("clock", "steps")
-    engine = build_engine(req["model_dir"], eng_cfg)
+    clock = req.get("clock", "steps")
     core = engine.engine_core.engine_core
     probe = StepProbe(core.scheduler)
     emit({"type": "hello", "protocol": PROTOCOL, "vllm_version": vllm.__version__})
