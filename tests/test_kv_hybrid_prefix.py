@@ -157,7 +157,7 @@ op = st.one_of(
 
 def check(a: HybridPrefixAllocator) -> None:
     a.check_invariants()
-    assert all(r >= 1 for r in a._refs.values())  # refcounts of blocks in use never drop below one
+    assert all(r >= 1 for r in a._blocks.counts().values())  # refcounts of blocks in use never drop below one
     b = a.breakdown()
     assert b.capacity == a.capacity_bytes and all(getattr(b, f) >= 0 for f in BREAKDOWN_FIELDS)
     groups = a.group_breakdown()
@@ -348,7 +348,7 @@ def test_quiet_appends_keep_the_books_of_the_full_path(seed, prefix):
             assert [int(f_first[x]) for x in live] == [int(s_first[x]) for x in live]
             assert [int(f_end[x]) for x in live] == [int(s_end[x]) for x in live]
         if prefix:
-            assert fast._tables == slow._tables and fast._refs == slow._refs and fast._nreg == slow._nreg
+            assert fast._tables == slow._tables and fast._blocks.counts() == slow._blocks.counts() and fast._nreg == slow._nreg
             assert fast.cache.parked() == slow.cache.parked() and fast.cached_bytes == slow.cached_bytes
             assert (fast.cache.evictions, fast.cache.registrations) == (slow.cache.evictions, slow.cache.registrations)
             fast.check_invariants()

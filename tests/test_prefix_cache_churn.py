@@ -50,7 +50,7 @@ def test_each_block_is_registered_once_and_evicted_only_under_pressure(kv_budget
     assert groups == 2 and cache.registrations > 0
     assert cache.registrations <= groups * blocks_filled(trace, alloc.block_size)
     # every request has left: each registered block is either still cached (parked) or was evicted once
-    assert not alloc._refs and cache.registrations == cache.evictions + cache.num_parked
+    assert not alloc._blocks.counts() and cache.registrations == cache.evictions + cache.num_parked
     most = max(m.pages for m in alloc.managers)
     for pages, clean, evicted in calls:
         if clean >= pages:

@@ -44,16 +44,15 @@ step (`cached_blocks_this_step`), and state blocks taken and freed inside one bo
 
 from __future__ import annotations
 
-import operator
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Sequence
-from itertools import compress, repeat
+from itertools import compress
 from typing import Protocol
 
 import numpy as np
 
 from sim.core.kv.base import AllocationError
+from sim.core.kv.block_refs import BlockRefs
 from sim.core.kv.group_managers import GroupManager, SlidingWindowManager
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_state import AlignStateBooks
@@ -109,10 +108,9 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._longest = 0  # the last _find_hit's longest single-group hit (blocks)
         self.cache = RunPrefixCache(self.block_size, prefix_block_size)
         self._tables: list[dict[int, list[int]]] = [{} for _ in self.managers]
-        self._refs: dict[int, int] = {}  # blocks in use -> refcount (>= 1)
+        self._blocks = BlockRefs(len(self.managers))  # ids and refcounts (sim/core/kv/block_refs.py)
         self._shared = [0] * len(self.managers)  # per group: sum of (refcount - 1) over blocks in use
         self._parked_pages = 0  # pages of cached blocks nobody uses (part of _free_pages)
-        self._next_id = 0
         self._gkeys: dict[int, list[list[int]]] = {}  # request -> its node keys, per group
         self._nreg: list[dict[int, int]] = [{} for _ in self.managers]  # leading blocks offered to the cache
         self._memo: tuple[object, list[list[int]]] = (None, [])
@@ -236,7 +234,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                 new = 1 if int(m.blocks_for(num_tokens)) > first + len(blocks) else 0
             else:
                 new = int(m.blocks_for(num_tokens)) - max(hit_end, first)
-            need += m.pages * (max(new, 0) + len(blocks) - len(self._refs.keys() & blocks))  # hits not in use
+            need += m.pages * (max(new, 0) + len(blocks) - self._blocks.count_in_use(blocks))  # hits not in use
         return need
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
@@ -291,13 +289,13 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         pages do not come back): added to the parent's need, which assumes every drop frees."""
         if not any(self._shared):
             return 0
-        pages, refs = 0, self._refs
+        pages, extra = 0, self._blocks.extra
         if len(ids) == 1:  # one request (a prefill chunk): plain ints
             r = int(ids[0])
             for g, m in enumerate(self.managers):
                 lo, stop = int(self._first[g][r]), min(int(firsts[g][0]), int(self._end[g][r]))
                 if self._shared[g] and stop > lo:
-                    pages += m.pages * sum(1 for b in self._tables[g][r][lo:stop] if b >= 0 and refs[b] > 1)
+                    pages += m.pages * sum(1 for b in self._tables[g][r][lo:stop] if b >= 0 and b in extra)
             return pages
         for g, m in enumerate(self.managers):
             if not self._shared[g]:
@@ -306,7 +304,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             stop = np.minimum(firsts[g], self._end[g][ids])
             for k in np.flatnonzero(stop > first[ids]).tolist():  # only requests that drop blocks
                 r = int(ids[k])
-                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stop[k])] if b >= 0 and refs[b] > 1)
+                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stop[k])] if b >= 0 and b in extra)
         return pages
 
     def _step_need(self, ids: np.ndarray, computed: np.ndarray, new_tokens: np.ndarray) -> tuple[int, list, list]:
@@ -414,11 +412,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         pages = count * self.managers[g].pages
         self._make_clean(pages)
         self._free_pages -= pages
-        groups, start = len(self.managers), self._next_id
-        self._next_id += count
-        blocks = list(range(start * groups + g, (start + count) * groups, groups))  # group = id modulo groups
-        self._refs.update(zip(blocks, repeat(1)))  # one pass: no intermediate dict
-        return blocks
+        return self._blocks.new(g, count)
 
     def _make_clean(self, pages: int) -> None:
         """Evict cached blocks, least recently freed first, until `pages` pages are clean. Taking
@@ -444,47 +438,37 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         if count <= 0:
             return
         self._make_clean(count * pages)
-        groups, start = len(self.managers), self._next_id
-        self._next_id += count
-        blocks = list(range(start * groups + g, (start + count) * groups, groups))
+        blocks = self._blocks.new(g, count, in_use=False)
         self.cache.register(nodes, hi - count, blocks)  # the newest ones, if not all fit
         self.cache.park(blocks, nodes, range(hi - count, hi))
         self._parked_pages += count * pages
 
     def _claim(self, g: int, block: int) -> None:
         """A hit takes a cached block: shared if in use, else out of the free (cached) pool."""
-        if block in self._refs:
-            self._refs[block] += 1
+        if self._blocks.claim(block):
             self._shared[g] += 1
             return
         self.cache.unpark(block)
         self._parked_pages -= self.managers[g].pages
         self._free_pages -= self.managers[g].pages
-        self._refs[block] = 1
 
     def _release(self, g: int, r: int, lo: int, hi: int, keyed: int, reverse: bool = False) -> None:
         """Drop one reference to request r's blocks lo .. hi - 1 of group g (from hi - 1 down if
         `reverse`): shared ones stay in use, the rest free their pages; those below `keyed` (the
         request's registered blocks) are cached and park, in the order released."""
-        refs, pages, table = self._refs, self.managers[g].pages, self._tables[g][r]
+        pages, table = self.managers[g].pages, self._tables[g][r]
         nodes = self._gkeys[r][g] if r in self._gkeys else []
         top = min(hi, keyed)
         positions: Sequence[int] | list[int]
-        span = table[lo:hi]
-        counts = list(map(refs.__getitem__, span)) if self._shared[g] else []
-        if max(counts, default=1) == 1:  # every block here has one user (most releases): all are freed
-            deque(map(refs.__delitem__, span), 0)  # drop each refcount, the loop in C
+        alone = self._blocks.release(table[lo:hi], self._shared[g] > 0)
+        if alone is None:  # every block here had one user (most releases): all are freed
             freed = hi - lo
             cached, positions = table[lo:top], range(lo, top)
         else:  # shared blocks lose one user and stay in use; the rest are freed
-            alone = list(map((1).__eq__, counts))
-            shared = list(compress(span, map(operator.not_, alone)))
-            refs.update(zip(shared, map((-1).__add__, map(refs.__getitem__, shared)), strict=True))
-            self._shared[g] -= len(shared)
-            cached = list(compress(span, alone))
+            cached = list(compress(table[lo:hi], alone))
             positions = list(compress(range(lo, hi), alone))
-            deque(map(refs.__delitem__, cached), 0)
             freed = len(cached)
+            self._shared[g] -= hi - lo - freed
             cut = bisect_left(positions, top)  # the keyed ones (positions ascend)
             del cached[cut:], positions[cut:]
         keep = self._keep[g].get(r) if self._need[g] else None
@@ -578,7 +562,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def check_invariants(self) -> None:
         """Raise AssertionError if the books disagree (tests and debugging)."""
         refs = self._table_refs()
-        if refs != self._refs:
+        if refs != self._blocks.counts():
             raise AssertionError("hybrid prefix allocator: refcounts disagree with the tables")
         if any(b in refs or not self.cache.holds(nodes, p, b) for b, nodes, p in self.cache.parked()):
             raise AssertionError("hybrid prefix allocator: a parked block is in use or has no key")

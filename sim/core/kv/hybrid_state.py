@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from sim.core.kv.block_refs import BlockRefs
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.mamba_align import state_block_keyed
 from sim.core.kv.run_cache import RunPrefixCache
@@ -31,7 +32,7 @@ class AlignStateBooks:
     _end: list[np.ndarray]
     _ntok: np.ndarray
     _tables: list[dict[int, list[int]]]
-    _refs: dict[int, int]
+    _blocks: BlockRefs
     _shared: list[int]
     _free_pages: int
     _parked_pages: int
@@ -88,16 +89,14 @@ class AlignStateBooks:
         """Drop one reference to request r's state blocks at `indices`: a shared one stays in use; a
         keyed one parks (cached, evictable); an unkeyed one is freed clean (vLLM frees it to the
         front of its free queue)."""
-        refs, pages, table = self._refs, self.managers[g].pages, self._tables[g][r]
+        pages, table = self.managers[g].pages, self._tables[g][r]
         nodes = self._gkeys[r][g] if r in self._gkeys else []
         for i in indices:
             b = table[i]
             table[i] = -1
-            if refs[b] > 1:
-                refs[b] -= 1
+            if not self._blocks.release_one(b):  # shared: its other users keep it
                 self._shared[g] -= 1
                 continue
-            del refs[b]
             self._free_pages += pages
             if b in self._keyed_state:
                 self.cache.park([b], nodes, [i])
