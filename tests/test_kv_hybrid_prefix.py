@@ -355,3 +355,50 @@ def test_quiet_appends_keep_the_books_of_the_full_path(seed, prefix):
     assert quiet > 50  # the shortcut was taken
     if prefix:
         assert fast.cache.registrations > 0 and sum(fast.hit_blocks.values()) > 0
+
+
+class RowByRowTakes(HybridPrefixAllocator):
+    """Each row of _apply's last pass evicts for its own take (the path before the one eviction per pass)."""
+
+    def _clean_for_takes(self, rows):
+        pass
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_eviction_per_apply_keeps_the_row_by_row_cache(seed):
+    """Decode runs of several requests under pressure: evicting a pass's shortfall in one call leaves
+    the same tables, refcounts, cache (parked order, slots through the hits) and counters as each row
+    evicting for its own take, and the one call does evict."""
+    rng = random.Random(seed)
+    groups = (SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL)
+    page = page_bytes_for(groups, BS, "bf16", 1)
+    managers = lambda: [make_manager(g, BS, "bf16", 1, page) for g in groups]  # noqa: E731
+    num_pages, hb = rng.randint(24, 60), BS * (1 + seed % 3)
+    fast = HybridPrefixAllocator(managers(), num_pages, BS, page, prefix_block_size=hb)
+    slow = RowByRowTakes(managers(), num_pages, BS, page, prefix_block_size=hb)
+    batched = 0
+    live: list[int] = []
+    for r in range(300):
+        if live and rng.random() < 0.25:
+            gone = live.pop(rng.randrange(len(live)))
+            fast.free(gone)
+            slow.free(gone)
+        elif len(live) > 1 and rng.random() < 0.6:
+            ids = sorted(rng.sample(live, min(len(live), rng.randint(2, 4))))
+            new = [fast.num_tokens(x) + rng.randint(1, 9) for x in ids]
+            if fast.blocks_to_grow(ids, new) <= fast.num_free_blocks:
+                evictions = fast.cache.evictions
+                fast.grow_many(ids, new)
+                slow.grow_many(ids, new)
+                batched += fast.cache.evictions > evictions
+        else:
+            n, hashes = rng.randint(1, 40), PREFIXES[rng.randrange(len(PREFIXES))]
+            assert fast.hit_by_group(n, hashes) == slow.hit_by_group(n, hashes)
+            if fast.can_allocate(n, 0, hashes):
+                assert fast.allocate(r, n, n, prefix_hashes=hashes) == slow.allocate(r, n, n, prefix_hashes=hashes)
+                live.append(r)
+        assert fast._tables == slow._tables and fast._blocks.counts() == slow._blocks.counts()
+        assert fast.cache.parked() == slow.cache.parked() and fast.num_free_blocks == slow.num_free_blocks
+        assert (fast.cache.evictions, fast.cache.registrations) == (slow.cache.evictions, slow.cache.registrations)
+        fast.check_invariants()
+    assert batched > 5 and sum(fast.hit_blocks.values()) > 0

@@ -340,6 +340,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             if f1 > e0:
                 self._tables[g][r].extend([-1] * (min(f1, e1) - e0))
                 self._park_keyed(g, r, keys, e0, min(f1, e1, full))
+        self._clean_for_takes(rows)
         for g, r, _, e0, f1, e1, keys, full in rows:
             table = self._tables[g][r]
             start = max(e0, f1)
@@ -351,6 +352,18 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         if self.state_align_block:
             self._finish_states(states, ids, new)
         self._ntok[ids] = new
+
+    def _clean_for_takes(self, rows: list[tuple]) -> None:
+        """Evict, in one call, what the takes of _apply's last pass will evict row by row: the same
+        blocks (the LRU's head; the pass parks nothing) when every block has the same pages, and
+        the same cache after the pass (an evicted key a row registers again ends with the new
+        block either way). Not when the KV tiers hear evictions: row by row, such a key is
+        never reported gone."""
+        if len(rows) < 2 or not self._uniform_pages or self.cache.on_evict is not None:
+            return
+        blocks = sum(max(e1 - max(e0, f1), 0) for _, _, _, e0, f1, e1, _, _ in rows)
+        if blocks:
+            self._make_clean(blocks * self._most_pages)
 
     def _append_quiet(self, r: int, k: int) -> bool:
         """The parent's test, and no block of the request's hashed range fills up (nothing to
