@@ -120,6 +120,7 @@ def test_a_state_group_holds_two_blocks_and_keys_only_the_retained_state():
     a.free(1)
     check(a)
     assert a.prefix_hit_tokens(13, [1, 2, 3]) == 12
+    a.end_step()  # a later step: the state keyed above is a hit now
     assert a.allocate(2, 13, 20, prefix_hashes=[1, 2, 3], retention=Retention(13)) == 12
     assert a._state_held(1, 2) == [3, 2] and a.hit_blocks["state"] == 1
     check(a)
@@ -144,6 +145,25 @@ def test_a_freed_request_parks_its_state_before_its_attention_blocks():
     check(a)
     assert a.prefix_hit_tokens(13, [1, 2, 3]) == 0 and a.prefix_junction(13, [1, 2, 3]) == 12
     assert a.cached_bytes == 3 * a.page_bytes
+
+
+def test_a_state_cached_in_this_step_is_no_hit_until_the_next():
+    """vLLM's cached_blocks_this_step: request 0 (13-token prompt, replay boundary 12) runs 12
+    tokens and keys state block 2; a sibling with the same hash blocks hits 12 tokens but may not
+    be admitted in that step (pages are free), another prefix may; after the step it may. Request
+    0's next step (12 -> 13) ends, floored to a block, on its replay boundary while it still holds
+    that state, so vLLM registers it again (_cache_partial_tail_block): one more step of waiting.
+    The step after (13 -> 14) frees the state block to the cache: nothing is registered again."""
+    a = make(100, groups=(FULL, STATE))
+    a.allocate(0, 12, 20, prefix_hashes=[1, 2, 3], retention=Retention(13))
+    assert a.prefix_hit_tokens(13, [1, 2, 3]) == 12 and not a.can_allocate(13, 0, [1, 2, 3])
+    assert a.can_allocate(13, 0, [1, 2, 4])
+    a.end_step()
+    assert a.can_allocate(13, 0, [1, 2, 3])
+    assert a.append(0, 1) and not a.can_allocate(13, 0, [1, 2, 3])
+    a.end_step()
+    assert a.append(0, 1) and a.can_allocate(13, 0, [1, 2, 3])
+    check(a)
 
 PREFIXES = [[1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 9, 10, 11], [20, 21, 22, 23, 24, 25, 26, 27, 28]]
 alloc = st.tuples(st.just("alloc"), st.integers(0, 40) | st.sampled_from([13, 25, 33]), st.integers(0, len(PREFIXES)))
@@ -245,6 +265,7 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
             assert a.num_tokens(r) == n
         check(a)
         assert a._find_hit(30, probe) == a._search_hit(min(29 // BS, len(probe[0]) * a.cache.per), probe)  # memo fresh
+        a.end_step()  # each operation is a step: states it keyed become hits for the next
     for r in list(tokens):
         a.free(r)
     check(a)

@@ -240,6 +240,8 @@ class Scheduler(interfaces.Scheduler):
         if not plan.preempted:
             self._admit(plan, budget, now)
         self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
+        if self.align_block:  # states cached in this step become hits for the next (vLLM's cached_blocks_this_step)
+            self.alloc.end_step()  # type: ignore[attr-defined]  # an align-mode pool
         if not plan.decode_ids.size and not plan.prefill_ids and not plan.preempted:
             return None
         return plan

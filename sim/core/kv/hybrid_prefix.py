@@ -38,8 +38,11 @@ shared-prefix junction: `state_block_keyed`); other states are freed unkeyed. It
 at the largest cached aligned end (`longest_state_hit`), which the fixed point intersects with the
 other groups. The scheduler cuts prefill chunks at block boundaries when `state_align_block` is set
 (sim/core/scheduler.py, `aligned_chunk`), asking `prefix_junction` / `state_junction` for the
-junction. Not modelled: a state keyed in a step being a hit for another request only from the next
-step (`cached_blocks_this_step`), and state blocks taken and freed inside one booked decode run.
+junction. A state cached in a step is no hit for another request in that step (vLLM's
+`cached_blocks_this_step`: `can_allocate` says no; sim/core/kv/hybrid_state.py, cleared by the
+scheduler's `end_step`). A freed request releases its state groups before its attention groups
+(vLLM's group order for Qwen3-Next), so its keyed state is evicted first. Not modelled: state
+blocks taken and freed inside one booked decode run.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._need = [n if n and not is_dense(retention_interval, n, block_size) else 0 for n in self._need]
         self.keys_sparsely = bool(self.state_align_block or any(self._need))
         self._keep: list[dict[int, SlidingKeep]] = [{} for _ in self.managers]  # sparse sliding groups' keyed blocks
+        self._hot: set[int] = set()  # state keys cached in this step (sim/core/kv/hybrid_state.py)
         self._keyed_state: set[int] = set()  # state blocks with a key (a block keeps it until evicted)
         self._prompt: dict[int, int] = {}  # request -> prompt tokens (the retention's replay boundary)
         self._junction: dict[int, int] = {}  # request -> shared-prefix junction (tokens, 0: none)
@@ -240,7 +244,10 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
                      *, computed_tokens: int = 0) -> bool:
         """computed_tokens: tokens already computed elsewhere (a KV tier's load), see `_kept`."""
-        hit = self._find_hit(num_tokens, self._group_keys(prefix_hashes))
+        gkeys = self._group_keys(prefix_hashes)
+        hit = self._find_hit(num_tokens, gkeys)
+        if self._hot and self._state_hit_hot(hit[0], gkeys):
+            return False  # its state was cached in this step: vLLM defers it (hybrid_state.py)
         return self._admission_pages(num_tokens, hit, computed_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
@@ -252,6 +259,8 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
         self._version += 1
+        if self._hot and self._state_hit_hot(hit[0], gkeys):
+            raise AllocationError(f"request {req_id}: its hit ends on a state cached in this step (check can_allocate)")
         self._admit_check(req_id, num_tokens, self._admission_pages(num_tokens, hit, computed_tokens))
         tokens, kept = hit[0], self._kept(hit, computed_tokens)
         for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):

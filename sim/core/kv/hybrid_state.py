@@ -7,6 +7,14 @@ A step first releases the state blocks before the running one, then takes the bl
 token falls in. A released state block parks (cached, evictable) if it was keyed, else it is freed
 clean; a state block is keyed only when a step ends on a boundary vLLM's retention keeps
 (`state_block_keyed`: the prompt's replay boundary, the shared-prefix junction).
+
+A state keyed in a step is no hit for another request until the next step (vLLM's
+`MambaManager.cached_blocks_this_step`: `get_num_blocks_to_allocate` answers "pool full" for a
+hit ending on it, so the waiting queue's head waits). vLLM also re-registers a request's
+replay-boundary state in every step whose cacheable tokens (the step's end floored to a block)
+end on it while the request still holds it (`_cache_partial_tail_block`), so that state stays
+unusable through the step after it was computed, or the step a hit on it resumes from. `_hot`
+holds those keys; the scheduler clears it once a step is scheduled (`end_step`).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import numpy as np
 
 from sim.core.kv.block_refs import BlockRefs
 from sim.core.kv.group_managers import GroupManager
-from sim.core.kv.mamba_align import state_block_keyed
+from sim.core.kv.mamba_align import checkpoint_position, state_block_keyed
 from sim.core.kv.run_cache import RunPrefixCache
 
 
@@ -40,6 +48,7 @@ class AlignStateBooks:
     _keyed_state: set[int]
     _prompt: dict[int, int]
     _junction: dict[int, int]
+    _hot: set[int]  # state keys cached in the step being scheduled (vLLM's cached_blocks_this_step)
     retention_interval: int | None
 
     def _take(self, g: int, count: int = 1) -> list[int]:
@@ -118,3 +127,29 @@ class AlignStateBooks:
             if block >= 0 and block not in self._keyed_state:
                 self.cache.register(keys, i, [block])  # type: ignore[arg-type]  # i is not None here
                 self._keyed_state.add(block)
+                self._hot.add(self.cache.keys_at(keys, [i])[0])  # type: ignore[list-item]
+        self._reheat_replay_state(r, end_tokens)
+
+    def _reheat_replay_state(self, r: int, end_tokens: int) -> None:
+        """A step of r ending at `end_tokens` re-registers r's replay-boundary state when the end
+        floored to a block is that boundary and r holds the keyed state there (vLLM's
+        `_cache_partial_tail_block`): the state is 'cached this step' again."""
+        boundary = checkpoint_position(self._prompt.get(r, 0), self.block_size)
+        if boundary <= 0 or end_tokens // self.block_size * self.block_size != boundary:
+            return
+        i = boundary // self.block_size - 1
+        for g, gapped in enumerate(self._gapped):
+            table = self._tables[g][r]
+            if gapped and i < len(table) and table[i] in self._keyed_state:
+                self._hot.add(self.cache.keys_at(self._gkeys[r][g], [i])[0])
+
+    def _state_hit_hot(self, hit_tokens: int, gkeys: list[list[int]]) -> bool:
+        """Whether a hit of `hit_tokens` takes a state cached in this step (vLLM defers the request)."""
+        i = hit_tokens // self.block_size - 1
+        return i >= 0 and any(gapped and self.cache.keys_at(gkeys[g], [i])[0] in self._hot
+                              for g, gapped in enumerate(self._gapped))
+
+    def end_step(self) -> None:
+        """The step is scheduled: states cached in it become hits for the next (vLLM clears
+        `cached_blocks_this_step` when a step starts; nothing asks between steps)."""
+        self._hot.clear()
