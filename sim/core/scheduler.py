@@ -21,7 +21,9 @@ A pool with a linear-attention state group in vLLM's align mode (prefix caching 
 `state_align_block` is its block size) has its prefill chunks cut as vLLM's
 `_mamba_block_aligned_split` cuts them (sim/core/kv/mamba_align.py `aligned_chunk`): to a block
 boundary, never past the last cacheable boundary, stopping at the request's shared-prefix
-junction; a chunk cut to nothing waits for the next step.
+junction; a chunk cut to nothing waits for the next step. Once a step is scheduled the pool hears
+it (`end_step`): the states cached in that step become hits for the next (vLLM's
+`cached_blocks_this_step`; sim/core/kv/hybrid_state.py).
 
 Prefix-cache hit tokens (from the allocator) are not computed; the budget is charged for the
 tokens computed only. If a whole prompt is cached, its last token is still computed (a token must
