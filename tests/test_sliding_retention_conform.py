@@ -29,7 +29,10 @@ from sim.core.kv.registry import KVLayout, make_group_allocator
 pytestmark = pytest.mark.slow
 MODEL_DIR = "tests/data/tiny-gemma3"
 BLOCK, BLOCKS = 32, 120
-INTERVALS = {"default": 0, "dense": None, "every-128": 128}
+TIGHT = 40  # a pool that evicts: turns find less of A (max_model_len 704, so vLLM accepts it)
+# name: (interval, KV blocks)
+CASES = {"default": (0, BLOCKS), "dense": (None, BLOCKS), "every-128": (128, BLOCKS), "default-tight": (0, TIGHT),
+         "dense-tight": (None, TIGHT)}
 
 
 def _tokens(tag: int, n: int) -> list[int]:
@@ -48,33 +51,33 @@ def requests() -> list[EngineRequest]:
     return [EngineRequest(i, p, 3, s, float(s)) for i, (p, s) in enumerate(zip(prompts, arrivals, strict=True))]
 
 
-def config(interval: int | None) -> EngineConfig:
-    return EngineConfig(block_size=BLOCK, num_blocks=BLOCKS, max_num_seqs=8, max_num_batched_tokens=256,
-                        chunked_prefill=True, prefix_caching=True, max_model_len=2048,
+def config(interval: int | None, blocks: int = BLOCKS) -> EngineConfig:
+    return EngineConfig(block_size=BLOCK, num_blocks=blocks, max_num_seqs=8, max_num_batched_tokens=256,
+                        chunked_prefill=True, prefix_caching=True, max_model_len=2048 if blocks >= BLOCKS else 704,
                         prefix_cache_retention_interval=interval)
 
 
-def pool(interval: int | None):
-    """kvsim's per-group pool of BLOCKS pages (both groups' blocks are one page: one layer each)."""
+def pool(interval: int | None, blocks: int = BLOCKS):
+    """kvsim's per-group pool of `blocks` pages (both groups' blocks are one page: one layer each)."""
     groups = load_spec(f"{MODEL_DIR}/config.json").groups
     layout = KVLayout(block_size=BLOCK, prefix_caching=True, kv_dtype="fp32", retention_interval=interval)
-    return make_group_allocator(layout, groups, BLOCKS * page_bytes_for(groups, BLOCK, "fp32", 1), BLOCK)
+    return make_group_allocator(layout, groups, blocks * page_bytes_for(groups, BLOCK, "fp32", 1), BLOCK)
 
 
 @cache
-def vllm_run(interval: int | None) -> VllmRun:
-    return run_worker(MODEL_DIR, config(interval), requests())
+def vllm_run(interval: int | None, blocks: int = BLOCKS) -> VllmRun:
+    return run_worker(MODEL_DIR, config(interval, blocks), requests())
 
 
 def hits(records) -> dict[str, int]:
     return {rid: n for r in records for rid, n in r.admitted}
 
 
-@pytest.mark.parametrize("name", list(INTERVALS))
+@pytest.mark.parametrize("name", list(CASES))
 def test_kvsim_keys_sliding_blocks_as_vllm_does(vllm_env, name):
-    interval = INTERVALS[name]
-    theirs = vllm_run(interval)
-    ours = replay_kvsim(requests(), config(interval), alloc=pool(interval))
+    interval, blocks = CASES[name]
+    theirs = vllm_run(interval, blocks)
+    ours = replay_kvsim(requests(), config(interval, blocks), alloc=pool(interval, blocks))
     equal, div = compare(theirs.steps, ours)
     assert div is None, f"{name}: {equal} of {len(theirs.steps)} steps equal, then {div}"
     assert hits(theirs.steps) == hits(ours)
@@ -89,9 +92,15 @@ def test_the_two_intervals_hit_differently(vllm_env):
     assert dense == {"r0": 0, "r1": 384, "r2": 576, "r3": 288, "r4": 384, "r5": 576, "r6": 192, "r7": 192}
     assert hits(vllm_run(128).steps) == {"r0": 0, "r1": 384, "r2": 576, "r3": 256, "r4": 384, "r5": 576, "r6": 128,
                                          "r7": 192}
+    # the tight pool evicts: the resend of A finds 384 tokens instead of 576 under both rules
+    assert hits(vllm_run(0, TIGHT).steps) == {"r0": 0, "r1": 0, "r2": 384, "r3": 0, "r4": 288, "r5": 384, "r6": 0,
+                                              "r7": 192}
+    assert hits(vllm_run(None, TIGHT).steps) == {"r0": 0, "r1": 384, "r2": 576, "r3": 0, "r4": 288, "r5": 384,
+                                                 "r6": 0, "r7": 192}
 
 
-def test_kvsim_keying_densely_where_vllm_does_not_diverges(vllm_env):
-    ours = replay_kvsim(requests(), config(0), alloc=pool(None))
-    _, div = compare(vllm_run(0).steps, ours)
+@pytest.mark.parametrize("blocks", [BLOCKS, TIGHT])
+def test_kvsim_keying_densely_where_vllm_does_not_diverges(vllm_env, blocks):
+    ours = replay_kvsim(requests(), config(0, blocks), alloc=pool(None, blocks))
+    _, div = compare(vllm_run(0, blocks).steps, ours)
     assert div is not None and div["field"] in ("admitted", "scheduled", "blocks_in_use")
