@@ -277,3 +277,14 @@ def test_a_fleet_run_on_the_page_is_the_clis_run(snapshot_db, capsys):
     cli_summary = {k: v for k, v in cli.items() if k != "sim_wall_s"}
     assert {"num_steps", "sim_events", "ttft_s", "routing_imbalance"} <= page_summary.keys()
     assert json.loads(json.dumps(page_summary, default=str)) == json.loads(json.dumps(cli_summary, default=str))
+
+
+def test_the_retention_setting_in_the_sidebar_reaches_the_run():
+    """With prefix caching the form offers vLLM's prefix_cache_retention_interval (0 or every block)."""
+    at = page(SIMULATE, prefix="true", retention="every block")
+    assert not at.exception and not at.error
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True,
+                                                           prefix_cache_retention_interval=None).digest()
+    at = page(SIMULATE, prefix="true")
+    assert at.selectbox(key="retention").value == "where a request may resume (vLLM's default)"
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True).digest()

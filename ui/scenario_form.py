@@ -25,6 +25,8 @@ ATTENTION = ("native", "MHA", "MQA", "custom")
 BIND = "query-params"
 PROBLEM_KEY = "scenario_problem"  # session_state: why the last scenario_sidebar() returned None
 FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes
+# prefix_cache_retention_interval's two settings on the form (the CLI also takes an interval N > 0)
+RETENTION = {"where a request may resume (vLLM's default)": 0, "every block": None}
 
 
 def apply_changes(changes: dict[str, Any]) -> None:
@@ -190,6 +192,13 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         reserve = _choice(sb, "Reserve policy", "reserve", key="reserve")
         placement = _choice(sb, "Placement", "placement", key="placement")
     prefix = sb.checkbox("Prefix caching", DEFAULT.prefix_caching, key="prefix", bind=BIND)
+    retention = DEFAULT.prefix_cache_retention_interval
+    if prefix:
+        bounded.choice("retention", list(RETENTION))
+        retention = RETENTION[sb.selectbox(
+            "Sliding-window / state blocks cached", list(RETENTION), key="retention", bind=BIND,
+            help="vLLM's prefix_cache_retention_interval: 0 keeps only the window before each point a later "
+                 "request may resume at, none keeps every block (docs/TIERS.md)")]
     tiers = _tier_widgets(sb) if prefix else {}
 
     sb.subheader("Scheduler")
@@ -208,6 +217,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
             kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, gpu_mem_util=float(mem_util), allocator=paging,
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
+            prefix_cache_retention_interval=retention,
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
             chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup), cost_source=cost_source,
             profile=profile, **fleet, **tiers,
