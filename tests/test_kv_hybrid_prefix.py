@@ -13,6 +13,7 @@ from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
 from sim.core.kv.group_managers import make_manager, page_bytes_for
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
+from sim.core.kv.sliding_retention import SlidingKeep
 from sim.core.step_types import Retention
 
 BS = 4  # tokens per block; the trace's hash blocks are the same size here
@@ -423,3 +424,19 @@ def test_one_eviction_per_apply_keeps_the_row_by_row_cache(seed):
         assert (fast.cache.evictions, fast.cache.registrations) == (slow.cache.evictions, slow.cache.registrations)
         fast.check_invariants()
     assert batched > 5 and sum(fast.hit_blocks.values()) > 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_keyed_only_takes_the_blocks_inside_the_keeps_runs(seed):
+    """_keyed_only (a slice per keyed run) keeps exactly the blocks whose positions lie in one of
+    keep.runs, in order, for ranges and for gapped ascending positions."""
+    rng = random.Random(seed)
+    need = rng.randint(1, 4)
+    tails = tuple(sorted({(max(e - need, 0), e) for e in rng.sample(range(1, 60), rng.randint(0, 4))}))
+    keep = SlidingKeep(need, rng.randint(0, 20), tails, rng.choice([0, 0, 5, 8]))
+    lo = rng.randint(0, 30)
+    positions = range(lo, lo + rng.randint(1, 40)) if seed % 2 else sorted(rng.sample(range(lo, lo + 60), rng.randint(1, 30)))
+    blocks = [1000 + 2 * p for p in positions]
+    runs = keep.runs(positions[0], positions[-1] + 1)
+    inside = [(b, p) for b, p in zip(blocks, positions, strict=True) if any(a <= p < e for a, e in runs)]
+    assert HybridPrefixAllocator._keyed_only(keep, blocks, positions) == ([b for b, _ in inside], [p for _, p in inside])

@@ -495,7 +495,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             del cached[cut:], positions[cut:]
         keep = self._keep[g].get(r) if self._need[g] else None
         if keep is not None and cached:  # a sparse sliding group: only its keyed blocks park
-            cached, positions = self._keyed_only(keep, cached, list(positions))
+            cached, positions = self._keyed_only(keep, cached, positions)
         if reverse:
             cached.reverse()
             positions = positions[::-1]
@@ -548,13 +548,17 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._park_new(g, nodes, a, b)
 
     @staticmethod
-    def _keyed_only(keep: SlidingKeep, blocks: list[int], positions: list[int]) -> tuple[list[int], list[int]]:
-        """The blocks (at ascending positions) that `keep` keys."""
+    def _keyed_only(keep: SlidingKeep, blocks: list[int], positions: Sequence[int]) -> tuple[list[int], list[int]]:
+        """The blocks (at ascending positions) that `keep` keys: a slice per keyed run (bisected)."""
         if not positions:
-            return blocks, positions
-        runs = keep.runs(positions[0], positions[-1] + 1)
-        pairs = [(b, p) for b, p in zip(blocks, positions, strict=True) if any(a <= p < e for a, e in runs)]
-        return [b for b, _ in pairs], [p for _, p in pairs]
+            return blocks, list(positions)
+        out_b: list[int] = []
+        out_p: list[int] = []
+        for a, b in keep.runs(positions[0], positions[-1] + 1):
+            i, j = bisect_left(positions, a), bisect_left(positions, b)
+            out_b += blocks[i:j]
+            out_p += positions[i:j]
+        return out_b, out_p
 
     def _register(self, r: int) -> None:
         full = int(self._ntok[r]) // self.block_size
