@@ -75,6 +75,7 @@ def test_scalar_step_time_is_bit_identical_to_the_array_path(scenario):
 
 @pytest.mark.parametrize("scenario", [{"cost_source": "measured-db", "model": "llama-3-8b", "gpu": "h100-sxm"},
                                       {"cost_source": "measured-db", "model": "gpt-oss-20b", "gpu": "h100-sxm"},
+                                      {"cost_source": "measured-db", "model": "llama-4-scout", "gpu": "h100-sxm", "tp": 4},
                                       {}])
 def test_decode_timer_is_decode_time_bit_for_bit(scenario):
     """decode_timer(b) is the decode run's per-batch-size form of decode_time: the same floats,
@@ -89,6 +90,7 @@ def test_decode_timer_is_decode_time_bit_for_bit(scenario):
 
 @pytest.mark.parametrize("scenario", [{"cost_source": "measured-db", "model": "llama-3-8b", "gpu": "h100-sxm"},
                                       {"cost_source": "measured-db", "model": "gpt-oss-20b", "gpu": "h100-sxm"},
+                                      {"cost_source": "measured-db", "model": "llama-4-scout", "gpu": "h100-sxm", "tp": 4},
                                       {}])
 def test_decode_timer_ends_are_single_steps_summed_bit_for_bit(scenario):
     """timer.ends sums a run's step times in one loop that keeps the context grid segment: the very

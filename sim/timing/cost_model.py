@@ -41,7 +41,7 @@ from models.gpus import GPUSpec
 from models.spec import ModelSpec
 from sim.timing import roofline as rl
 from sim.timing.attention_groups import AttnGroup, terms_of
-from sim.timing.decode_timer import DecodeTimer, FormulaDecodeTimer, TableDecodeTimer
+from sim.timing.decode_timer import DecodeTimer, FormulaDecodeTimer, GroupedTableDecodeTimer, TableDecodeTimer
 from sim.timing.knobs import host_link_bandwidth
 from sim.timing.layer_offload import gpu_share, offload_bound, split_groups
 from sim.timing.measured_table import CONTEXTS, interp_row
@@ -197,13 +197,17 @@ class CostModel:
     def _make_decode_timer(self, b: int) -> DecodeTimer:
         """The measured table's scalar branch of _table_decode with its per-batch work done once
         (the very same float operations in the same order); decode_time itself elsewhere."""
+        groups = self.table.attn_groups if self.table is not None else ()
         if (self.table is None or self.profile is not None or self.offload_kv_bytes_per_token or self.offload_groups or b <= 0
-                or self.table.attn_groups):
+                or any(g.kind == "state" for g in groups)):
             return FormulaDecodeTimer(b, self.decode_time)
         self._table_decode(float(b), 0.0)  # fills the per-batch cache
         base, row = self._decode_cache[b]
         if row is None:
             return FormulaDecodeTimer(b, self.decode_time)
+        if groups:  # MeasuredTable.grouped_decode per step: a chunked group's reads through its own rule
+            return GroupedTableDecodeTimer(b, base, CONTEXTS, row,
+                                           [(g.layers, g.span, g.reads_per_seq if g.chunk else None) for g in groups])
         return TableDecodeTimer(b, float(base), CONTEXTS, row)
 
     def _table_decode(self, d: float, kd: Any) -> Any:

@@ -99,3 +99,47 @@ class TableDecodeTimer:
                 break
             kv += b
         return out
+
+
+class GroupedTableDecodeTimer:
+    """The measured table's decode step of b sequences for a model with several attention groups
+    (gpt-oss: sliding + full): base + each group's layers x the row interpolated at the mean
+    context that group reads (MeasuredTable.grouped_decode's scalar branch, the same operations in
+    the same order, with the per-batch row as Python floats)."""
+
+    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last", "groups")
+
+    def __init__(self, b: int, base: float, grid: Sequence[int], row: Sequence[float],
+                 groups: Sequence[tuple[int, float, Callable[[float, float], float] | None]]) -> None:
+        """groups: per attention group (layers, span to clamp the read context at (0: none), or a
+        reads_per_seq to call instead (chunked groups))."""
+        self.b, self.d, self.base = b, float(b), base
+        self.grid, self.values = grid, [float(v) for v in row]
+        self.last = len(grid) - 2
+        self.spans = [grid[i + 1] - grid[i] for i in range(self.last + 1)]
+        self.groups = list(groups)
+
+    def __call__(self, kv: int) -> float:
+        grid, values, spans, last, d = self.grid, self.values, self.spans, self.last, self.d
+        g0 = grid[0]
+        x = float(kv) / d
+        total = 0.0
+        for layers, span, reads in self.groups:
+            r = reads(x, d) if reads is not None else (min(x, span) if span else x)
+            if r < g0:
+                r = float(g0)
+            i = min(max(bisect_right(grid, r) - 1, 0), last)
+            a = values[i]
+            total = total + layers * (a + (r - grid[i]) / spans[i] * (values[i + 1] - a))
+        return float(self.base + total)
+
+    def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
+        """FormulaDecodeTimer.ends with this timer's steps."""
+        b, out = self.b, []
+        for _ in range(k):
+            t += self(kv)
+            out.append(t)
+            if t >= horizon:
+                break
+            kv += b
+        return out
