@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.browser_util import app_server, browser  # noqa: F401  (fixtures)
+from tests.test_browser_dashboard import wait_idle
 
 PAGE = str(Path(__file__).resolve().parent.parent / "app_pages" / "gpu_run.py")
 WAIT_S = 600
+BROWSER_REQUESTS = 4
 
 
 def _run(at, source: str) -> None:
@@ -55,6 +57,13 @@ def test_gpu_page_vllm_in_a_browser(app_server, browser, vllm_env):  # noqa: F81
     page.get_by_text("vLLM", exact=True).click()
     button = page.get_by_role("button", name="Run on cpu (vLLM)")
     button.wait_for(timeout=60_000)
+    # 4 requests, not the page's 12 (the AppTest test above runs those): the browser path is the same
+    # and the run ~3x shorter (CI time)
+    first_n = page.get_by_role("spinbutton", name="First N requests", exact=True)
+    first_n.fill(str(BROWSER_REQUESTS))
+    first_n.press("Enter")
+    wait_idle(page)
+    assert first_n.input_value() == str(BROWSER_REQUESTS)
     button.click()
     try:  # the page shows the overlay by itself when the run ends (no click needed)
         page.get_by_text("Measured by vLLM 0.32.0 on CPU vs simulated").wait_for(timeout=WAIT_S * 1000)
