@@ -201,6 +201,15 @@ def total_per_sequence_bytes(groups: tuple[KVGroup, ...], context: int, kv_dtype
     return sum(g.per_sequence_bytes(context, kv_dtype, tp) for g in groups)
 
 
+def vllm_group_size(layer_counts: list[int]) -> int:
+    """Layers per KV cache group in vLLM's hybrid layout (vllm/v1/core/kv_cache_utils.py
+    `_get_kv_cache_groups_uniform_page_size`, 0.10-0.32): the fewest layers of any type, or the
+    most when the most is under 1.5 x the fewest. A type of n layers becomes cdiv(n, size) groups
+    (the last padded), each taking one block of size x page per block index, a state group too."""
+    fewest, most = min(layer_counts), max(layer_counts)
+    return most if most < fewest * 1.5 else fewest
+
+
 
 # --- reading the groups from a config.json ----------------------------------------------------
 

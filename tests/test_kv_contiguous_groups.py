@@ -11,7 +11,7 @@ from models.kv_groups import ChunkedLocal, FullAttention, SlidingWindow, State
 from models.spec import load_spec
 from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
 from sim.core.kv.contiguous_groups import ROUNDING, GroupedContiguousAllocator
-from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.group_managers import make_managers
 from sim.core.kv.registry import make_group_allocator
 from sim.run.deployment import kv_layout
 from sim.scenario import Scenario
@@ -74,8 +74,7 @@ STATE = State(1, bytes_per_layer=100)
 
 
 def make(groups, num_pages: int, placement: str = "first-fit") -> GroupedContiguousAllocator:
-    page = page_bytes_for(tuple(groups), BS, "bf16", 1)
-    managers = [make_manager(g, BS, "bf16", 1, page) for g in groups]
+    page, managers = make_managers(groups, BS, "bf16", 1)
     return GroupedContiguousAllocator(managers, num_pages, BS, page, placement)
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from models.kv_groups import ChunkedLocal, FullAttention, SlidingWindow, State
 from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
-from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.group_managers import make_managers
 from sim.core.kv.hybrid import HybridPagedAllocator
 
 BS = 4
@@ -19,8 +19,8 @@ GROUPS = (FullAttention(2, num_kv_heads=1, head_dim=4), SlidingWindow(2, num_kv_
 
 
 def make(num_pages: int, groups=GROUPS) -> HybridPagedAllocator:
-    page = page_bytes_for(groups, BS, "bf16", 1)
-    return HybridPagedAllocator([make_manager(g, BS, "bf16", 1, page) for g in groups], num_pages, BS, page)
+    page, managers = make_managers(groups, BS, "bf16", 1)
+    return HybridPagedAllocator(managers, num_pages, BS, page)
 
 
 def test_pages_per_block_from_the_groups_bytes():
@@ -48,7 +48,8 @@ def test_sliding_and_chunked_groups_drop_blocks_that_leave_their_span():
 def test_state_slot_does_not_grow():
     a = make(100, groups=(State(3, bytes_per_layer=1000), FullAttention(1, num_kv_heads=1, head_dim=4)))
     page = a.page_bytes  # one full block: 4 tokens x 16 B
-    assert a.managers[0].pages == -(-3000 // page)
+    # vLLM: 3 state groups of 1 layer (kv_groups.vllm_group_size), each layer's 1,000 B over 16 pages
+    assert page == 64 and a.managers[0].pages == 3 * 16
     a.allocate(0, 1, 100)
     before = a.group_breakdown()["state"]
     a.grow_by([0], 50)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from models.kv_groups import ChunkedLocal, FullAttention, SlidingWindow, State
 from sim.core.kv import BREAKDOWN_FIELDS, AllocationError
-from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.group_managers import make_manager, make_managers, page_bytes_for
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 from sim.core.kv.sliding_retention import SlidingKeep
@@ -24,9 +24,8 @@ STATE = State(1, bytes_per_layer=100)  # a linear-attention state: 2 pages, vLLM
 
 
 def make(num_pages: int, groups=(SLIDING, FULL), prefix_block_size: int = BS) -> HybridPrefixAllocator:
-    page = page_bytes_for(groups, BS, "bf16", 1)
-    return HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page, mamba_align=True) for g in groups], num_pages,
-                                 BS, page, prefix_block_size)
+    page, managers = make_managers(groups, BS, "bf16", 1, mamba_align=True)
+    return HybridPrefixAllocator(managers, num_pages, BS, page, prefix_block_size)
 
 
 def test_a_freed_prefix_is_hit_by_every_group():
@@ -94,9 +93,9 @@ def test_a_live_shared_block_counts_once():
 
 
 def test_a_state_group_without_align_mode_is_refused_in_one_line():
-    page = page_bytes_for((FULL, STATE), BS, "bf16", 1)
+    page, managers = make_managers((FULL, STATE), BS, "bf16", 1)
     with pytest.raises(ValueError, match=r"^prefix caching of state groups \(state\) needs vLLM's align-mode manager"):
-        HybridPrefixAllocator([make_manager(g, BS, "bf16", 1, page) for g in (FULL, STATE)], 10, BS, page)
+        HybridPrefixAllocator(managers, 10, BS, page)
 
 
 def test_a_state_group_holds_two_blocks_and_keys_only_the_retained_state():

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.spec import load_spec
-from sim.core.kv.group_managers import make_manager, page_bytes_for
+from sim.core.kv.group_managers import make_managers
 from sim.core.kv.mamba_align import (
     aligned_chunk,
     longest_state_hit,
@@ -141,8 +141,7 @@ def test_qwen3_next_managers_fixed_point() -> None:
     spec = load_spec("qwen3-next-80b-a3b")
     block = _qwen3_next_block()
     groups = spec.groups
-    page = page_bytes_for(groups, block, "bf16", 4)
-    managers = {m.kind: m for m in (make_manager(g, block, "bf16", 4, page) for g in groups)}
+    managers = {m.kind: m for m in make_managers(groups, block, "bf16", 4)[1]}
     full, state = managers["full"], managers["state"]
     keys = list(range(11))
     full_rows = {k: 500 + k for k in range(9)}

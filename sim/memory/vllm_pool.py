@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State
+from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State, vllm_group_size
 from models.spec import ModelSpec
 
 GROUPING_SOURCE = "vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size (vLLM 0.10-0.32)"
@@ -188,9 +188,7 @@ def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size
 
 def _grouped(groups: list[KVGroup], page: int, block_size: int, state_pages: int, notes: list[str]) -> PoolLayout:
     """Equal-page layer types split into groups of group_size layers, the last of a type padded."""
-    fewest = min(g.num_layers for g in groups)
-    most = max(g.num_layers for g in groups)
-    group_size = most if most < fewest * 1.5 else fewest
+    group_size = vllm_group_size([g.num_layers for g in groups])
     out: list[PoolGroup] = []
     padding = 0
     for g in groups:

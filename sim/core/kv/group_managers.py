@@ -11,8 +11,8 @@ share one pool of equal pages, as vLLM's hybrid allocator shares one BlockPool.
   num_skipped_tokens = c - sliding_window + 1).
 - ChunkedLocalAttentionManager(chunk): a token attends only within its chunk, so blocks before
   the current chunk's start (c // chunk x chunk) are freed.
-- StateManager: one fixed slot (pages enough for the state) per running request, whatever its
-  length (vLLM's MambaManager without prefix caching).
+- StateManager: one fixed slot per running request, whatever its length (vLLM's MambaManager
+  without prefix caching): a page per vLLM KV cache group of state layers (`pool_shape`).
 - AlignStateManager: vLLM's MambaManager in 'align' mode (prefix caching on): a request's table
   is cdiv(tokens, block) long but holds only the running state's block and the step's last one,
   with nulls between (`gapped`: `held` counts them, at most 2; sim/core/kv/mamba_align.py).
@@ -40,7 +40,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State
+from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State, vllm_group_size
 from sim.core.kv.mamba_align import longest_state_hit
 
 Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holding it, or None
@@ -262,15 +262,18 @@ def align_mode(m: GroupManager) -> GroupManager:
 
 
 def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_bytes: int,
-                 mamba_align: bool = False) -> GroupManager:
+                 mamba_align: bool = False, layers_per_page: int = 0) -> GroupManager:
     """The manager for one KV group, its bytes for the whole deployment (tp ranks); `mamba_align`:
-    a state group in vLLM's align mode (prefix caching on)."""
+    a state group in vLLM's align mode (prefix caching on); `layers_per_page`: vLLM's layers per
+    KV cache group (`pool_shape`), whose count a state block's pages follow (0: a pool of states
+    only, where a state takes the pages its bytes need). Use make_managers for a model's groups."""
     bpt = tp * group.bytes_per_token(kv_dtype, tp)
     if isinstance(group, State):
         state = tp * group.state_bytes(tp)
         kind = AlignStateManager if mamba_align else StateManager
-        return kind(group.label(), block_size, 0, -(-state // page_bytes), state_bytes=state)
-    pages = block_size * bpt // page_bytes
+        pages = _state_pages(group, tp, page_bytes, layers_per_page) if layers_per_page else -(-state // page_bytes)
+        return kind(group.label(), block_size, 0, pages, state_bytes=state)
+    pages = -(-block_size * bpt // page_bytes)  # whole pages (exact but where vLLM pads a group with layers)
     args = (group.label(), block_size, bpt, pages)
     if isinstance(group, SlidingWindow) or group.cap is not None:  # an eviction cap keeps a window too
         return SlidingWindowManager(group.window_tokens or 1, *args)
@@ -281,15 +284,49 @@ def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_b
     raise ValueError(f"no allocator manager for KV group kind {group.kind!r}")
 
 
-def page_bytes_for(groups: tuple[KVGroup, ...], block_size: int, kv_dtype: str, tp: int) -> int:
-    """Bytes of one pool page: one block of the group with the fewest bytes per token, or the
-    greatest common divisor of the groups' block bytes, so every group's block is whole pages."""
+def _state_pages(group: State, tp: int, page_bytes: int, layers_per_page: int) -> int:
+    """vLLM's pages for one block of a state group: one per KV cache group of `layers_per_page`
+    layers, each layer's state padded to the attention page (times the pages one layer's state
+    spans, where a block size below vLLM's raised one makes it span several: 1 at vLLM's)."""
+    layer_page = page_bytes // (tp * layers_per_page)
+    per_layer = -(-group.bytes_per_layer // tp)
+    return -(-group.num_layers // layers_per_page) * -(-per_layer // layer_page)
+
+
+def make_managers(groups: Sequence[KVGroup], block_size: int, kv_dtype: str, tp: int,
+                  mamba_align: bool = False) -> tuple[int, list[GroupManager]]:
+    """(page bytes, one manager per group): the pool's pages as vLLM lays them out (`pool_shape`)."""
+    page, per_page = pool_shape(tuple(groups), block_size, kv_dtype, tp)
+    return page, [make_manager(g, block_size, kv_dtype, tp, page, mamba_align, per_page) for g in groups]
+
+
+def pool_shape(groups: tuple[KVGroup, ...], block_size: int, kv_dtype: str, tp: int) -> tuple[int, int]:
+    """(bytes of one pool page for the deployment, layers per page; 0 where a page is not a layer
+    count). Attention (full or MLA, one page per layer) beside state layers: vLLM pads each state
+    layer's page to the attention page (vllm/platforms/interface.py `_align_hybrid_block_size`) and
+    splits every type into KV cache groups of models.kv_groups.vllm_group_size layers, each group one
+    block of that many pages per block index (v1/core/kv_cache_utils.py
+    `_get_kv_cache_groups_uniform_page_size`): a page is one such block, and a state block takes one
+    page per state group, cdiv(state layers, group size), not its bytes rounded up to pages. Other
+    models: one block of the group with the fewest bytes per token, or the greatest common divisor
+    of the groups' block bytes, so every group's block is whole pages."""
     from math import gcd
 
-    sizes = [block_size * tp * g.bytes_per_token(kv_dtype, tp) for g in groups if g.grows]
+    attn = [g for g in groups if g.grows]
+    states = [g for g in groups if isinstance(g, State)]
+    layer_pages = {block_size * g.bytes_per_token(kv_dtype, tp) // g.num_layers for g in attn}
+    if states and attn and all(isinstance(g, FullAttention | MLA) for g in attn) and len(layer_pages) == 1:
+        size = vllm_group_size([g.num_layers for g in groups])
+        return tp * size * layer_pages.pop(), size
+    sizes = [block_size * tp * g.bytes_per_token(kv_dtype, tp) for g in attn]
     if not sizes:  # only state groups: a page is the smallest state
-        return min(tp * g.state_bytes(tp) for g in groups)
+        return min(tp * g.state_bytes(tp) for g in groups), 0
     out = 0
     for s in sizes:
         out = gcd(out, s)
-    return out
+    return out, 0
+
+
+def page_bytes_for(groups: tuple[KVGroup, ...], block_size: int, kv_dtype: str, tp: int) -> int:
+    """Bytes of one pool page for the deployment (`pool_shape`)."""
+    return pool_shape(groups, block_size, kv_dtype, tp)[0]

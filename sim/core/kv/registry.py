@@ -18,7 +18,7 @@ from models.registry import Registry
 from sim.core.interfaces import Allocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
-from sim.core.kv.group_managers import GroupManager, align_mode, make_manager, page_bytes_for
+from sim.core.kv.group_managers import GroupManager, align_mode, make_managers
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 from sim.core.kv.paged import PagedAllocator
@@ -133,8 +133,7 @@ def make_group_allocator(layout: KVLayout, groups: tuple[KVGroup, ...], kv_budge
         raise ValueError(f"scenario: allocator={layout.allocator!r} has no per-group form: models with several "
                          f"KV groups ({', '.join(g.label() for g in groups)}) cannot use it")
     bs, dtype, tp = layout.block_size, layout.kv_dtype, layout.tp
-    page = page_bytes_for(groups, bs, dtype, tp)
-    managers = [make_manager(g, bs, dtype, tp, page) for g in groups]
+    page, managers = make_managers(groups, bs, dtype, tp)
     try:
         return kind.build_groups(layout, managers, int(kv_budget_bytes) // page, page, prefix_block_size)
     except ValueError as exc:
