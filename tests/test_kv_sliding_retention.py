@@ -58,3 +58,27 @@ def test_bad_intervals_are_refused_in_one_line():
         Deployment.resolve(Scenario(model="llama-3-8b", prefix_cache_retention_interval=512))
     with pytest.raises(ScenarioError, match="multiple of the block size"):
         Deployment.resolve(Scenario(model="gpt-oss-20b", prefix_caching=True, prefix_cache_retention_interval=40))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_runs_without_an_interval_merge_as_the_sorted_rule(seed):
+    """The default (no interval) merges the hit's run and the clipped tails in one pass: the same
+    runs as sorting every span first, as runs() does with an interval."""
+    import random
+
+    rng = random.Random(seed)
+    need = rng.randint(1, 8)
+    keep = SlidingKeep.of(need, 16, tuple(rng.randint(0, 2000) for _ in range(rng.randint(0, 4))),
+                          hit_end=rng.choice([0, rng.randint(0, 80)]), interval=0)
+    for _ in range(20):
+        lo = rng.randint(0, 130)
+        hi = lo + rng.randint(0, 60)
+        spans = ([(lo, min(hi, keep.hit_end))] if lo < keep.hit_end else []) + \
+            [(max(a, lo), min(b, hi)) for a, b in keep.tails]
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(s for s in spans if s[1] > s[0]):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        assert keep.runs(lo, hi) == merged

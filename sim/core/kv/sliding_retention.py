@@ -82,6 +82,8 @@ class SlidingKeep:
 
     def runs(self, lo: int, hi: int) -> list[Run]:
         """The keyed sub-runs of blocks [lo, hi), ascending and disjoint."""
+        if not self.per_segment:
+            return self._runs_unsorted(lo, hi)
         spans: list[Run] = [(lo, min(hi, self.hit_end))] if lo < self.hit_end else []
         spans += [(max(a, lo), min(b, hi)) for a, b in self.tails]
         if self.per_segment:
@@ -90,6 +92,22 @@ class SlidingKeep:
             spans += [(max(s + p - n, lo), min(s + p, hi)) for s in range(first, hi, p)]
         out: list[Run] = []
         for a, b in sorted(s for s in spans if s[1] > s[0]):
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        return out
+
+    def _runs_unsorted(self, lo: int, hi: int) -> list[Run]:
+        """runs() without an interval (the default): the hit's run starts at lo and the clipped
+        tails keep their sorted order, so they merge in one pass, no sort (the pool asks this for
+        every row of a sliding group, every step)."""
+        top = min(hi, self.hit_end)
+        out: list[Run] = [(lo, top)] if top > lo else []
+        for a, b in self.tails:
+            a, b = max(a, lo), min(b, hi)
+            if b <= a:
+                continue
             if out and a <= out[-1][1]:
                 out[-1] = (out[-1][0], max(out[-1][1], b))
             else:
