@@ -67,8 +67,9 @@ def vllm_run() -> VllmRun:
 
 
 def test_the_pool_books_a_state_block_as_three_pages():
-    """vLLM's 3 linear-attention groups each take one page per state block; kvsim's state group
-    rounds the 3 layers' states (3 x 137,216 B) up to pages of 128 x 1,536 B: also 3."""
+    """vLLM's 3 linear-attention groups each take one page per state block, and so does kvsim's
+    state group (sim/core/kv/group_managers.py `pool_shape`; its 3 x 137,216 B rounded up to pages
+    of 128 x 1,536 B would be 3 too: tests/test_state_pages.py has a config where they differ)."""
     alloc = pool()
     assert [(m.kind, m.pages) for m in alloc.managers] == [("full", 1), ("state", 3)]
     assert alloc.state_align_block == BLOCK and alloc.num_free_blocks == PAGES
