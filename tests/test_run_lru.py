@@ -29,10 +29,14 @@ def replay(seed: int, steps: int = 400) -> None:
             lru.park(run, [b * 7 for b in run])
             ref.update((b, b * 7) for b in run)
         elif op == "unpark" and ref:
-            block = rng.choice(list(ref))
-            lru.unpark(block)
-            del ref[block]
-            in_use.append(block)
+            blocks = rng.sample(list(ref), min(len(ref), rng.randint(1, 3)))  # a hit's several blocks: unpark_many
+            if len(blocks) == 1:
+                lru.unpark(blocks[0])
+            else:
+                lru.unpark_many(blocks)
+            for block in blocks:
+                del ref[block]
+            in_use += blocks
         elif op == "evict" and ref:
             count = rng.randint(1, min(5, len(ref)))
             want = [ref.popitem(last=False) for _ in range(count)]

@@ -42,16 +42,22 @@ class BlockRefs:
             self.live[lo:hi:groups] = 1
         return list(range(lo, hi, groups))
 
-    def in_use(self, block: int) -> bool:
-        return bool(self.live.item(block))
-
-    def claim(self, block: int) -> bool:
-        """One more reference to a cached block (a hit): True if another request holds it (now shared)."""
-        if self.live.item(block):
-            self.extra[block] = self.extra.get(block, 0) + 1
-            return True
-        self.live[block] = 1
-        return False
+    def claim_many(self, blocks: list[int]) -> list[int]:
+        """claim() for each of `blocks` (distinct): returns the ones no request held (cached free),
+        in order; the others are shared now."""
+        if not blocks:
+            return blocks
+        held = self.live[blocks]
+        self.live[blocks] = 1
+        if not held.any():
+            return blocks
+        extra, free = self.extra, []
+        for b, h in zip(blocks, held.tolist(), strict=True):
+            if h:
+                extra[b] = extra.get(b, 0) + 1
+            else:
+                free.append(b)
+        return free
 
     def count_in_use(self, blocks: list[int]) -> int:
         return int(np.count_nonzero(self.live[blocks])) if blocks else 0

@@ -264,8 +264,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._admit_check(req_id, num_tokens, self._admission_pages(num_tokens, hit, computed_tokens))
         tokens, kept = hit[0], self._kept(hit, computed_tokens)
         for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
-            for b in blocks:  # every group's hits first, so no new block evicts a hit (vLLM #33775)
-                self._claim(g, b)
+            self._claim(g, blocks)  # every group's hits first, so no new block evicts a hit (vLLM #33775)
             self.hit_blocks[m.label] += len(blocks)
             self._tables[g][req_id] = [-1] * first + blocks
         for g, (m, (first, blocks)) in enumerate(zip(self.managers, kept, strict=True)):
@@ -465,14 +464,15 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self.cache.park(blocks, nodes, range(hi - count, hi))
         self._parked_pages += count * pages
 
-    def _claim(self, g: int, block: int) -> None:
-        """A hit takes a cached block: shared if in use, else out of the free (cached) pool."""
-        if self._blocks.claim(block):
-            self._shared[g] += 1
-            return
-        self.cache.unpark(block)
-        self._parked_pages -= self.managers[g].pages
-        self._free_pages -= self.managers[g].pages
+    def _claim(self, g: int, blocks: list[int]) -> None:
+        """Hits take cached blocks of group g: shared if in use, else out of the free (cached) pool."""
+        free = self._blocks.claim_many(blocks)
+        self._shared[g] += len(blocks) - len(free)
+        if free:
+            self.cache.unpark_many(free)
+            pages = len(free) * self.managers[g].pages
+            self._parked_pages -= pages
+            self._free_pages -= pages
 
     def _release(self, g: int, r: int, lo: int, hi: int, keyed: int, reverse: bool = False) -> None:
         """Drop one reference to request r's blocks lo .. hi - 1 of group g (from hi - 1 down if

@@ -123,6 +123,10 @@ class RunPrefixCache:
         """A hit takes a parked block back into use."""
         self._lru.unpark(block)
 
+    def unpark_many(self, blocks: list[int]) -> None:
+        """unpark() for each of `blocks` (distinct, all parked)."""
+        self._lru.unpark_many(blocks)
+
     @property
     def num_parked(self) -> int:
         return self._lru.num_parked

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any
 
 
@@ -45,6 +45,13 @@ class RunLRU:
         self._claimed[block] = self._serial
         self._unparks += 1
         self.num_parked -= 1
+
+    def unpark_many(self, blocks: list[int]) -> None:
+        """unpark() for each of `blocks` (distinct, all parked), in one go: no park comes between."""
+        if blocks:
+            self._claimed.update(zip(blocks, repeat(self._serial)))
+            self._unparks += len(blocks)
+            self.num_parked -= len(blocks)
 
     def evict(self, count: int) -> tuple[list[int], list[int]]:
         """Take the `count` least recently parked blocks out: (blocks, their keys), oldest first."""
