@@ -19,14 +19,16 @@ from sim.trace import load_trace
 
 # gemma-3-27b: 10 full-attention layers (81,920 B per token) and 52 sliding-window layers of 1,024
 # tokens (425,984 B per token); a block of 16 tokens is 1,310,720 B (full) and 6,815,744 B (sliding).
-GEMMA = Scenario(model="gemma-3-27b", gpu="h100-sxm", kv_budget_gib=1.0, prefix_caching=True, cpu_tier_gib=4.0)
+# The pool's page is vLLM's block of 10 layers (1,310,720 B), a sliding block 6 pages (60 layers, 8
+# padding); 1.128 GiB is 924 pages, B's 132 + 6 x 132 at admission: B evicts all of A.
+GEMMA = Scenario(model="gemma-3-27b", gpu="h100-sxm", kv_budget_gib=1.128, prefix_caching=True, cpu_tier_gib=4.0)
 FULL_BLOCK, SLIDING_BLOCK = 16 * 81_920, 16 * 425_984
 A = [1, 2, 3, 4]  # 4 hash blocks of 512 tokens: a 2,048-token prompt
 
 
 @pytest.fixture
 def evict_then_repeat(tmp_path):
-    """A computes a 2,048-token prompt; B (2,100 tokens, other hashes) takes the 1 GiB pool and evicts
+    """A computes a 2,048-token prompt; B (2,100 tokens, other hashes) takes the 1.128 GiB pool and evicts
     it from the GPU; A again: its prefix comes back from the CPU tier."""
     rows = [{"timestamp": 0, "input_length": 2048, "output_length": 4, "hash_ids": A},
             {"timestamp": 10_000, "input_length": 2100, "output_length": 4, "hash_ids": [5, 6, 7, 8, 9]},
@@ -52,7 +54,9 @@ def test_bytes_moved_are_blocks_moved_times_each_groups_block_bytes_by_hand(evic
     moved = s["tier_bytes_moved"]["cpu"]
     assert moved["load"] == 127 * FULL_BLOCK + 64 * SLIDING_BLOCK == 602_669_056
     assert moved["store"] == (128 + 131) * FULL_BLOCK + (64 + 67) * SLIDING_BLOCK == 1_232_338_944
-    assert s["tier_occupancy"]["cpu/replica0"]["end_bytes"] == moved["store"]  # nothing evicted: 4 GiB
+    # nothing evicted (4 GiB); the tier holds a block as its pool pages, a sliding block 6 (8 of its 60
+    # layers vLLM's padding, which no copy moves): 131 + 128 full and 64 + 67 sliding blocks
+    assert s["tier_occupancy"]["cpu/replica0"]["end_bytes"] == (128 + 131 + 6 * (64 + 67)) * FULL_BLOCK
     dense = simulate(evict_then_repeat, GEMMA.replace(prefix_cache_retention_interval=None)).summary
     assert dense["tier_bytes_moved"]["cpu"]["load"] == moved["load"]
     assert dense["tier_bytes_moved"]["cpu"]["store"] == (128 + 131) * (FULL_BLOCK + SLIDING_BLOCK) == 2_104_754_176

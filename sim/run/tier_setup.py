@@ -142,8 +142,10 @@ def build_tiers(scenario: Any, dep: Any, num_replicas: int) -> TierFleet | None:
     if dep.grouped:  # units are the pool's pages; a block of group g is its pages (sim/core/tiers/grouped.py)
         pool = dep.make_allocator()
         bytes_per_block, group_pages = pool.page_bytes, tuple(m.pages for m in pool.managers)
-        # bytes moved per block: its pages, a state block its unpadded state (as vLLM copies it)
-        group_bytes = tuple(m.state_bytes if m.kind == "state" else m.pages * pool.page_bytes for m in pool.managers)
+        # bytes moved per block: its layers' K/V (not the padding layers of vLLM's groups,
+        # group_managers.pool_shape), a state block its unpadded state (as vLLM copies them)
+        group_bytes = tuple(m.state_bytes if m.kind == "state" else m.block_size * m.bytes_per_token
+                            for m in pool.managers)
     try:
         chunk_bytes = policy.chunk_blocks(scenario.block_size) * bytes_per_block
     except ValueError as exc:

@@ -273,7 +273,7 @@ def make_manager(group: KVGroup, block_size: int, kv_dtype: str, tp: int, page_b
         kind = AlignStateManager if mamba_align else StateManager
         pages = _state_pages(group, tp, page_bytes, layers_per_page) if layers_per_page else -(-state // page_bytes)
         return kind(group.label(), block_size, 0, pages, state_bytes=state)
-    pages = -(-block_size * bpt // page_bytes)  # whole pages (exact but where vLLM pads a group with layers)
+    pages = -(-block_size * bpt // page_bytes)  # vLLM's KV cache groups of this type, the last padded (pool_shape)
     args = (group.label(), block_size, bpt, pages)
     if isinstance(group, SlidingWindow) or group.cap is not None:  # an eviction cap keeps a window too
         return SlidingWindowManager(group.window_tokens or 1, *args)
@@ -302,22 +302,23 @@ def make_managers(groups: Sequence[KVGroup], block_size: int, kv_dtype: str, tp:
 
 def pool_shape(groups: tuple[KVGroup, ...], block_size: int, kv_dtype: str, tp: int) -> tuple[int, int]:
     """(bytes of one pool page for the deployment, layers per page; 0 where a page is not a layer
-    count). Attention (full or MLA, one page per layer) beside state layers: vLLM pads each state
-    layer's page to the attention page (vllm/platforms/interface.py `_align_hybrid_block_size`) and
-    splits every type into KV cache groups of models.kv_groups.vllm_group_size layers, each group one
-    block of that many pages per block index (v1/core/kv_cache_utils.py
-    `_get_kv_cache_groups_uniform_page_size`): a page is one such block, and a state block takes one
-    page per state group, cdiv(state layers, group size), not its bytes rounded up to pages. Other
-    models: one block of the group with the fewest bytes per token, or the greatest common divisor
-    of the groups' block bytes, so every group's block is whole pages."""
+    count). Layer types with one page per layer (full, sliding, chunked, MLA; state layers padded to
+    the attention page, vllm/platforms/interface.py `_align_hybrid_block_size`): vLLM splits every
+    type into KV cache groups of models.kv_groups.vllm_group_size layers, the last of a type padded
+    with empty layers, each group one block of that many pages per block index
+    (v1/core/kv_cache_utils.py `_get_kv_cache_groups_uniform_page_size`): a pool page is one such
+    block, so a block of a type of n layers takes cdiv(n, group size) pages (Gemma-3-27B's 52
+    sliding layers: 6 groups of 10) and a state block one page per state group. Types with unequal
+    layer pages (vLLM unifies them; not modelled here): the greatest common divisor of the groups'
+    block bytes, so every group's block is whole pages."""
     from math import gcd
 
+    groups = tuple(g for g in groups if g.num_layers > 0)
     attn = [g for g in groups if g.grows]
-    states = [g for g in groups if isinstance(g, State)]
-    layer_pages = {block_size * g.bytes_per_token(kv_dtype, tp) // g.num_layers for g in attn}
-    if states and attn and all(isinstance(g, FullAttention | MLA) for g in attn) and len(layer_pages) == 1:
+    layer_pages = {divmod(block_size * g.bytes_per_token(kv_dtype, tp), g.num_layers) for g in attn}
+    if len(layer_pages) == 1 and (page := layer_pages.pop())[1] == 0:  # one whole page per layer
         size = vllm_group_size([g.num_layers for g in groups])
-        return tp * size * layer_pages.pop(), size
+        return tp * size * page[0], size
     sizes = [block_size * tp * g.bytes_per_token(kv_dtype, tp) for g in attn]
     if not sizes:  # only state groups: a page is the smallest state
         return min(tp * g.state_bytes(tp) for g in groups), 0
