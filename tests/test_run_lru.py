@@ -25,7 +25,8 @@ def replay(seed: int, steps: int = 400) -> None:
             ref.update((b, b * 7) for b in run)
         elif op == "repark" and in_use:
             rng.shuffle(in_use)
-            run, in_use[:] = in_use[: rng.randint(1, 4)], in_use[4:]
+            take = rng.randint(1, 4)
+            run, in_use[:] = in_use[:take], in_use[take:]  # the rest stay in use
             lru.park(run, [b * 7 for b in run])
             ref.update((b, b * 7) for b in run)
         elif op == "unpark" and ref:
