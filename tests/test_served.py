@@ -12,7 +12,7 @@ from sim.report.html_report import headline_metrics, html_report
 from sim.report.served import compared_verdicts, latency_basis, load_verdict, not_served, rejection_fix, share
 from sim.run.engine import simulate
 from sim.run.verdict import MIN_QUEUE_GROWTH, OVERLOAD_MARGIN, load, overloaded
-from sim.scenario import FLEET_DEFAULTS, TIER_DEFAULTS, Scenario, ScenarioError
+from sim.scenario import ENGINE_DEFAULTS, FLEET_DEFAULTS, TIER_DEFAULTS, Scenario, ScenarioError
 from sim.trace import Trace, load_trace, speedup
 from tests.test_app_simulate import ROOT
 from ui.defaults import DEFAULT_SAMPLE, DEFAULT_SCENARIO
@@ -84,7 +84,7 @@ def test_speedup_scales_arrivals_exactly():
         np.testing.assert_array_equal(fast.requests[col], same.requests[col])
     assert Scenario(speedup=2).digest() == Scenario(speedup=2.0).digest() != Scenario().digest()
     old = Scenario().to_dict()  # the digest formula from before the dial, over the fields it had
-    for name in ("speedup", *TIER_DEFAULTS, *FLEET_DEFAULTS):  # fields added after the formula
+    for name in ("speedup", *TIER_DEFAULTS, *FLEET_DEFAULTS, *ENGINE_DEFAULTS):  # fields added after the formula
         del old[name]
     assert Scenario().digest() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
     for bad in (0.0, -1.0, float("nan"), 5000.0):
