@@ -18,7 +18,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from gpu_backend.vllm_engine.client import VllmRun, run_worker
+from gpu_backend.vllm_engine.client import VllmRun, run_workers
 from gpu_backend.vllm_engine.conform import compare
 from gpu_backend.vllm_engine.kvsim_side import replay_kvsim
 from gpu_backend.vllm_engine.protocol import EngineConfig, EngineRequest
@@ -65,8 +65,15 @@ def pool(interval: int | None, blocks: int = BLOCKS):
 
 
 @cache
+def vllm_runs() -> dict[tuple[int | None, int], VllmRun]:
+    """Every case's vLLM run, in one worker process (vLLM's import paid once, a fresh engine each)."""
+    keys = list(CASES.values())
+    runs = run_workers(MODEL_DIR, [(config(interval, blocks), requests()) for interval, blocks in keys])
+    return dict(zip(keys, runs, strict=True))
+
+
 def vllm_run(interval: int | None, blocks: int = BLOCKS) -> VllmRun:
-    return run_worker(MODEL_DIR, config(interval, blocks), requests())
+    return vllm_runs()[(interval, blocks)]
 
 
 def hits(records) -> dict[str, int]:
