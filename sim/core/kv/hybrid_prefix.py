@@ -100,9 +100,8 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self.state_align_block = self.block_size if any(self._gapped) else 0  # the scheduler's cut (0: none)
         self.retention_interval = retention_interval
         # per group: blocks a sliding hit needs, when the group is keyed sparsely (0: densely)
-        self._need = [blocks_for_hit(m.window, block_size) if isinstance(m, SlidingWindowManager) else 0
-                      for m in self.managers]
-        self._need = [n if n and not is_dense(retention_interval, n, block_size) else 0 for n in self._need]
+        needs = [blocks_for_hit(m.window, block_size) if isinstance(m, SlidingWindowManager) else 0 for m in self.managers]
+        self._need = [n if n and not is_dense(retention_interval, n, block_size) else 0 for n in needs]
         self.keys_sparsely = bool(self.state_align_block or any(self._need))
         self._keep: list[dict[int, SlidingKeep]] = [{} for _ in self.managers]  # sparse sliding groups' keyed blocks
         self._hot: set[int] = set()  # state keys cached in this step (sim/core/kv/hybrid_state.py)
@@ -493,7 +492,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._shared[g] -= hi - lo - freed
             cut = bisect_left(positions, top)  # the keyed ones (positions ascend)
             del cached[cut:], positions[cut:]
-        keep = self._keep[g].get(r) if self._need[g] else None
+        keep = self._keep_of(g, r)
         if keep is not None and cached:  # a sparse sliding group: only its keyed blocks park
             cached, positions = self._keyed_only(keep, cached, positions)
         if reverse:
@@ -527,24 +526,25 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             if need:
                 self._keep[g][r] = SlidingKeep.of(need, self.block_size, bounds, hit_end, self.retention_interval or 0)
 
+    def _keep_of(self, g: int, r: int) -> SlidingKeep | None:
+        """Request r's keep in group g when the group keys sparsely (None: it keys every block)."""
+        return self._keep[g].get(r) if self._need[g] else None
+
+    def _keyed_runs(self, g: int, r: int, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The runs of blocks lo .. hi - 1 request r keys in group g (all of them unless sparse)."""
+        keep = self._keep_of(g, r)
+        return [(lo, hi)] if keep is None else keep.runs(lo, hi)
+
     def _key_run(self, g: int, r: int, nodes: list[int], lo: int, hi: int) -> None:
         """Register request r's held blocks lo .. hi - 1 of group g (a sparse group: its kept ones)."""
         table = self._tables[g][r]
-        keep = self._keep[g].get(r) if self._need[g] else None
-        if keep is None:
-            self.cache.register(nodes, lo, table[lo:hi])
-            return
-        for a, b in keep.runs(lo, hi):
+        for a, b in self._keyed_runs(g, r, lo, hi):
             self.cache.register(nodes, a, table[a:b])
 
     def _park_keyed(self, g: int, r: int, nodes: list[int], lo: int, hi: int) -> None:
         """`_park_new` for the blocks lo .. hi - 1 request r keys (all but a sparse group's masked ones,
         which are taken and freed clean: nothing to book)."""
-        keep = self._keep[g].get(r) if self._need[g] else None
-        if keep is None:
-            self._park_new(g, nodes, lo, hi)
-            return
-        for a, b in keep.runs(lo, hi):
+        for a, b in self._keyed_runs(g, r, lo, hi):
             self._park_new(g, nodes, a, b)
 
     @staticmethod
