@@ -4,10 +4,14 @@ sim/fleet/pd.py transfer_bytes)."""
 
 from __future__ import annotations
 
+import pytest
+
+from sim.core.remote_kv import reserve_head
 from sim.core.routing.routers import RoundRobin
 from sim.fleet.pd import PDFleet, transfer_bytes
 from sim.fleet.replay import simulate
 from sim.run.deployment import Deployment
+from sim.run.engine import build
 from sim.scenario import Scenario
 from sim.trace.model import Trace
 
@@ -74,3 +78,33 @@ def test_decode_pool_runs_the_decode_router():
     assert (rr.summary["pd_decode_hit_tokens"], kv.summary["pd_decode_hit_tokens"]) == (0, 64)
     assert rr.summary["kv_transfer_bytes"] == (64 + 96) * PER_TOKEN
     assert kv.summary["kv_transfer_bytes"] == (64 + 32) * PER_TOKEN
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_decode_side_reserves_only_the_window_of_a_sliding_group(prefix_caching):
+    """gpt-oss-20b (a full and a 128-token sliding-window group, 16-token blocks, one page a block):
+    a 16,000-token prompt handed over holds 15,999 loaded tokens (the last is recomputed). vLLM's
+    allocate_slots with num_external_computed_tokens takes blocks only past the skipped ones
+    (SlidingWindowManager.get_num_blocks_to_allocate: skipped = (15,999 - 128 + 1) // 16 = 992 of
+    ceil(15,999 / 16) = 1,000), so the decode replica reserves 1,000 + 8 blocks, not 2 x 1,000."""
+    dep = Deployment.resolve(Scenario(model="gpt-oss-20b", gpu="h100-sxm", max_model_len=32768,
+                                      prefix_caching=prefix_caching))
+    sched = build(Trace.build([0.0], [16000], [8], format="synthetic", source="one.jsonl"), dep).replicas[0].sched
+    assert [(m.label, m.pages, m.block_size) for m in sched.alloc.managers] == [("full", 1, 16), ("sliding(128)", 1, 16)]
+    free = sched.alloc.num_free_blocks
+    sched.add_remote_request(0, 16000)
+    assert reserve_head(sched, 0, 0.0)
+    assert free - sched.alloc.num_free_blocks == 1000 + 8
+
+
+def test_two_long_prompts_share_a_decode_pool_that_holds_one_whole_prompt_per_group():
+    """A 2,020-page decode pool and two 12,000-token gpt-oss-20b prompts handed over together: each
+    reserves 750 full-attention + 8 sliding-window pages (the window, as vLLM's null-padded external
+    blocks), so both fit at once; reserving the whole prompt in both groups (1,500 pages each) made the
+    second wait for the first to finish."""
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", max_model_len=32768, prefix_caching=True, pd="1:1",
+                  kv_budget_gib=0.74)
+    trace = Trace.build([0.0, 0.0], [12000, 12000], [50, 50], format="synthetic", source="two.jsonl")
+    s = simulate(trace, sc).summary
+    assert s["num_blocks"] == 2020 and s["completed"] == 2
+    assert s["pd_waited_for_blocks"] == 0

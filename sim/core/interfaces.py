@@ -39,14 +39,20 @@ class Allocator(Protocol):
     keys_sparsely: bool  # True: `allocate` wants the request's Retention (a sliding or state group keyed sparsely)
 
     # --- admission
-    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
+    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                     *, computed_tokens: int = 0) -> bool:
         """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?"""
         ...
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int,
-                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None) -> int:
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None,
+                 computed_tokens: int = 0) -> int:
         """Room for the first `num_tokens`; returns the leading tokens already cached (prefix hits).
-        `retention`: where the request's blocks may be keyed, when `keys_sparsely` (None: everywhere)."""
+        `retention`: where the request's blocks may be keyed, when `keys_sparsely` (None: everywhere).
+        `computed_tokens`: leading tokens whose KV arrives from elsewhere (a KV tier's load, a P/D
+        handoff) and counts as computed: a sliding-window or chunked group holds only the blocks the
+        next token attends to (vLLM's allocate_slots with num_external_computed_tokens gives the
+        skipped ones its null block); one full-attention group holds them all, so it ignores it."""
         ...
 
     def prefix_junction(self, num_tokens: int, prefix_hashes: Sequence[int] | None) -> int:

@@ -128,9 +128,12 @@ def held_tokens(sched: RemoteHost, r: int, tokens: int) -> int:
 
 def head_fits(sched: RemoteHost, r: int) -> bool:
     """Could the remote request at the head be given its blocks now? Blocks for all its known
-    tokens must be free (vLLM reserves the whole prompt for a remote prefill)."""
+    tokens must be free (vLLM reserves the whole prompt for a remote prefill), less what a window
+    or chunk group skips of the loaded tokens (vLLM's null blocks: the window is all that moves)."""
     t = sched.t
-    return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]), sched.prefix_hashes(r))
+    loaded = held_tokens(sched, r, sched.remote.expected[r])
+    return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]), sched.prefix_hashes(r),
+                                    computed_tokens=loaded)
 
 
 def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
@@ -142,7 +145,8 @@ def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
     known = books.expected.pop(r)
     hold = held_tokens(sched, r, known)
     sched.waiting.popleft()
-    local = sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), sched.prefix_hashes(r))
+    local = sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), sched.prefix_hashes(r),
+                                 computed_tokens=hold)
     tokens = known - local  # what the local prefix cache lacks moves (the hit is whole blocks < hold)
     if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission
         t.admitted_s[r] = now

@@ -7,7 +7,8 @@ The handoff follows vLLM's P/D with the NIXL connector (vllm/distributed/kv_tran
    is not streamed to the client;
 2. at the prefill's end the request goes to a decode replica (the scenario's `decode_router`, least
    outstanding requests by default: llm-d's and Dynamo's decode pick is load-based); the
-   decode replica reserves blocks for the whole prompt before anything moves (if the pool cannot
+   decode replica reserves blocks for the whole prompt before anything moves (a window group only
+   its window: the computed_tokens of Allocator.allocate; if the pool cannot
    take them, the request waits there, FCFS: `pd_waited_for_blocks` counts them), then the KV moves
    (sim/core/remote_kv.py: vLLM's WAITING_FOR_REMOTE_KVS);
 3. the prefill replica keeps the request's blocks until the transfer completes (vLLM's

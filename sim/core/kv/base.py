@@ -37,7 +37,8 @@ class KVAllocator(Allocator, ABC):
 
     # --- admission ---------------------------------------------------------------------------
     @abstractmethod
-    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
+    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                     *, computed_tokens: int = 0) -> bool:
         """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?"""
 
     @abstractmethod
@@ -50,10 +51,13 @@ class KVAllocator(Allocator, ABC):
         prefix_hashes: Sequence[int] | None = None,
         *,
         retention: Retention | None = None,
+        computed_tokens: int = 0,
     ) -> int:
         """Give `req_id` room for its first `num_tokens`; return how many leading tokens were
         already cached (prefix-cache hit tokens, 0 without prefix caching). Raises AllocationError
-        if it does not fit: callers ask can_allocate first."""
+        if it does not fit: callers ask can_allocate first. `computed_tokens`: leading tokens
+        loaded from elsewhere (sim/core/interfaces.py Allocator.allocate); only per-group pools
+        with a window or chunk use it."""
 
     # --- growth --------------------------------------------------------------------------------
     @abstractmethod

@@ -59,7 +59,8 @@ class ContiguousAllocator(KVAllocator):
     def _blocks_for(self, num_tokens: int, reserve_tokens: int) -> int:
         return max(1, -(-max(int(reserve_tokens), int(num_tokens)) // self.block_size))
 
-    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None) -> bool:
+    def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None,
+                     *, computed_tokens: int = 0) -> bool:
         return self.placement.can_fit(self._blocks_for(num_tokens, reserve_tokens))
 
     def allocate(
@@ -71,8 +72,10 @@ class ContiguousAllocator(KVAllocator):
         prefix_hashes: Sequence[int] | None = None,
         *,
         retention: Retention | None = None,
+        computed_tokens: int = 0,
     ) -> int:
-        """Reserve max(reserve_tokens, num_tokens) slots in one run; no prefix caching (returns 0)."""
+        """Reserve max(reserve_tokens, num_tokens) slots in one run; no prefix caching (returns 0).
+        A contiguous reservation is fixed up front, loaded tokens or not (computed_tokens ignored)."""
         if num_tokens < 0:
             raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
         if req_id < len(self._active) and self._active[req_id]:

@@ -56,8 +56,10 @@ class GroupedContiguousAllocator(ContiguousAllocator):
         return sum(m.pages * int(m.contiguous_blocks(tokens)) for m in self.managers)
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int,
-                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None) -> int:
-        """Reserve max(reserve_tokens, num_tokens) tokens, each group what it keeps of them."""
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None,
+                 computed_tokens: int = 0) -> int:
+        """Reserve max(reserve_tokens, num_tokens) tokens, each group what it keeps of them (a
+        window's ring either way: computed_tokens changes nothing)."""
         if req_id >= 0:
             self._ensure(req_id)
             if not self._active[req_id]:

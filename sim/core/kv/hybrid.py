@@ -59,9 +59,19 @@ class HybridPagedAllocator(KVAllocator):
         self._drop_memo: tuple[object, int] = (None, 0)  # the same for steps_until_free_rises
 
     # --- sizing --------------------------------------------------------------------------------
-    def pages_for(self, num_tokens: int) -> int:
-        """Pages one fresh request of `num_tokens` tokens takes at admission."""
-        return sum(m.pages * int(m.fresh_held(int(m.blocks_for(num_tokens)))) for m in self.managers)
+    def pages_for(self, num_tokens: int, computed_tokens: int = 0) -> int:
+        """Pages one fresh request of `num_tokens` tokens takes at admission (the first
+        `computed_tokens` of them loaded from elsewhere: see `_fresh_first`)."""
+        return sum(m.pages * int(m.held(self._fresh_first(m, num_tokens, computed_tokens), int(m.blocks_for(num_tokens))))
+                   for m in self.managers)
+
+    @staticmethod
+    def _fresh_first(m: GroupManager, num_tokens: int, computed_tokens: int) -> int:
+        """First block a fresh request holds in group m: a window or chunk group skips the blocks
+        the loaded tokens' next token no longer attends to (vLLM pads them with its null block)."""
+        end = int(m.blocks_for(num_tokens))
+        first = m.fresh_first(end)
+        return min(max(first, int(m.skipped_blocks(computed_tokens))), end) if computed_tokens else first
 
     def peak_pages(self, final_tokens: np.ndarray, chunk: int | np.ndarray) -> np.ndarray:
         """Most pages each request of `final_tokens` tokens holds at once, with prefill chunks of
@@ -69,16 +79,17 @@ class HybridPagedAllocator(KVAllocator):
         return sum((m.pages * m.max_blocks(final_tokens, chunk) for m in self.managers), np.zeros_like(final_tokens))
 
     # --- admission ---------------------------------------------------------------------------
-    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
-        return self.pages_for(num_tokens) <= self._free_pages
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
+                     *, computed_tokens: int = 0) -> bool:
+        return self.pages_for(num_tokens, computed_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
-                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None) -> int:
-        need = self.pages_for(num_tokens)
+                 prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None,
+                 computed_tokens: int = 0) -> int:
+        need = self.pages_for(num_tokens, computed_tokens)
         self._admit_check(req_id, num_tokens, need)
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            e = int(m.blocks_for(num_tokens))
-            end[req_id], first[req_id] = e, m.fresh_first(e)
+            end[req_id], first[req_id] = int(m.blocks_for(num_tokens)), self._fresh_first(m, num_tokens, computed_tokens)
         self._free_pages -= need
         self._version += 1
         self._ntok[req_id] = num_tokens

@@ -97,7 +97,8 @@ class PagedAllocator(KVAllocator):
         Hits are whole blocks and stop before the last token, which is always computed."""
         return len(self._match(num_tokens, prefix_hashes)[0]) * self.block_size
 
-    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None) -> bool:
+    def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
+                     *, computed_tokens: int = 0) -> bool:
         if not self.prefix_caching:
             return -(-num_tokens // self.block_size) <= len(self._free)
         hits, _ = self._match(num_tokens, prefix_hashes)
@@ -113,8 +114,10 @@ class PagedAllocator(KVAllocator):
         prefix_hashes: Sequence[int] | None = None,
         *,
         retention: Retention | None = None,
+        computed_tokens: int = 0,
     ) -> int:
-        """Blocks for the first `num_tokens` (reserve_tokens is ignored: paging reserves nothing).
+        """Blocks for the first `num_tokens` (reserve_tokens is ignored: paging reserves nothing;
+        one full-attention group holds every token, loaded ones too: computed_tokens is ignored).
         Returns the prefix-cache hit tokens (whole blocks)."""
         if num_tokens < 0:
             raise AllocationError(f"request {req_id}: negative token count {num_tokens}")

@@ -88,16 +88,16 @@ def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: in
     total = int(t.prompt[r] + t.generated[r])
     hold = gpu_tokens + hits.total_blocks * alloc.block_size
     need = total if sched.cfg.admit_whole_prompt else hold
-    # a per-group pool counts the loaded tokens as computed: no blocks for what its windows skip
-    loaded = {"computed_tokens": hold} if isinstance(hits, GroupHits) else {}
+    # the loaded tokens count as computed: a per-group pool takes no blocks for what its windows skip
     retention = sched.retention(r, hashes)  # a sparsely keyed sliding or state group
-    if not alloc.can_allocate(need, int(t.reserve[r]), hashes, **loaded):
+    if not alloc.can_allocate(need, int(t.reserve[r]), hashes, computed_tokens=hold):
         return False
     stack.now = now
     ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # type: ignore[arg-type]  # before the allocation: an exclusive tier gives its blocks up first
     stack.muted = True  # the loaded blocks came from the tiers: load() touched or moved them there
     try:
-        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, retention=retention, **loaded)
+        hit = alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, retention=retention,
+                             computed_tokens=hold)
     finally:
         stack.muted = False
     sched.waiting.popleft()
