@@ -108,3 +108,21 @@ def test_two_long_prompts_share_a_decode_pool_that_holds_one_whole_prompt_per_gr
     s = simulate(trace, sc).summary
     assert s["num_blocks"] == 2020 and s["completed"] == 2
     assert s["pd_waited_for_blocks"] == 0
+
+
+@pytest.mark.parametrize(("interval", "hit_tokens"), [(None, 1024), (0, 0)])
+def test_decode_side_keys_a_sliding_group_as_vllms_retention_interval_says(interval, hit_tokens):
+    """gpt-oss-20b P/D, a 1,024-token turn then a 1,536-token turn that begins with it (16-token hash
+    blocks). The decode side holds the first turn's window only: blocks 56..63 (skipped: (1,023 - 127)
+    // 16 = 56). Keyed densely (interval None) they serve the second turn a 1,024-token hit. Under
+    vLLM's default interval 0 a sliding group keys only the 8 blocks before the replay boundary
+    1,023 (floored to 1,008: blocks 55..62, reachable_block_mask); block 55 never reached the decode
+    side, so no 8 contiguous blocks are cached and the whole second prompt moves."""
+    trace = Trace.build([0.0, 5.0], [1024, 1536], [4, 4], format="mooncake", source="turns.jsonl",
+                        prefix_hashes=[list(range(1, 65)), list(range(1, 97))], prefix_block_size=16)
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", max_model_len=4096, prefix_caching=True, pd="1:1",
+                  prefix_cache_retention_interval=interval)
+    s = simulate(trace, sc).summary
+    dep = Deployment.resolve(sc.replace(pd=None))
+    assert s["completed"] == 2 and s["pd_decode_hit_tokens"] == hit_tokens
+    assert s["kv_transfer_bytes"] == transfer_bytes(dep, 1024) + transfer_bytes(dep, 1536, hit_tokens)

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     from sim.core.interfaces import Allocator
+    from sim.core.step_types import Retention
 
 KVSource = Callable[[int, int, float], float]  # (request, tokens, now) -> when its KV is ready
 
@@ -118,6 +119,8 @@ class RemoteHost(Protocol):
 
     def _start_running(self, r: int) -> None: ...
 
+    def retention(self, r: int, hashes: Sequence[int] | None) -> Retention | None: ...
+
 
 def held_tokens(sched: RemoteHost, r: int, tokens: int) -> int:
     """Token states reserved and counted as computed: all remote ones, less the last known token
@@ -145,8 +148,9 @@ def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
     known = books.expected.pop(r)
     hold = held_tokens(sched, r, known)
     sched.waiting.popleft()
-    local = sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), sched.prefix_hashes(r),
-                                 computed_tokens=hold)
+    hashes = sched.prefix_hashes(r)
+    local = sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, computed_tokens=hold,
+                                 retention=sched.retention(r, hashes))  # keyed as vLLM's cache_blocks would
     tokens = known - local  # what the local prefix cache lacks moves (the hit is whole blocks < hold)
     if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission
         t.admitted_s[r] = now
