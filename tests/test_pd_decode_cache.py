@@ -117,7 +117,8 @@ def test_decode_side_keys_a_sliding_group_as_vllms_retention_interval_says(inter
     // 16 = 56). Keyed densely (interval None) they serve the second turn a 1,024-token hit. Under
     vLLM's default interval 0 a sliding group keys only the 8 blocks before the replay boundary
     1,023 (floored to 1,008: blocks 55..62, reachable_block_mask); block 55 never reached the decode
-    side, so no 8 contiguous blocks are cached and the whole second prompt moves."""
+    side, so no 8 contiguous blocks are cached and the whole second prompt moves (a prompt ending
+    inside a block, below, keeps a complete tail)."""
     trace = Trace.build([0.0, 5.0], [1024, 1536], [4, 4], format="mooncake", source="turns.jsonl",
                         prefix_hashes=[list(range(1, 65)), list(range(1, 97))], prefix_block_size=16)
     sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", max_model_len=4096, prefix_caching=True, pd="1:1",
@@ -126,3 +127,13 @@ def test_decode_side_keys_a_sliding_group_as_vllms_retention_interval_says(inter
     dep = Deployment.resolve(sc.replace(pd=None))
     assert s["completed"] == 2 and s["pd_decode_hit_tokens"] == hit_tokens
     assert s["kv_transfer_bytes"] == transfer_bytes(dep, 1024) + transfer_bytes(dep, 1536, hit_tokens)
+
+
+def test_decode_side_keeps_a_complete_tail_when_the_prompt_ends_inside_a_block():
+    """The same under interval 0 with a 1,030-token first turn: the replay boundary 1,029 floors to
+    1,024 (tail blocks 56..63) and the handoff brought blocks (1,030 - 128) // 16 = 56 on, so the
+    second turn (1,536 tokens, the first 64 hash blocks shared) hits 1,024 tokens there."""
+    trace = Trace.build([0.0, 5.0], [1030, 1536], [4, 4], format="mooncake", source="turns.jsonl",
+                        prefix_hashes=[list(range(1, 65)), list(range(1, 97))], prefix_block_size=16)
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", max_model_len=4096, prefix_caching=True, pd="1:1")
+    assert simulate(trace, sc).summary["pd_decode_hit_tokens"] == 1024
