@@ -84,8 +84,10 @@ class PagedAllocator(KVAllocator):
         # A tracked decode batch (track_batch; never with prefix caching): its members' _ntok is
         # their count minus _clock, so growing the batch by k adds k to _clock, and _due (clock
         # value at which members outgrow their blocks -> those members) says who takes a block.
+        # A member's _cap is not kept while tracked: it is its due clock + its _ntok - 1, written
+        # when tracking stops (_untrack; free zeroes it).
         self._batch: np.ndarray | None = None
-        self._members: dict[int, int] = {}  # member -> its due clock (entries elsewhere in _due are stale)
+        self._members: dict[int, int] = {}  # member -> its due clock (it is in that bucket of _due, once)
         self._clock = 0
         self._due: dict[int, list[int]] = {}  # every key above _clock
         self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
@@ -191,6 +193,7 @@ class PagedAllocator(KVAllocator):
         return True
 
     def blocks_to_grow(self, req_ids: Ids, new_num_tokens: Ids) -> int:
+        self._untrack()  # the slots read below are true
         ids, new = self._as_arrays(req_ids, new_num_tokens)
         over = new > self._cap[ids]
         total = 0
@@ -204,6 +207,7 @@ class PagedAllocator(KVAllocator):
         Every request holds whole blocks, so blocks_to_grow(ids, num_tokens + s) is the sum over
         requests of max(0, ceil((s - headroom) / block_size)): a fleet's live view reads a decode
         run's growth at any step from one array (sim/fleet/live_view.py)."""
+        self._untrack()
         ids, n = self._as_arrays(req_ids, num_tokens)
         return self._cap[ids] - n
 
@@ -293,47 +297,37 @@ class PagedAllocator(KVAllocator):
     def _grow_tracked(self, k: int) -> None:
         """grow_by(the tracked batch, k): the clock moves; members whose due clock it reaches take
         blocks (all or nothing): a member due at d <= clock takes 1 + (clock - d) // block_size."""
-        old, clock, due, members = self._clock, self._clock + k, self._due, self._members
+        old, clock, due = self._clock, self._clock + k, self._due
         if k > self.block_size:
             self._grow_tracked_far(old, clock)
         else:  # each member due in (old, clock] takes one block (a step or two: one or two clocks)
-            lives, total = [], 0
+            popped, total = [], 0
             for c in range(old + 1, clock + 1):
                 bucket = due.pop(c, None)
-                if bucket is not None:
-                    live = [r for r in bucket if members.get(r) == c]  # else it left
-                    lives.append((c, live, bucket))
-                    total += len(live)
-            if total and not self._cross_once(lives, total):
-                for c, _, bucket in lives:
-                    due[c] = bucket
-                raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
+                if bucket:  # (a bucket emptied by frees is dropped here)
+                    popped.append((c, bucket))
+                    total += len(bucket)
+            if total:
+                free = self._free  # tracked: no prefix caching, so the free blocks are the clean stack
+                if total > len(free):
+                    due.update(popped)
+                    raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
+                blocks = free[-total:]  # _take's order: lowest id of the top first
+                del free[-total:]
+                pos, bs, tables, members = total, self.block_size, self._tables, self._members
+                for c, bucket in popped:
+                    nd = c + bs
+                    for r in bucket:
+                        pos -= 1
+                        tables[r].append(blocks[pos])
+                        members[r] = nd
+                    later = due.get(nd)
+                    if later is None:
+                        due[nd] = bucket
+                    else:
+                        later.extend(bucket)
         self._clock = clock
-        self._written += k * len(members)
-
-    def _cross_once(self, lives: list[tuple[int, list[int], list[int]]], total: int) -> bool:
-        """Members due at clock c (`lives`: (c, its live members, its bucket)) take one block each and
-        are due again a block later; False (nothing changed) if fewer than `total` blocks are free."""
-        free = self._free  # tracked: no prefix caching, so the free blocks are the clean stack
-        if total > len(free):
-            return False
-        blocks = free[-total:]  # _take's order: lowest id of the top first
-        del free[-total:]
-        pos = total
-        bs, cap, tables, members, due = self.block_size, self._cap, self._tables, self._members, self._due
-        for c, live, _ in lives:
-            nd = c + bs
-            for r in live:
-                pos -= 1
-                tables[r].append(blocks[pos])
-                cap[r] += bs
-                members[r] = nd
-            bucket = due.get(nd)
-            if bucket is None:
-                due[nd] = live
-            else:
-                bucket.extend(live)
-        return True
+        self._written += k * len(self._members)
 
     def _grow_tracked_far(self, old: int, clock: int) -> None:
         """_grow_tracked for k = clock - old > block_size: a member may take several blocks."""
@@ -341,20 +335,19 @@ class PagedAllocator(KVAllocator):
         keys = [c for c in range(old + 1, clock + 1) if c in due] if clock - old <= len(due) else \
             [c for c in due if c <= clock]
         popped = [(c, due.pop(c)) for c in keys]
-        cross = [(r, d, 1 + (clock - d) // bs) for d, bucket in popped for r in bucket if members.get(r) == d]
+        cross = [(r, d, 1 + (clock - d) // bs) for d, bucket in popped for r in bucket]
         total = sum(extra for _, _, extra in cross)
         if total > self.num_free_blocks:
             due.update(popped)
             raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
         if not total:
             return
-        cap, tables = self._cap, self._tables
+        tables = self._tables
         blocks, pos = self._take(total), 0
         for r, d, extra in cross:
             end = pos + extra
             tables[r].extend(blocks[pos:end])
             pos = end
-            cap[r] += extra * bs
             nd = members[r] = d + extra * bs
             bucket = due.get(nd)
             if bucket is None:
@@ -363,14 +356,18 @@ class PagedAllocator(KVAllocator):
                 bucket.append(r)
 
     def _untrack(self) -> None:
-        """Stop tracking the batch: its members' counts written true (every reader but free,
-        num_tokens and the tracked grow_by calls this first)."""
+        """Stop tracking the batch: its members' counts and slots written true (every reader but
+        free, num_tokens and the tracked grow_by calls this first)."""
         if self._batch is None:
             return
-        if self._members:
-            ids = np.fromiter(self._members, dtype=np.intp, count=len(self._members))
-            self._ntok[ids] += self._clock
-            self._members.clear()
+        members = self._members
+        if members:
+            n = len(members)
+            ids = np.fromiter(members, dtype=np.intp, count=n)
+            ntok = self._ntok[ids]
+            self._cap[ids] = np.fromiter(members.values(), dtype=np.int64, count=n) + ntok - 1
+            self._ntok[ids] = ntok + self._clock
+            members.clear()
         self._batch, self._clock = None, 0
         self._due.clear()
 
@@ -397,8 +394,9 @@ class PagedAllocator(KVAllocator):
         if table is None:
             raise AllocationError(f"request {req_id} is not allocated")
         n = self._ntok.item(req_id)
-        if req_id in self._members:  # a tracked member leaves: its true count
-            del self._members[req_id]
+        members = self._members
+        if req_id in members:  # a tracked member leaves: its true count, out of its due bucket
+            self._due[members.pop(req_id)].remove(req_id)
             n += self._clock
         self._active[req_id] = False
         self._ntok[req_id] = self._cap[req_id] = 0
