@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -253,6 +254,10 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
             ids = sorted({live[i % len(live)] for i in step[1]})
             new = [tokens[r] + step[2] for r in ids]
             need, free_before = a.blocks_to_grow(ids, new), a.num_free_blocks
+            assert a._growth_ceiling(len(ids), step[2]) >= need  # fits_growth's bound (shared drops too)
+            if ids and step[2] and a._peak_by_events:  # run_peak's events against the grid, blocks shared
+                i, n1 = np.array(ids), np.array(new)
+                assert HybridPagedAllocator._blocks_to_grow(a, i, n1) == a._peak_grid(i, n1, a._ntok[i], step[2])
             if need <= free_before:
                 (a.grow_by(ids, step[2]) if step[2] % 2 else a.grow_many(ids, new))
                 tokens.update(zip(ids, new, strict=True))

@@ -29,6 +29,7 @@ import numpy as np
 from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.group_managers import GroupManager
 from sim.core.kv.paged import grown, grown_size
+from sim.core.kv.run_peak import handles, peak_pages
 from sim.core.step_types import (
     PEAK_GRID_LIMIT,  # (steps x requests) evaluated exactly for a decode run
     Ids,
@@ -57,6 +58,7 @@ class HybridPagedAllocator(KVAllocator):
         self._version = 0  # bumped by every change of the books (allocate, _apply, free)
         self._grow_memo: tuple[object, int] = (None, 0)  # the last blocks_to_grow question and answer
         self._drop_memo: tuple[object, int] = (None, 0)  # the same for steps_until_free_rises
+        self._peak_by_events = handles(self.managers)  # no state group: run_peak's events, not the grid
 
     # --- sizing --------------------------------------------------------------------------------
     def pages_for(self, num_tokens: int, computed_tokens: int = 0) -> int:
@@ -178,6 +180,13 @@ class HybridPagedAllocator(KVAllocator):
         if k * ids.size > PEAK_GRID_LIMIT:
             return max(0, sum(m.pages * self._growth_bound(m, f[ids], e[ids], new)
                               for m, f, e in zip(self.managers, self._first, self._end, strict=True)))
+        if self._peak_by_events:
+            return peak_pages(self.managers, n.tolist(), new.tolist(), [f[ids].tolist() for f in self._first],
+                              [e[ids].tolist() for e in self._end], k)
+        return self._peak_grid(ids, new, n, k)
+
+    def _peak_grid(self, ids: np.ndarray, new: np.ndarray, n: np.ndarray, k: int) -> int:
+        """_blocks_to_grow's peak on a (steps x requests) grid: any manager (state groups too)."""
         after = np.minimum(n[None, :] + np.arange(1, k + 1)[:, None], new[None, :])  # tokens after step j
         stepped = after > n[None, :]
         before = np.where(stepped, after - 1, n[None, :])  # computed tokens when step j starts
@@ -217,8 +226,19 @@ class HybridPagedAllocator(KVAllocator):
         return steps
 
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
+        """As the paged allocator's: when a bound on the growth fits, no exact peak is needed."""
         ids = np.asarray(req_ids, dtype=np.intp)
+        if self._growth_ceiling(ids.size, num_new_tokens) <= self._free_pages:
+            self._check_many(ids)
+            return True
         return self.blocks_to_grow(ids, self._ntok[ids] + num_new_tokens) <= self._free_pages
+
+    def _growth_ceiling(self, count: int, tokens: int) -> int:
+        """At least blocks_to_grow of `count` requests growing by `tokens` each: ceil(tokens /
+        block_size) new blocks per request and group (a gapped group never holds more than 2),
+        drops ignored (they only lower the peak)."""
+        per = -(-tokens // self.block_size)
+        return count * sum(m.pages * ((2 if per > 0 else 0) if m.gapped else per) for m in self.managers)
 
     def grow_many(self, req_ids: Ids, new_num_tokens: Ids) -> None:
         ids, new = np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)

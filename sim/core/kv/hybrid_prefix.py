@@ -327,6 +327,12 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         firsts = [np.maximum(f[ids], m.skipped_blocks(last)) for m, f in zip(self.managers, self._first, strict=True)]
         return need + self._shared_drops(ids, firsts)
 
+    def _growth_ceiling(self, count: int, tokens: int) -> int:
+        """The parent's, plus a bound on the shared blocks dropped (each one held by at most
+        refcount <= 2 x (refcount - 1) of the requests)."""
+        shared = sum(m.pages * s for m, s in zip(self.managers, self._shared, strict=True))
+        return super()._growth_ceiling(count, tokens) + 2 * shared
+
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
         """Move each request from its old [first, end) to the new one, in three passes so no pass
         needs pages a later one frees: (1) register blocks that filled up and release dropped
