@@ -90,7 +90,7 @@ class DecodeCost(Protocol):
 
 
 # --- the all-decoding batch -------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class DecodeBatch:
     """The running batch while every member is decoding (computes one token per step).
 

@@ -450,15 +450,18 @@ class Scheduler(interfaces.Scheduler):
         batch = self._decode_batch if self._decode_batch is not None and d is self._decode_batch.run else None
         self._step_decoders(d, batch)
         all_done = not plan.preempted and (batch is not None or len(self.running) == len(plan.prefill_ids))
-        for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):
-            if t.status[r] != RUNNING:  # preempted later in the same step (not possible today)
+        status, computed, prompt, generated, first = t.status, t.computed, t.prompt, t.generated, t.first_token_s
+        for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):  # Python scalars: .item reads
+            if status.item(r) != RUNNING:  # preempted later in the same step (not possible today)
                 all_done = False
                 continue
-            t.computed[r] = end
-            if end == t.prompt[r] + t.generated[r]:
-                t.generated[r] += 1
-                if t.first_token_s[r] != t.first_token_s[r]:  # NaN: not sampled before a recompute
-                    t.first_token_s[r] = t_end
+            computed[r] = end
+            g = generated.item(r)
+            if end == prompt.item(r) + g:
+                generated[r] = g + 1
+                sampled = first.item(r)
+                if sampled != sampled:  # NaN: not sampled before a recompute
+                    first[r] = t_end
             else:
                 all_done = False
         if plan.prefill_ids:
@@ -522,15 +525,15 @@ class Scheduler(interfaces.Scheduler):
         if not done:
             return []
         t, context, off = self.t, batch.context, batch.offset()
-        computed = t.computed
+        computed, generated, output, finish_s, status = t.computed, t.generated, t.output, t.finish_s, t.status
         for r in done:  # running order: frees happen in this order
-            t.generated[r] = t.output[r]  # its last token (the batch's steps add to computed only)
+            generated[r] = output.item(r)  # its last token (the batch's steps add to computed only)
             c = computed.item(r)
             if off:
                 c += off  # a lazy batch's member leaves: its true count
                 computed[r] = c
-            t.finish_s[r] = t_end
-            t.status[r] = FINISHED
+            finish_s[r] = t_end
+            status[r] = FINISHED
             context -= c
             self._free_finished(r)
         self._run_arr = None

@@ -59,7 +59,7 @@ class KVBreakdown:
         return {name: getattr(self, name) for name in BREAKDOWN_FIELDS}
 
 
-@dataclass
+@dataclass(slots=True)  # one per general step: slots make it cheaper to build and read
 class StepPlan:
     """What one step computes. Token counts are per request; arrays are aligned.
 

@@ -85,8 +85,9 @@ class TableDecodeTimer:
         g0, lo, hi = float(grid[0]), INF, -INF  # empty segment: the first step looks it up
         a = g = span = rise = 0.0
         out: list[float] = []
+        append, kvf = out.append, float(kv)  # kvf += b is exact (integers far below 2**53): float(kv) each step
         for _ in range(k):
-            x = float(kv) / d
+            x = kvf / d
             if x < g0:
                 x = g0
             if not lo <= x < hi:
@@ -94,10 +95,10 @@ class TableDecodeTimer:
                 lo, hi = grid[i], (grid[i + 1] if i < self.last else INF)
                 a, g, span, rise = values[i], grid[i], spans[i], values[i + 1] - values[i]
             t += base + (a + (x - g) / span * rise)
-            out.append(t)
+            append(t)
             if t >= horizon:
                 break
-            kv += b
+            kvf += b
         return out
 
 

@@ -82,14 +82,16 @@ class PagedAllocator(KVAllocator):
         self._active = np.zeros(size, dtype=bool)
         self._written = 0  # physical slots written in blocks in use
         # A tracked decode batch (track_batch; never with prefix caching): its members' _ntok is
-        # their count minus _clock, so growing the batch by k adds k to _clock, and _due (clock
-        # value at which members outgrow their blocks -> those members) says who takes a block.
-        # A member's _cap is not kept while tracked: it is its due clock + its _ntok - 1, written
-        # when tracking stops (_untrack; free zeroes it).
+        # their count minus _clock, so growing the batch by k adds k to _clock. A member holds
+        # whole blocks and at most block_size - 1 spare slots, so its count passes a block boundary
+        # once every block_size ticks, at the ticks of one residue mod block_size: _rows[rho] lists
+        # the members of residue rho, and a growth takes one block for each member of each row its
+        # ticks pass. A member's _cap is not kept while tracked (its next crossing + its _ntok - 1,
+        # written by _untrack; free zeroes it).
         self._batch: np.ndarray | None = None
-        self._members: dict[int, int] = {}  # member -> its due clock (it is in that bucket of _due, once)
+        self._members: dict[int, int] = {}  # member -> its row (residue of its crossing ticks)
         self._clock = 0
-        self._due: dict[int, list[int]] = {}  # every key above _clock
+        self._rows: list[list[int]] = [[] for _ in range(self.block_size)]
         self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
 
     # --- admission ---------------------------------------------------------------------------
@@ -282,94 +284,79 @@ class PagedAllocator(KVAllocator):
         if joined is None or self._batch is None:
             self._untrack()
             joined = run.tolist()
-        ntok, cap, clock, due, members = self._ntok, self._cap, self._clock, self._due, self._members
+        ntok, cap, clock, bs, rows, members = self._ntok, self._cap, self._clock, self.block_size, self._rows, self._members
         for r in joined:
             n = ntok.item(r) - clock
+            d = cap.item(r) - n + 1  # the clock at which its count passes its slots
+            if not clock < d <= clock + bs:  # holds without prefix caching (whole blocks, none spare)
+                self._untrack()
+                return
             ntok[r] = n
-            d = members[r] = cap.item(r) - n + 1  # the clock at which its count passes its slots (> clock)
-            bucket = due.get(d)
-            if bucket is None:
-                due[d] = [r]
-            else:
-                bucket.append(r)
+            rho = members[r] = d % bs
+            rows[rho].append(r)
         self._batch = run
 
     def _grow_tracked(self, k: int) -> None:
-        """grow_by(the tracked batch, k): the clock moves; members whose due clock it reaches take
-        blocks (all or nothing): a member due at d <= clock takes 1 + (clock - d) // block_size."""
-        old, clock, due = self._clock, self._clock + k, self._due
-        if k > self.block_size:
-            self._grow_tracked_far(old, clock)
-        else:  # each member due in (old, clock] takes one block (a step or two: one or two clocks)
-            popped, total = [], 0
-            for c in range(old + 1, clock + 1):
-                bucket = due.pop(c, None)
-                if bucket:  # (a bucket emptied by frees is dropped here)
-                    popped.append((c, bucket))
-                    total += len(bucket)
-            if total:
-                free = self._free  # tracked: no prefix caching, so the free blocks are the clean stack
-                if total > len(free):
-                    due.update(popped)
-                    raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-                blocks = free[-total:]  # _take's order: lowest id of the top first
-                del free[-total:]
-                pos, bs, tables, members = total, self.block_size, self._tables, self._members
-                for c, bucket in popped:
-                    nd = c + bs
-                    for r in bucket:
-                        pos -= 1
-                        tables[r].append(blocks[pos])
-                        members[r] = nd
-                    later = due.get(nd)
-                    if later is None:
-                        due[nd] = bucket
-                    else:
-                        later.extend(bucket)
-        self._clock = clock
+        """grow_by(the tracked batch, k): the clock moves k ticks; every member whose row the ticks
+        pass takes one block per pass (all or nothing; a member of row rho crosses at the ticks
+        c = rho mod block_size, since its count passes a block boundary every block_size tokens)."""
+        old, bs, rows = self._clock, self.block_size, self._rows
+        lo = (old + 1) % bs  # the row of the first tick
+        if k == 1:
+            passed = [rows[lo]]
+        elif k <= bs:
+            passed = rows[lo:lo + k] if lo + k <= bs else rows[lo:] + rows[:lo + k - bs]
+        else:
+            self._grow_tracked_far(k, lo)
+            passed = []
+        total = sum(map(len, passed))
+        if total:
+            free = self._free  # tracked: no prefix caching, so the free blocks are the clean stack
+            if total > len(free):
+                raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
+            blocks = free[-total:]  # _take's order: lowest id of the top first
+            del free[-total:]
+            pos, tables = total, self._tables
+            for row in passed:
+                for r in row:
+                    pos -= 1
+                    tables[r].append(blocks[pos])
+        self._clock = old + k
         self._written += k * len(self._members)
 
-    def _grow_tracked_far(self, old: int, clock: int) -> None:
-        """_grow_tracked for k = clock - old > block_size: a member may take several blocks."""
-        due, members, bs = self._due, self._members, self.block_size
-        keys = [c for c in range(old + 1, clock + 1) if c in due] if clock - old <= len(due) else \
-            [c for c in due if c <= clock]
-        popped = [(c, due.pop(c)) for c in keys]
-        cross = [(r, d, 1 + (clock - d) // bs) for d, bucket in popped for r in bucket]
-        total = sum(extra for _, _, extra in cross)
-        if total > self.num_free_blocks:
-            due.update(popped)
+    def _grow_tracked_far(self, k: int, lo: int) -> None:
+        """The blocks of a growth of k > block_size ticks from row lo: every row is passed k //
+        block_size times, the first k % block_size rows from lo once more."""
+        bs, rows = self.block_size, self._rows
+        q, rem = divmod(k, bs)
+        order = [(rows[(lo + j) % bs], q + (j < rem)) for j in range(bs)]
+        total = sum(len(row) * times for row, times in order)
+        if total > len(self._free):
             raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-        if not total:
-            return
-        tables = self._tables
-        blocks, pos = self._take(total), 0
-        for r, d, extra in cross:
-            end = pos + extra
-            tables[r].extend(blocks[pos:end])
-            pos = end
-            nd = members[r] = d + extra * bs
-            bucket = due.get(nd)
-            if bucket is None:
-                due[nd] = [r]
-            else:
-                bucket.append(r)
+        tables, blocks, pos = self._tables, self._take(total), 0
+        for row, times in order:
+            for r in row:
+                tables[r].extend(blocks[pos:pos + times])
+                pos += times
 
     def _untrack(self) -> None:
         """Stop tracking the batch: its members' counts and slots written true (every reader but
         free, num_tokens and the tracked grow_by calls this first)."""
         if self._batch is None:
             return
-        members = self._members
+        members, clock, bs = self._members, self._clock, self.block_size
         if members:
             n = len(members)
             ids = np.fromiter(members, dtype=np.intp, count=n)
+            rho = np.fromiter(members.values(), dtype=np.int64, count=n)
             ntok = self._ntok[ids]
-            self._cap[ids] = np.fromiter(members.values(), dtype=np.int64, count=n) + ntok - 1
-            self._ntok[ids] = ntok + self._clock
+            due = clock + 1 + (rho - clock - 1) % bs  # the member's next crossing: its row's next tick
+            self._cap[ids] = due + ntok - 1
+            self._ntok[ids] = ntok + clock
             members.clear()
+            for row in self._rows:
+                row.clear()
         self._batch, self._clock = None, 0
-        self._due.clear()
 
     def _add_blocks(self, req_ids: list[int], new_num_tokens: list[int]) -> None:
         """Extend each table to hold its request's new token count (all or nothing)."""
@@ -395,8 +382,8 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id} is not allocated")
         n = self._ntok.item(req_id)
         members = self._members
-        if req_id in members:  # a tracked member leaves: its true count, out of its due bucket
-            self._due[members.pop(req_id)].remove(req_id)
+        if req_id in members:  # a tracked member leaves: its true count, out of its row
+            self._rows[members.pop(req_id)].remove(req_id)
             n += self._clock
         self._active[req_id] = False
         self._ntok[req_id] = self._cap[req_id] = 0
