@@ -384,17 +384,19 @@ def test_quiet_appends_keep_the_books_of_the_full_path(seed, prefix):
 
 
 class RowByRowTakes(HybridPrefixAllocator):
-    """Each row of _apply's last pass evicts for its own take (the path before the one eviction per pass)."""
+    """Each row of _apply's last pass evicts for and takes its own blocks (the path before the one
+    eviction per pass)."""
 
     def _clean_for_takes(self, rows):
-        pass
+        return False
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_one_eviction_per_apply_keeps_the_row_by_row_cache(seed):
-    """Decode runs of several requests under pressure: evicting a pass's shortfall in one call leaves
-    the same tables, refcounts, cache (parked order, slots through the hits) and counters as each row
-    evicting for its own take, and the one call does evict."""
+    """Decode runs of several requests under pressure: evicting a pass's shortfall in one call (and
+    then cutting each group's takes from one run of ids, `_take_rows`) leaves the same tables, books,
+    refcounts, cache (parked order, slots through the hits) and counters as each row evicting for and
+    taking its own blocks, and the one call does evict; half the seeds key the sliding group sparsely."""
     rng = random.Random(seed)
     groups = (SLIDING, FULL, CHUNKED) if seed % 2 else (SLIDING, FULL)
     page = page_bytes_for(groups, BS, "bf16", 1)
@@ -421,9 +423,11 @@ def test_one_eviction_per_apply_keeps_the_row_by_row_cache(seed):
             n, hashes = rng.randint(1, 40), PREFIXES[rng.randrange(len(PREFIXES))]
             assert fast.hit_by_group(n, hashes) == slow.hit_by_group(n, hashes)
             if fast.can_allocate(n, 0, hashes):
-                assert fast.allocate(r, n, n, prefix_hashes=hashes) == slow.allocate(r, n, n, prefix_hashes=hashes)
+                kw = {"retention": Retention(n + 1, fast.prefix_junction(n, hashes))} if seed % 4 >= 2 else {}
+                assert fast.allocate(r, n, n, prefix_hashes=hashes, **kw) == slow.allocate(r, n, n, prefix_hashes=hashes, **kw)
                 live.append(r)
         assert fast._tables == slow._tables and fast._blocks.counts() == slow._blocks.counts()
+        assert fast._nreg == slow._nreg and all((a == b).all() for a, b in zip(fast._first + fast._end, slow._first + slow._end, strict=True))
         assert fast.cache.parked() == slow.cache.parked() and fast.num_free_blocks == slow.num_free_blocks
         assert (fast.cache.evictions, fast.cache.registrations) == (slow.cache.evictions, slow.cache.registrations)
         fast.check_invariants()

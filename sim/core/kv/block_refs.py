@@ -4,7 +4,8 @@ The same scheme as the paged allocator (sim/core/kv/paged.py): a block in use ha
 it is in `extra` (block -> refcount - 1), since sharing (a hit on a block another request holds) is
 rare next to the blocks taken, released and evicted every step; so the common paths touch no
 per-block dict. Whether a block is in use at all is one byte per id (`live`), which a hit reads to
-tell a shared block from a cached free one.
+tell a shared block from a cached free one. Most releases are one to three blocks (a decode step's
+sliding drop), stored one by one: numpy's fancy store pays ~3 us for a list of any length.
 
 Ids are never reused: group g's k-th block is k x groups + g (so a block's group is its id modulo
 groups), and a run of new blocks is one strided slice of `live`, set in one store. `live` grows
@@ -18,6 +19,8 @@ import operator
 from itertools import compress
 
 import numpy as np
+
+_FANCY = 16  # spans this long or longer are stored by one fancy index (~3 us); shorter ones by a loop (~0.1 us a block)
 
 
 class BlockRefs:
@@ -68,7 +71,12 @@ class BlockRefs:
         whether it is. `maybe_shared` False: the caller knows none is (its group shares nothing)."""
         extra = self.extra
         if not maybe_shared or not extra or extra.keys().isdisjoint(span):
-            self.live[span] = 0
+            if len(span) < _FANCY:
+                live = self.live
+                for b in span:
+                    live[b] = 0
+            else:
+                self.live[span] = 0
             return None
         shared = list(map(extra.__contains__, span))
         for b in compress(span, shared):

@@ -353,30 +353,66 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             if f1 > e0:
                 self._tables[g][r].extend([-1] * (min(f1, e1) - e0))
                 self._park_keyed(g, r, keys, e0, min(f1, e1, full))
-        self._clean_for_takes(rows)
-        for g, r, _, e0, f1, e1, keys, full in rows:
-            table = self._tables[g][r]
-            start = max(e0, f1)
-            table.extend(self._take(g, e1 - start))
-            if full > start:
-                self._key_run(g, r, keys, start, min(e1, full))
-            self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
-            self._first[g][r], self._end[g][r] = f1, e1
+        if self._clean_for_takes(rows):
+            self._take_rows(rows)
+        else:
+            for g, r, _, e0, f1, e1, keys, full in rows:
+                table = self._tables[g][r]
+                start = max(e0, f1)
+                table.extend(self._take(g, e1 - start))
+                if full > start:
+                    self._key_run(g, r, keys, start, min(e1, full))
+                self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
+                self._first[g][r], self._end[g][r] = f1, e1
         if self.state_align_block:
             self._finish_states(states, ids, new)
         self._ntok[ids] = new
 
-    def _clean_for_takes(self, rows: list[tuple]) -> None:
+    def _clean_for_takes(self, rows: list[tuple]) -> bool:
         """Evict, in one call, what the takes of _apply's last pass will evict row by row: the same
         blocks (the LRU's head; the pass parks nothing) when every block has the same pages, and
         the same cache after the pass (an evicted key a row registers again ends with the new
         block either way). Not when the KV tiers hear evictions: row by row, such a key is
-        never reported gone."""
+        never reported gone. True when it evicted for every take (the pass may then `_take_rows`)."""
         if len(rows) < 2 or not self._uniform_pages or self.cache.on_evict is not None:
-            return
+            return False
         blocks = sum(max(e1 - max(e0, f1), 0) for _, _, _, e0, f1, e1, _, _ in rows)
         if blocks:
             self._make_clean(blocks * self._most_pages)
+        return True
+
+    def _take_rows(self, rows: list[tuple]) -> None:
+        """_apply's last pass once `_clean_for_takes` made every take's pages clean (no take
+        evicts): each group's new blocks are one run of ids, the very ids row-by-row takes hand
+        out in row order (rows come grouped by group), cut per row; a densely keyed group's
+        filled blocks are registered without `_key_run`'s per-row lookups."""
+        i = 0
+        while i < len(rows):
+            g = rows[i][0]
+            j = i + 1
+            while j < len(rows) and rows[j][0] == g:
+                j += 1
+            group = rows[i:j]
+            counts = [max(e1 - max(e0, f1), 0) for _, _, _, e0, f1, e1, _, _ in group]
+            total = sum(counts)
+            ids = self._blocks.new(g, total) if total else []
+            self._free_pages -= total * self.managers[g].pages
+            tables, nreg, first, end = self._tables[g], self._nreg[g], self._first[g], self._end[g]
+            sparse, register, pos = self._need[g], self.cache.register, 0
+            for (_, r, _, e0, f1, e1, keys, full), count in zip(group, counts, strict=True):
+                table = tables[r]
+                if count:
+                    table += ids[pos:pos + count]
+                    pos += count
+                start = max(e0, f1)
+                if full > start:
+                    if sparse:
+                        self._key_run(g, r, keys, start, min(e1, full))
+                    else:
+                        register(keys, start, table[start:min(e1, full)])
+                nreg[r] = max(nreg.get(r, 0), full)
+                first[r], end[r] = f1, e1
+            i = j
 
     def _append_quiet(self, r: int, k: int) -> bool:
         """The parent's test, and no block of the request's hashed range fills up (nothing to
@@ -393,17 +429,23 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[tuple]:
         """(group, request, old first, old end, new first, new end, its node keys, full keyed blocks)
         for every request and group whose blocks change or fill up."""
-        rows, per = [], self.cache.per
+        rows, per, bs = [], self.cache.per, self.block_size
+        rs = ids.tolist()
+        gkeys = self._gkeys
+        nodes = [gkeys.get(r) for r in rs]
+        tokens = new.tolist()
         for g in range(len(self.managers)):
             if self._gapped[g]:  # state groups: _state_moves
                 continue
-            first, end, nreg = self._first[g], self._end[g], self._nreg[g]
-            for k, r in enumerate(ids.tolist()):
-                f0, e0, f1, e1 = int(first[r]), int(end[r]), int(firsts[g][k]), int(ends[g][k])
-                keys = self._gkeys[r][g] if r in self._gkeys else []
-                full = min(len(keys) * per, int(new[k]) // self.block_size)
+            nreg, f1s, e1s = self._nreg[g], firsts[g], ends[g]
+            if isinstance(f1s, np.ndarray):
+                f1s, e1s = f1s.tolist(), e1s.tolist()
+            for r, keys, n1, f0, e0, f1, e1 in zip(rs, nodes, tokens, self._first[g][ids].tolist(),
+                                                   self._end[g][ids].tolist(), f1s, e1s, strict=True):
+                keys = keys[g] if keys is not None else []
+                full = min(len(keys) * per, n1 // bs)
                 if f0 != f1 or e0 != e1 or full > nreg.get(r, 0):
-                    rows.append((g, r, f0, e0, f1, e1, keys, full))
+                    rows.append((g, r, f0, e0, int(f1), int(e1), keys, full))
         return rows
 
     # --- release --------------------------------------------------------------------
