@@ -230,9 +230,9 @@ class Scheduler(interfaces.Scheduler):
         if run.size:
             batch = self.decode_batch() if run.size <= budget else None
             if batch is not None and self.alloc.fits_growth(run, 1):
-                c = t.computed[run]
+                c = t.computed[run]  # a fresh array (a gather): the lazy offset is added in place (cheaper)
                 if batch.lazy and batch.clock:
-                    c = c + batch.clock
+                    c += batch.clock
                 self.alloc.grow_by(run, 1)
                 plan.decode_ids, plan.decode_context, plan.decode_kv = run, c, batch.context
                 budget -= run.size

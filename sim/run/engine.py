@@ -344,7 +344,9 @@ class Simulation:
         The fleet (sim/fleet/engine.py) changes the two hooks: `_decode_run` and `_idle`."""
         env, sched, skip_ahead, limit = self.env, rep.sched, self.skip_ahead, self.step_limit
         while limit is None or self.total_steps < limit:
-            self.admit_arrivals(rep, rep.t)
+            times = rep.times  # (a fleet may route into the feed or replace it between steps)
+            if rep.ptr < len(times) and times[rep.ptr] <= rep.t:  # admit_arrivals' own test, without the call
+                self.admit_arrivals(rep, rep.t)
             work = sched.has_work
             due = self.timed_events and self._event_due(rep)  # (False whenever timed_events is)
             k = sched.decode_run_limit() if skip_ahead and work and not due else 0
@@ -400,7 +402,8 @@ class Simulation:
         k, t_end = len(ends), ends[-1]
         early = 0  # steps booked at the second-to-last end: only when it falls in another bucket
         if k > 1:
-            self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
+            if rep.ptr < len(rep.times) and rep.times[rep.ptr] <= ends[-2]:
+                self.admit_arrivals(rep, ends[-2])  # arrivals behind a blocked queue, as stepping adds them
             early = run.early_steps(rec.bucket)
             if early:
                 rec.add_counts(ends[-2], early, 0, early * b, 0)
