@@ -210,6 +210,34 @@ def vllm_group_size(layer_counts: list[int]) -> int:
     return most if most < fewest * 1.5 else fewest
 
 
+# vLLM's GPU default (config/vllm.py `VllmConfig.__post_init__`: async scheduling is switched on
+# unless an option rules it out); kvsim's step loop is synchronous, but what it admits follows
+# the in-flight bound the real engine reserves for.
+ASYNC_SCHEDULING = True
+
+
+def max_in_flight_tokens(max_batched_tokens: int, async_scheduling: bool = ASYNC_SCHEDULING) -> int:
+    """vLLM 0.32's `VllmConfig.max_in_flight_tokens` (config/vllm.py): tokens scheduled but not yet
+    settled, max_concurrent_batches x max_num_batched_tokens, where max_concurrent_batches is 2 with
+    async scheduling and 1 without (pipeline parallelism, which adds batches, is not modelled)."""
+    return (2 if async_scheduling else 1) * max_batched_tokens
+
+
+def sliding_admission_blocks(window: int, in_flight_tokens: int, max_model_len: int, block_size: int) -> int:
+    """vLLM 0.32's `SlidingWindowSpec.max_admission_blocks_per_request` (v1/kv_cache_interface.py):
+    the most blocks one request of a sliding group holds, the last window - 1 computed tokens plus
+    the in-flight ones (frees follow the processed tokens), + 1 for a window that straddles a block.
+    Both the startup "Maximum concurrency" line and the runtime admission cap (extra_retained_tokens
+    is 0: no multi-module speculative decoding here)."""
+    return _ceil_div(min(window - 1 + in_flight_tokens, max_model_len), block_size) + 1
+
+
+def chunked_admission_blocks(chunk: int, in_flight_tokens: int, max_model_len: int, block_size: int) -> int:
+    """vLLM 0.32's `ChunkedLocalAttentionSpec.max_admission_blocks_per_request`: one chunk plus the
+    in-flight tokens, no extra block (v1/kv_cache_interface.py)."""
+    return _ceil_div(min(chunk + in_flight_tokens, max_model_len), block_size)
+
+
 
 # --- reading the groups from a config.json ----------------------------------------------------
 

@@ -20,11 +20,11 @@ import pytest
 
 from gpu_backend.vllm_engine.client import VllmRun, run_workers
 from gpu_backend.vllm_engine.conform import compare
-from gpu_backend.vllm_engine.kvsim_side import replay_kvsim
+from gpu_backend.vllm_engine.kvsim_side import group_layout, replay_kvsim
 from gpu_backend.vllm_engine.protocol import EngineConfig, EngineRequest
 from models.spec import load_spec
 from sim.core.kv.group_managers import page_bytes_for
-from sim.core.kv.registry import KVLayout, make_group_allocator
+from sim.core.kv.registry import make_group_allocator
 
 pytestmark = pytest.mark.slow
 MODEL_DIR = "tests/data/tiny-gemma3"
@@ -58,9 +58,10 @@ def config(interval: int | None, blocks: int = BLOCKS) -> EngineConfig:
 
 
 def pool(interval: int | None, blocks: int = BLOCKS):
-    """kvsim's per-group pool of `blocks` pages (both groups' blocks are one page: one layer each)."""
+    """kvsim's per-group pool of `blocks` pages (both groups' blocks are one page: one layer each),
+    with vLLM's admission cap for the sliding group (kvsim_side.group_layout)."""
     groups = load_spec(f"{MODEL_DIR}/config.json").groups
-    layout = KVLayout(block_size=BLOCK, prefix_caching=True, kv_dtype="fp32", retention_interval=interval)
+    layout = group_layout(config(interval, blocks))
     return make_group_allocator(layout, groups, blocks * page_bytes_for(groups, BLOCK, "fp32", 1), BLOCK)
 
 

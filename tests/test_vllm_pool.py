@@ -144,10 +144,14 @@ def _state_only():
 
 
 def test_logged_max_concurrency_counts_window_plus_batch():
-    """vLLM's start-up line: gpt-oss sliding layers count min(128 - 1 + 8192, max_len) tokens + 1 block."""
+    """vLLM 0.32's start-up line: gpt-oss sliding layers count min(128 - 1 + max_in_flight_tokens,
+    max_len) tokens + 1 block, max_in_flight_tokens = 2 x 8192 with async scheduling (the GPU
+    default), 8192 without."""
     oss = pool_layout(load_spec("gpt-oss-120b"))
-    need = 32768 // 16 + (math.ceil((127 + 8192) / 16) + 1)
+    need = 32768 // 16 + (math.ceil((127 + 2 * 8192) / 16) + 1)
     assert oss.max_concurrency(10_000, 32768, 8192) == pytest.approx(10_000 / need)
+    need_sync = 32768 // 16 + (math.ceil((127 + 8192) / 16) + 1)
+    assert oss.max_concurrency(10_000, 32768, 8192, async_scheduling=False) == pytest.approx(10_000 / need_sync)
     assert oss.blocks_per_sequence(32768) == 2048 + 9  # at run time: the window's 9 blocks
 
 

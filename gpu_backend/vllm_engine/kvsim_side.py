@@ -12,10 +12,27 @@ import numpy as np
 
 from gpu_backend.vllm_engine.protocol import EngineConfig, EngineRequest, StepRecord
 from gpu_backend.vllm_engine.trace_requests import block_content_ids
+from models.kv_groups import max_in_flight_tokens
 from sim.core.interfaces import Allocator
 from sim.core.kv.paged import PagedAllocator
+from sim.core.kv.registry import KVLayout
 from sim.core.request import RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
+
+
+def in_flight_tokens(cfg: EngineConfig) -> int:
+    """vLLM's max_in_flight_tokens for the worker's engine: it runs without async scheduling
+    (worker.py), so one batch is in flight (models/kv_groups.py `max_in_flight_tokens`)."""
+    return max_in_flight_tokens(cfg.max_num_batched_tokens, async_scheduling=False)
+
+
+def group_layout(cfg: EngineConfig, kv_dtype: str = "fp32") -> KVLayout:
+    """The per-group pool's layout (sim.core.kv.registry.make_group_allocator) of the worker's
+    engine `cfg`: its block size, prefix caching, retention interval, and the admission caps vLLM
+    sets from its max_in_flight_tokens and max_model_len."""
+    return KVLayout(block_size=cfg.block_size, prefix_caching=cfg.prefix_caching, kv_dtype=kv_dtype,
+                    retention_interval=cfg.prefix_cache_retention_interval, in_flight_tokens=in_flight_tokens(cfg),
+                    max_model_len=cfg.max_model_len)
 
 
 def build_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, sched_cfg: SchedulerConfig | None = None,

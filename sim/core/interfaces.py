@@ -40,8 +40,13 @@ class Allocator(Protocol):
 
     # --- admission
     def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None,
-                     *, computed_tokens: int = 0) -> bool:
-        """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?"""
+                     *, computed_tokens: int = 0, chunk_tokens: int | None = None) -> bool:
+        """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?
+        `chunk_tokens`: vLLM's admission with full_sequence_must_fit (its default
+        scheduler_reserve_full_isl): num_tokens is the request's whole known sequence, counted with
+        vLLM's per-request admission cap of sliding-window and chunked groups, and the first
+        chunk_tokens, which `allocate` then takes, must fit too (0: only the whole-sequence check).
+        A pool without such groups ignores it: its whole-sequence need covers the chunk's."""
         ...
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int,

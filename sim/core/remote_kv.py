@@ -131,12 +131,13 @@ def held_tokens(sched: RemoteHost, r: int, tokens: int) -> int:
 
 def head_fits(sched: RemoteHost, r: int) -> bool:
     """Could the remote request at the head be given its blocks now? Blocks for all its known
-    tokens must be free (vLLM reserves the whole prompt for a remote prefill), less what a window
-    or chunk group skips of the loaded tokens (vLLM's null blocks: the window is all that moves)."""
+    tokens must be free (vLLM reserves the whole prompt for a remote prefill; a window or chunk
+    group up to its admission cap), less what a window or chunk group skips of the loaded tokens
+    (vLLM's null blocks: the window is all that moves), and the loaded tokens' own blocks too."""
     t = sched.t
     loaded = held_tokens(sched, r, sched.remote.expected[r])
     return sched.alloc.can_allocate(int(t.prompt[r] + t.generated[r]), int(t.reserve[r]), sched.prefix_hashes(r),
-                                    computed_tokens=loaded)
+                                    computed_tokens=loaded, chunk_tokens=loaded)
 
 
 def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:

@@ -15,7 +15,9 @@ Each step (vLLM v1 order):
    order while `max_num_seqs`, the token budget and the allocator allow. The head blocks the queue
    (no skipping). Without chunked prefill a prompt is scheduled whole or not at all. With
    `admit_whole_prompt` (vLLM's scheduler_reserve_full_isl) a request is admitted only when blocks
-   for its whole prompt (+ generated tokens) are free, though only the first chunk is allocated.
+   for its whole prompt (+ generated tokens) are free, though only the first chunk is allocated
+   (a sliding-window or chunked group counts at most vLLM's per-request admission cap, and the
+   first chunk must fit on its own too: `Allocator.can_allocate`'s chunk_tokens).
 
 A pool with a linear-attention state group in vLLM's align mode (prefix caching on; the pool's
 `state_align_block` is its block size) has its prefill chunks cut as vLLM's
@@ -369,12 +371,14 @@ class Scheduler(interfaces.Scheduler):
         return Retention(int(self.t.prompt[r]), self._junction(r, hashes))
 
     def _can_admit(self, r: int, n: int, hashes: Sequence[int] | None, total: int = -1) -> bool:
-        """Would the allocator take the head request with a first chunk of n tokens now?"""
+        """Would the allocator take the head request with a first chunk of n tokens now? With
+        admit_whole_prompt its whole known sequence must fit (window and chunk groups counted up to
+        vLLM's admission cap) and so must the chunk (vLLM's allocate_slots with full_sequence_must_fit)."""
         if not self.cfg.admit_whole_prompt:
-            need = n
-        else:
-            need = total if total >= 0 else self.t.prompt.item(r) + self.t.generated.item(r)
-        return self.alloc.can_allocate(need, self.t.reserve.item(r), hashes)
+            return self.alloc.can_allocate(n, self.t.reserve.item(r), hashes)
+        if total < 0:
+            total = self.t.prompt.item(r) + self.t.generated.item(r)
+        return self.alloc.can_allocate(total, self.t.reserve.item(r), hashes, chunk_tokens=n)
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
         t = self.t
@@ -434,8 +438,8 @@ class Scheduler(interfaces.Scheduler):
         if self.tiers is None or hashes is None:
             return None
         if self.cfg.admit_whole_prompt and not self.alloc.can_allocate(
-                int(self.t.prompt[r] + self.t.generated[r]), int(self.t.reserve[r]), hashes):
-            return False  # blocked whatever the tiers hold (the plain path's own test): skip the lookup
+                int(self.t.prompt[r] + self.t.generated[r]), int(self.t.reserve[r]), hashes, chunk_tokens=0):
+            return False  # blocked whatever the tiers hold (the plain path's whole-sequence test): skip the lookup
         found = tier_admission.lower_hits(self, r, hashes)
         return None if found is None else tier_admission.admit_loading(self, r, hashes, *found, now)
 

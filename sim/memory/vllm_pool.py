@@ -16,8 +16,10 @@ the pool in blocks of `block_size` tokens that every KV cache group draws from:
   layers become 6 groups of 10 (8 padding layers) beside 1 group of 10 full layers;
 - the "Maximum concurrency" start-up line (`get_max_concurrency_for_kv_cache_config`) divides the
   pool by the blocks a request of max_model_len may take in the worst case: a sliding group counts
-  min(window - 1 + max_num_batched_tokens, max_model_len) tokens plus one block, so for sliding
-  models it is far below how many sequences really fit (blocks leaving the window are freed).
+  min(window - 1 + max_in_flight_tokens, max_model_len) tokens plus one block (0.32:
+  `SlidingWindowSpec.max_admission_blocks_per_request`; max_in_flight_tokens = 2 x
+  max_num_batched_tokens under async scheduling, vLLM's GPU default, models/kv_groups.py), so for
+  sliding models it is far below how many sequences really fit (blocks leaving the window are freed).
 
 A sequence's spend (`blocks_per_sequence`) is what the pool gives it at its peak: every full group
 cdiv(context, block_size), every sliding group the blocks its window straddles
@@ -35,7 +37,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State, vllm_group_size
+from models.kv_groups import (
+    ASYNC_SCHEDULING,
+    MLA,
+    ChunkedLocal,
+    FullAttention,
+    KVGroup,
+    SlidingWindow,
+    State,
+    chunked_admission_blocks,
+    max_in_flight_tokens,
+    sliding_admission_blocks,
+    vllm_group_size,
+)
 from models.spec import ModelSpec
 
 GROUPING_SOURCE = "vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size (vLLM 0.10-0.32)"
@@ -63,16 +77,16 @@ class PoolGroup:
             return self.state_pages
         return self.kind.blocks_kept(context, block_size)
 
-    def blocks_for_max_concurrency(self, max_model_len: int, max_batched_tokens: int, block_size: int) -> int:
-        """vLLM's worst-case blocks of one request at max_model_len (its "Maximum concurrency" line)."""
+    def blocks_for_max_concurrency(self, max_model_len: int, in_flight_tokens: int, block_size: int) -> int:
+        """vLLM's worst-case blocks of one request at max_model_len (its "Maximum concurrency" line):
+        a sliding or chunked group its `max_admission_blocks_per_request` (models/kv_groups.py, the
+        cap the runtime admission uses too), for `in_flight_tokens` = max_in_flight_tokens."""
         if isinstance(self.kind, State):
             return self.state_pages
         if isinstance(self.kind, SlidingWindow):
-            tokens = min(self.kind.window - 1 + max_batched_tokens, max_model_len)
-            return _cdiv(tokens, block_size) + 1
+            return sliding_admission_blocks(self.kind.window, in_flight_tokens, max_model_len, block_size)
         if isinstance(self.kind, ChunkedLocal):
-            tokens = min(self.kind.chunk + max_batched_tokens, max_model_len)
-            return _cdiv(tokens, block_size)
+            return chunked_admission_blocks(self.kind.chunk, in_flight_tokens, max_model_len, block_size)
         return _cdiv(max_model_len, block_size)
 
 
@@ -99,9 +113,12 @@ class PoolLayout:
         """What the pool spends on one sequence of `context` tokens at its peak (padding included)."""
         return self.blocks_per_sequence(context) * self.bytes_per_block
 
-    def max_concurrency(self, num_blocks: int, max_model_len: int, max_batched_tokens: int) -> float:
-        """vLLM's logged "Maximum concurrency for max_model_len tokens per request"."""
-        need = sum(g.blocks_for_max_concurrency(max_model_len, max_batched_tokens, self.block_size) for g in self.groups)
+    def max_concurrency(self, num_blocks: int, max_model_len: int, max_batched_tokens: int,
+                        async_scheduling: bool = ASYNC_SCHEDULING) -> float:
+        """vLLM's logged "Maximum concurrency for max_model_len tokens per request" (its window and
+        chunk groups count max_in_flight_tokens: 2 x max_batched_tokens with async scheduling)."""
+        in_flight = max_in_flight_tokens(max_batched_tokens, async_scheduling)
+        need = sum(g.blocks_for_max_concurrency(max_model_len, in_flight, self.block_size) for g in self.groups)
         return num_blocks / need if need else 0.0
 
     def as_dict(self) -> dict[str, object]:

@@ -331,7 +331,8 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
     logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"])
     a["vllm_logged_max_concurrency"] = {"max_model_len": max_len, "concurrency": logged, "why_it_differs": (
         "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "
-        "max_num_batched_tokens tokens; at run time a sequence holds only its own context and its window.")}
+        "max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling) tokens; at run time a sequence "
+        "holds only its own context and its window.")}
     for row in table["rows"]:
         blocks = layout.blocks_per_sequence(row["context"])
         row["kv_per_seq_bytes_kvsim"] = row["kv_per_seq_bytes"]

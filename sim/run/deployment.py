@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
-from models.kv_groups import State
+from models.kv_groups import State, max_in_flight_tokens
 from models.spec import ModelSpec, SpecError, load_spec
 from sim.core.interfaces import Allocator
 from sim.core.kv.registry import (
@@ -120,7 +120,7 @@ class Deployment:
     @property
     def layout(self) -> KVLayout:
         """The KV pool's shape, what the allocator factories read."""
-        return kv_layout(self.scenario)
+        return kv_layout(self.scenario, self.spec)
 
     def make_allocator(self, prefix_block_size: int | None = None) -> Allocator:
         """A fresh, empty KV pool for one replica (prefix_block_size: the trace's hash granularity)."""
@@ -150,10 +150,16 @@ def _check_retention(scenario: Scenario, spec: ModelSpec) -> None:
                             f"{scenario.model} has no sliding-window or state KV group, where it applies (use 0)")
 
 
-def kv_layout(scenario: Scenario) -> KVLayout:
-    """The scenario's KV layout (sim.core.kv.registry.KVLayout: what the allocator factories read)."""
+def kv_layout(scenario: Scenario, spec: ModelSpec | None = None) -> KVLayout:
+    """The scenario's KV layout (sim.core.kv.registry.KVLayout: what the allocator factories read).
+    Window and chunk groups get vLLM's admission cap for max_in_flight_tokens under async
+    scheduling, vLLM's GPU default (models/kv_groups.py), and the scenario's max_model_len
+    (`spec`: the model as it runs, Deployment.model_of, loaded when not given)."""
+    spec = spec or Deployment.model_of(scenario)
     return KVLayout(scenario.allocator, scenario.block_size, scenario.prefix_caching, scenario.placement,
-                    scenario.kv_dtype, scenario.tp, scenario.prefix_cache_retention_interval)
+                    scenario.kv_dtype, scenario.tp, scenario.prefix_cache_retention_interval,
+                    in_flight_tokens=max_in_flight_tokens(scenario.max_batched_tokens),
+                    max_model_len=_max_model_len(scenario, spec))
 
 
 def scenario_memory_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec,
@@ -187,7 +193,7 @@ def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_bl
     """The per-group pool; with layer offload it holds only each group's kept layers (sim/timing/layer_offload.py)."""
     groups = split_groups(spec.groups, scenario.offload_layers)[0] if scenario.offload_layers else spec.groups
     try:
-        return make_group_allocator(kv_layout(scenario), groups, budget, prefix_block_size)
+        return make_group_allocator(kv_layout(scenario, spec), groups, budget, prefix_block_size)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
 

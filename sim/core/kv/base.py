@@ -38,8 +38,9 @@ class KVAllocator(Allocator, ABC):
     # --- admission ---------------------------------------------------------------------------
     @abstractmethod
     def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None,
-                     *, computed_tokens: int = 0) -> bool:
-        """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?"""
+                     *, computed_tokens: int = 0, chunk_tokens: int | None = None) -> bool:
+        """Would `allocate` with these arguments succeed now (prefix-cache hits counted)?
+        `chunk_tokens`: a whole-sequence admission (sim/core/interfaces.py Allocator.can_allocate)."""
 
     @abstractmethod
     def allocate(

@@ -60,7 +60,7 @@ class ContiguousAllocator(KVAllocator):
         return max(1, -(-max(int(reserve_tokens), int(num_tokens)) // self.block_size))
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int, prefix_hashes: Sequence[int] | None = None,
-                     *, computed_tokens: int = 0) -> bool:
+                     *, computed_tokens: int = 0, chunk_tokens: int | None = None) -> bool:
         return self.placement.can_fit(self._blocks_for(num_tokens, reserve_tokens))
 
     def allocate(

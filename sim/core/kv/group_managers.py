@@ -17,6 +17,9 @@ share one pool of equal pages, as vLLM's hybrid allocator shares one BlockPool.
   is cdiv(tokens, block) long but holds only the running state's block and the step's last one,
   with nulls between (`gapped`: `held` counts them, at most 2; sim/core/kv/mamba_align.py).
 
+A whole-sequence admission counts a sliding or chunked group up to `admission_cap` blocks (vLLM's
+`max_admission_blocks_per_request`, models/kv_groups.py); other groups have none.
+
 A contiguous reservation of R tokens (sim/core/kv/contiguous_groups.py) asks each manager how
 many blocks it needs (`contiguous_blocks`): full attention R; a window or chunk only min(R, span)
 as a ring buffer; a state one slot. `token_cap` is how long a request may grow in those blocks
@@ -40,7 +43,17 @@ from typing import Any, cast
 
 import numpy as np
 
-from models.kv_groups import MLA, ChunkedLocal, FullAttention, KVGroup, SlidingWindow, State, vllm_group_size
+from models.kv_groups import (
+    MLA,
+    ChunkedLocal,
+    FullAttention,
+    KVGroup,
+    SlidingWindow,
+    State,
+    chunked_admission_blocks,
+    sliding_admission_blocks,
+    vllm_group_size,
+)
 from sim.core.kv.mamba_align import longest_state_hit
 
 Lookup = Callable[[int], "int | None"]  # a block key -> the cached block holding it, or None
@@ -96,6 +109,12 @@ class GroupManager:
         tokens (dropped blocks are freed at the start of the next step, so a chunk adds to the span)."""
         return self.blocks_for(final_tokens)
 
+    def admission_cap(self, in_flight_tokens: int, max_model_len: int) -> int | None:
+        """vLLM's `max_admission_blocks_per_request` for this group (None: no cap; vLLM sets one for
+        sliding-window and chunked-local groups only, v1/core/single_type_kv_cache_manager.py
+        `get_manager_for_kv_cache_spec`): a whole-sequence admission counts at most this many blocks."""
+        return None
+
     def contiguous_blocks(self, reserve_tokens: Any) -> Any:
         """Blocks a contiguous reservation of `reserve_tokens` tokens takes in this group."""
         return self.blocks_for(reserve_tokens)
@@ -147,6 +166,9 @@ class SlidingWindowManager(GroupManager):
     def max_blocks(self, final_tokens: Any, chunk: Any) -> Any:
         return np.minimum(self.blocks_for(final_tokens), -(-(self.window - 1 + chunk) // self.block_size) + 1)
 
+    def admission_cap(self, in_flight_tokens: int, max_model_len: int) -> int | None:
+        return sliding_admission_blocks(self.window, in_flight_tokens, max_model_len, self.block_size)
+
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
         """Scan from the right for ceil((window - 1) / block_size) consecutive cached blocks (the
         next token attends to window - 1 tokens before it); the blocks before them need not be
@@ -188,6 +210,9 @@ class ChunkedLocalAttentionManager(GroupManager):
 
     def max_blocks(self, final_tokens: Any, chunk: Any) -> Any:
         return np.minimum(self.blocks_for(final_tokens), -(-(self.chunk + chunk) // self.block_size) + 1)
+
+    def admission_cap(self, in_flight_tokens: int, max_model_len: int) -> int | None:
+        return chunked_admission_blocks(self.chunk, in_flight_tokens, max_model_len, self.block_size)
 
     def longest_hit(self, lookup: Lookup, keys: Sequence[int], max_blocks: int) -> tuple[int, int, list[int]]:
         """Blocks before the chunk that holds the hit's end need no lookup (the next token does

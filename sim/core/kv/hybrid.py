@@ -6,6 +6,10 @@ block_size tokens in every layer of the group) takes `pages` pages (sim/core/kv/
 picks the page so every group's block is whole pages; a state slot rounds up). Each step a
 request first drops the blocks its sliding-window or chunked groups no longer attend to, then
 takes blocks for its new tokens in every group; a state group holds one slot per request.
+Admission of a whole sequence (`can_allocate(..., chunk_tokens=)`, vLLM's full_sequence_must_fit)
+counts a window or chunk group up to its per-request admission cap (`admission_caps`, from vLLM's
+max_in_flight_tokens and max_model_len: docs/TIERS.md "Admission of a window or chunk group"),
+then checks the chunk taken now on its own.
 
 The books are counts (no page ids): per request and group, `first` (leading blocks dropped) and
 `end` (blocks taken so far), so the held blocks are end - first; a `gapped` manager (a state group
@@ -27,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from sim.core.kv.base import AllocationError, KVAllocator
-from sim.core.kv.group_managers import GroupManager
+from sim.core.kv.group_managers import UNBOUNDED, GroupManager
 from sim.core.kv.paged import grown, grown_size
 from sim.core.kv.run_peak import handles, peak_pages
 from sim.core.step_types import (
@@ -41,10 +45,16 @@ from sim.core.step_types import (
 class HybridPagedAllocator(KVAllocator):
     """One shared pool of pages; per-group block counts per request (see the module docstring)."""
 
-    def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int) -> None:
+    def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int, *,
+                 in_flight_tokens: int | None = None, max_model_len: int = UNBOUNDED) -> None:
+        """in_flight_tokens: vLLM's max_in_flight_tokens (models/kv_groups.py), which sets the window
+        and chunk groups' admission caps (`admission_caps`); None: no cap (every block counted)."""
         if num_pages < 1 or block_size < 1 or page_bytes < 1 or not managers:
             raise ValueError(f"hybrid allocator: bad sizes ({num_pages=}, {block_size=}, {page_bytes=})")
         self.managers = list(managers)
+        self.admission_caps = [None if in_flight_tokens is None else m.admission_cap(in_flight_tokens, max_model_len)
+                               for m in self.managers]
+        self._capped = any(c is not None for c in self.admission_caps)
         self.num_blocks = int(num_pages)  # pages: the interface's unit of the pool
         self.block_size = int(block_size)
         self.page_bytes = int(page_bytes)
@@ -67,6 +77,16 @@ class HybridPagedAllocator(KVAllocator):
         return sum(m.pages * int(m.held(self._fresh_first(m, num_tokens, computed_tokens), int(m.blocks_for(num_tokens))))
                    for m in self.managers)
 
+    def _capped_pages(self, num_tokens: int, computed_tokens: int) -> int:
+        """vLLM's whole-sequence admission count (kv_cache_manager.py `allocate_slots` with
+        full_sequence_must_fit, `get_num_blocks_to_allocate(apply_admission_cap=True)`): pages_for,
+        but a capped group counts max(min(blocks, cap) - skipped blocks, 0)."""
+        need = 0
+        for m, cap in zip(self.managers, self.admission_caps, strict=True):
+            end, first = int(m.blocks_for(num_tokens)), self._fresh_first(m, num_tokens, computed_tokens)
+            need += m.pages * (int(m.held(first, end)) if cap is None else max(min(end, cap) - first, 0))
+        return need
+
     @staticmethod
     def _fresh_first(m: GroupManager, num_tokens: int, computed_tokens: int) -> int:
         """First block a fresh request holds in group m: a window or chunk group skips the blocks
@@ -82,8 +102,13 @@ class HybridPagedAllocator(KVAllocator):
 
     # --- admission ---------------------------------------------------------------------------
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
-                     *, computed_tokens: int = 0) -> bool:
-        return self.pages_for(num_tokens, computed_tokens) <= self._free_pages
+                     *, computed_tokens: int = 0, chunk_tokens: int | None = None) -> bool:
+        """chunk_tokens (sim/core/interfaces.py): num_tokens is the whole sequence, counted with the
+        admission caps, and the chunk allocated now must fit on its own (vLLM's two checks)."""
+        if chunk_tokens is None or not self._capped:  # uncapped, the whole sequence's need covers its chunk's
+            return self.pages_for(num_tokens, computed_tokens) <= self._free_pages
+        return (self._capped_pages(num_tokens, computed_tokens) <= self._free_pages
+                and self.pages_for(chunk_tokens, computed_tokens) <= self._free_pages)
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
                  prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None,

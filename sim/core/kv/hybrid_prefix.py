@@ -56,7 +56,7 @@ import numpy as np
 
 from sim.core.kv.base import AllocationError
 from sim.core.kv.block_refs import BlockRefs
-from sim.core.kv.group_managers import GroupManager, SlidingWindowManager
+from sim.core.kv.group_managers import UNBOUNDED, GroupManager, SlidingWindowManager
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_state import AlignStateBooks
 from sim.core.kv.mamba_align import shared_prefix_junction
@@ -86,9 +86,12 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     """The per-group paged allocator with prefix caching (see the module docstring)."""
 
     def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int,
-                 prefix_block_size: int | None = None, retention_interval: int | None = 0) -> None:
-        """retention_interval: vLLM's prefix_cache_retention_interval (sim/core/kv/sliding_retention.py)."""
-        super().__init__(managers, num_pages, block_size, page_bytes)
+                 prefix_block_size: int | None = None, retention_interval: int | None = 0, *,
+                 in_flight_tokens: int | None = None, max_model_len: int = UNBOUNDED) -> None:
+        """retention_interval: vLLM's prefix_cache_retention_interval (sim/core/kv/sliding_retention.py);
+        in_flight_tokens, max_model_len: the admission caps (sim/core/kv/hybrid.py)."""
+        super().__init__(managers, num_pages, block_size, page_bytes, in_flight_tokens=in_flight_tokens,
+                         max_model_len=max_model_len)
         check_interval(retention_interval, block_size)
         plain = [m.label for m in self.managers if m.kind == "state" and not m.gapped]
         if plain:
@@ -121,6 +124,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self.hit_blocks = {m.label: 0 for m in self.managers}  # blocks reused from the cache, per group
         self._group_salts = [hash((0x6A0, g)) for g in range(len(self.managers))]  # fixed: int tuples
         self._most_pages = max(m.pages for m in self.managers)
+        self._no_caps: list[int | None] = [None] * len(self.managers)
         self._uniform_pages = all(m.pages == self._most_pages for m in self.managers)  # no per-block page sum
 
     # --- hits ------------------------------------------------------------------------------------
@@ -228,26 +232,39 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             out.append((first, blocks[len(blocks) - (hit_end - first):] if hit_end > first else []))
         return out
 
-    def _admission_pages(self, num_tokens: int, hit: Hit, computed: int = 0) -> int:
-        """Pages a new request takes: its new blocks, plus hit blocks now cached-but-free."""
+    def _admission_pages(self, num_tokens: int, hit: Hit, computed: int = 0, capped: bool = False) -> int:
+        """Pages a new request takes: its new blocks, plus hit blocks now cached-but-free (vLLM's
+        `get_num_blocks_to_allocate`). `capped`: the whole-sequence count, where a window or chunk
+        group's blocks are clamped at its admission cap before the hit is taken off."""
         hit_end = hit[0] // self.block_size
         need = 0
-        for m, (first, blocks) in zip(self.managers, self._kept(hit, computed), strict=True):
+        caps = self.admission_caps if capped else self._no_caps
+        for m, (first, blocks), cap in zip(self.managers, self._kept(hit, computed), caps, strict=True):
             if m.gapped:  # one new block (the step's last) unless the table already reaches it
                 new = 1 if int(m.blocks_for(num_tokens)) > first + len(blocks) else 0
             else:
-                new = int(m.blocks_for(num_tokens)) - max(hit_end, first)
+                end = int(m.blocks_for(num_tokens))
+                new = (end if cap is None else min(end, cap)) - max(hit_end, first)
             need += m.pages * (max(new, 0) + len(blocks) - self._blocks.count_in_use(blocks))  # hits not in use
         return need
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
-                     *, computed_tokens: int = 0) -> bool:
-        """computed_tokens: tokens already computed elsewhere (a KV tier's load), see `_kept`."""
+                     *, computed_tokens: int = 0, chunk_tokens: int | None = None) -> bool:
+        """computed_tokens: tokens already computed elsewhere (a KV tier's load), see `_kept`;
+        chunk_tokens: num_tokens is the whole sequence (capped count) and the chunk allocated now
+        must fit too, with the hit `allocate` will find for it (vLLM's two checks, sim/core/kv/hybrid.py)."""
         gkeys = self._group_keys(prefix_hashes)
         hit = self._find_hit(num_tokens, gkeys)
         if self._hot and self._state_hit_hot(hit[0], gkeys):
             return False  # its state was cached in this step: vLLM defers it (hybrid_state.py)
-        return self._admission_pages(num_tokens, hit, computed_tokens) <= self._free_pages
+        if chunk_tokens is None or not self._capped:  # uncapped, the whole sequence's need covers its chunk's
+            return self._admission_pages(num_tokens, hit, computed_tokens) <= self._free_pages
+        if self._admission_pages(num_tokens, hit, computed_tokens, capped=True) > self._free_pages:
+            return False
+        hit = self._find_hit(chunk_tokens, gkeys)
+        if self._hot and self._state_hit_hot(hit[0], gkeys):
+            return False
+        return self._admission_pages(chunk_tokens, hit, computed_tokens) <= self._free_pages
 
     def allocate(self, req_id: int, num_tokens: int, final_tokens: int, reserve_tokens: int = 0,
                  prefix_hashes: Sequence[int] | None = None, *, retention: Retention | None = None,

@@ -102,7 +102,7 @@ class PagedAllocator(KVAllocator):
         return len(self._match(num_tokens, prefix_hashes)[0]) * self.block_size
 
     def can_allocate(self, num_tokens: int, reserve_tokens: int = 0, prefix_hashes: Sequence[int] | None = None,
-                     *, computed_tokens: int = 0) -> bool:
+                     *, computed_tokens: int = 0, chunk_tokens: int | None = None) -> bool:
         if not self.prefix_caching:
             return -(-num_tokens // self.block_size) <= len(self._free)
         hits, _ = self._match(num_tokens, prefix_hashes)

@@ -18,7 +18,7 @@ from models.registry import Registry
 from sim.core.interfaces import Allocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
-from sim.core.kv.group_managers import GroupManager, align_mode, make_managers
+from sim.core.kv.group_managers import UNBOUNDED, GroupManager, align_mode, make_managers
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.hybrid_prefix import HybridPrefixAllocator
 from sim.core.kv.paged import PagedAllocator
@@ -38,6 +38,10 @@ class KVLayout:
     kv_dtype: str = "bf16"  # per-group page sizes
     tp: int = 1
     retention_interval: int | None = 0  # sliding and state groups with prefix caching (vLLM's, sliding_retention.py)
+    # vLLM's max_in_flight_tokens (models/kv_groups.py): sets the per-request admission cap of
+    # sliding-window and chunked groups (sim/core/kv/hybrid.py); None: no cap, every block counted
+    in_flight_tokens: int | None = None
+    max_model_len: int = UNBOUNDED  # the cap's other bound
 
 
 AllocatorFactory = Callable[[KVLayout, int, int, "int | None"], Allocator]
@@ -64,8 +68,10 @@ def _paged_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int
                   prefix_block_size: int | None) -> Allocator:
     if layout.prefix_caching:  # state groups in vLLM's align mode (the mode vLLM sets with prefix caching)
         return HybridPrefixAllocator([align_mode(m) for m in managers], num_pages, layout.block_size, page_bytes,
-                                     prefix_block_size, layout.retention_interval)
-    return HybridPagedAllocator(managers, num_pages, layout.block_size, page_bytes)
+                                     prefix_block_size, layout.retention_interval,
+                                     in_flight_tokens=layout.in_flight_tokens, max_model_len=layout.max_model_len)
+    return HybridPagedAllocator(managers, num_pages, layout.block_size, page_bytes,
+                                in_flight_tokens=layout.in_flight_tokens, max_model_len=layout.max_model_len)
 
 
 def _contiguous_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int, page_bytes: int,

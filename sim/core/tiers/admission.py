@@ -87,10 +87,12 @@ def admit_loading(sched: TierHost, r: int, hashes: Sequence[int], gpu_tokens: in
     assert stack is not None
     total = int(t.prompt[r] + t.generated[r])
     hold = gpu_tokens + hits.total_blocks * alloc.block_size
-    need = total if sched.cfg.admit_whole_prompt else hold
-    # the loaded tokens count as computed: a per-group pool takes no blocks for what its windows skip
+    # the loaded tokens count as computed: a per-group pool takes no blocks for what its windows skip;
+    # with admit_whole_prompt the whole sequence (capped per group) and the loaded part must fit
+    whole = sched.cfg.admit_whole_prompt
     retention = sched.retention(r, hashes)  # a sparsely keyed sliding or state group
-    if not alloc.can_allocate(need, int(t.reserve[r]), hashes, computed_tokens=hold):
+    if not alloc.can_allocate(total if whole else hold, int(t.reserve[r]), hashes, computed_tokens=hold,
+                              chunk_tokens=hold if whole else None):
         return False
     stack.now = now
     ready = stack.load(hits, r, count_hits=not t.preemptions[r])  # type: ignore[arg-type]  # before the allocation: an exclusive tier gives its blocks up first
