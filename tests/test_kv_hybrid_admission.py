@@ -115,3 +115,21 @@ def test_a_deployment_caps_for_async_scheduling():
     alloc = Deployment.resolve(sc).make_allocator()
     assert max_in_flight_tokens(2048) == 4096 and max_in_flight_tokens(2048, async_scheduling=False) == 2048
     assert alloc.admission_caps == [None, -(-(127 + 4096) // 16) + 1]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("pages", [2_500, 3_000])
+def test_a_request_no_empty_pool_admits_is_rejected_not_left_blocking_the_queue(pages):
+    """gpt-oss-20b (window 128, blocks of 16), 8,192 batched tokens: a 30,000-token prompt with 10
+    output tokens peaks at cdiv(30,009, 16) = 1,876 full + 521 sliding pages, but its whole-sequence
+    admission counts 1,876 + min(1,876, 1,033) = 2,909. On a pool between the two, no step could
+    admit it: it is rejected up front (vLLM refuses to start such a pool for its max_model_len) and
+    the request behind it runs; above 2,909 both run."""
+    from sim.run.engine import simulate
+    from sim.trace.model import Trace
+
+    gib = pages * 196_608 / 2**30  # a page: one 16-token block of one group in fp8 (gpt-oss-20b)
+    sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_dtype="fp8", kv_budget_gib=gib, max_model_len=65_536)
+    blocks = Deployment.resolve(sc).num_blocks
+    assert blocks >= 1_876 + 521 and (blocks < 2_909) == (pages == 2_500)
+    res = simulate(Trace.build([0.0, 1.0], [30_000, 100], [10, 10], format="t", source="t"), sc)
+    assert (res.summary["completed"], res.summary["rejected"]) == ((1, 1) if pages == 2_500 else (2, 0))

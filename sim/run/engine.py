@@ -16,7 +16,9 @@ no event per arrival, which matters on million-request traces.
 
 Requests that can never run are counted, never silently dropped: a prompt of max_model_len tokens
 or more is rejected (as vLLM does); an output that would pass max_model_len is clamped to fit;
-a request whose K/V could not fit an empty pool is rejected. Summary keys `rejected`, `clamped`.
+a request whose K/V could not fit an empty pool is rejected, and on a per-group pool one whose
+whole-sequence admission (window groups counted up to vLLM's cap) no empty pool passes, which
+would block the queue for good. Summary keys `rejected`, `clamped`.
 """
 
 from __future__ import annotations
@@ -108,8 +110,11 @@ def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe:
         return -(-(table.prompt + table.output) // bs) > num_blocks
     final = table.prompt + table.output - 1
     if isinstance(probe, HybridPagedAllocator):  # dep.grouped: pages per layer group
-        chunk = table.prompt if sc.static_batch else sc.max_batched_tokens  # static: the prompt in one step
-        return probe.peak_pages(final, chunk) > num_blocks
+        if sc.static_batch:  # the prompt in one step
+            return probe.peak_pages(final, table.prompt) > num_blocks
+        # and the whole-sequence admission (its window groups capped) of its longest re-admission:
+        # vLLM refuses to start unless a max_model_len request passes it
+        return np.maximum(probe.peak_pages(final, sc.max_batched_tokens), probe.admission_pages(final)) > num_blocks
     return -(-final // bs) > num_blocks
 
 

@@ -95,6 +95,16 @@ class HybridPagedAllocator(KVAllocator):
         first = m.fresh_first(end)
         return min(max(first, int(m.skipped_blocks(computed_tokens))), end) if computed_tokens else first
 
+    def admission_pages(self, tokens: np.ndarray) -> np.ndarray:
+        """Pages a whole-sequence admission of requests of `tokens` known tokens counts in an empty
+        pool (`_capped_pages` for each, no hit): a window or chunk group up to its admission cap,
+        a state group one block. The engine rejects up front a request no empty pool admits."""
+        out = np.zeros_like(tokens)
+        for m, cap in zip(self.managers, self.admission_caps, strict=True):
+            end = m.blocks_for(tokens)
+            out += m.pages * (np.minimum(end, 1) if m.kind == "state" else end if cap is None else np.minimum(end, cap))
+        return out
+
     def peak_pages(self, final_tokens: np.ndarray, chunk: int | np.ndarray) -> np.ndarray:
         """Most pages each request of `final_tokens` tokens holds at once, with prefill chunks of
         up to `chunk` tokens (one for all, or per request): the engine rejects up front a request no empty pool could hold."""
