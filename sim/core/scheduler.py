@@ -469,11 +469,15 @@ class Scheduler(interfaces.Scheduler):
             else:
                 all_done = False
         if plan.prefill_ids:
+            if all_done and batch is not None:  # the prefills join the batch; its ids are built once, after any finishes
+                grown = decode_run.joined(batch, t, batch.run, plan.prefill_ids, plan.prefill_end, self.lazy_computed)
+                self._decode_batch = grown
+                return self._finish_batch(grown, t_end, plan.prefill_ids)
             if all_done:
                 run = self.running_ids()
-                self._decode_batch = decode_run.joined(batch, t, run, plan.prefill_ids, plan.prefill_end,
+                self._decode_batch = decode_run.joined(None, t, run, plan.prefill_ids, plan.prefill_end,
                                                        self.lazy_computed)
-                self._track(run, plan.prefill_ids if batch is not None else None)
+                self._track(run, None)
             else:
                 self._drop_batch()
         return self._finish_done(t_end)
@@ -522,11 +526,16 @@ class Scheduler(interfaces.Scheduler):
         else:
             self.alloc.free(r)
 
-    def _finish_batch(self, batch: DecodeBatch, t_end: float) -> list[int]:
+    def _finish_batch(self, batch: DecodeBatch, t_end: float, joiners: list[int] | None = None) -> list[int]:
         """_finish_done for an all-decoding batch: its heap says who is done (no scan of the
-        batch); the rest are carried into the next batch."""
+        batch); the rest are carried into the next batch. `joiners`: the batch is the one the
+        step's prefills just joined (decode_run.joined), its ids not built yet: they are built here
+        once, after the leavers are out, and the allocator told of the joiners that stay."""
         done = batch.leave(self.running)
         if not done:
+            if joiners is not None:
+                batch.run = run = self.running_ids()
+                self._track(run, joiners)
             return []
         t, context, off = self.t, batch.context, batch.offset()
         computed, generated, output, finish_s, status = t.computed, t.generated, t.output, t.finish_s, t.status
@@ -544,8 +553,12 @@ class Scheduler(interfaces.Scheduler):
         # the rest are carried; with nobody left it is dropped (each leaver's generated is written)
         if self.running:
             run = self.running_ids()
-            self._decode_batch = batch.carried(run, context)
-            self._track(run, [])
+            if joiners is None:
+                self._decode_batch = batch.carried(run, context)
+                self._track(run, [])
+            else:  # the joined batch is new: completed in place
+                batch.run, batch.context = run, context
+                self._track(run, [r for r in joiners if r not in done])
         else:
             self._decode_batch = None
         return done
