@@ -400,26 +400,23 @@ class PagedAllocator(KVAllocator):
         else:
             released = table  # not mutated: a caller may still hold it from block_table()
             self._written -= n
-        if self.prefix_caching:
-            for b in reversed(released):  # tail first: the tail is evicted first
-                if self.cache.is_cached(b):
-                    self.cache.park(b)
-                else:
-                    self._free.append(b)
-        else:
-            self._free.extend(reversed(released))
+        self._free.extend(self.cache.park_keyed(released[::-1]))  # tail first: the tail is evicted first
 
     def _release_shared(self, table: list[int], n: int) -> list[int]:
         """The blocks of a freed table this request was the last user of (others lose one ref)."""
-        bs, released, extra = self.block_size, [], self._extra_refs
-        for b in table:
-            e = extra.get(b)
-            if e is None:
-                released.append(b)
-            elif e == 1:
-                del extra[b]
-            else:
-                extra[b] = e - 1
+        bs, extra = self.block_size, self._extra_refs
+        if extra.keys().isdisjoint(table):  # the common case: none of them shared (one C loop)
+            released = table
+        else:
+            released = []
+            for b in table:
+                e = extra.get(b)
+                if e is None:
+                    released.append(b)
+                elif e == 1:
+                    del extra[b]
+                else:
+                    extra[b] = e - 1
         slack = (bs - n % bs) % bs if released and released[-1] == table[-1] else 0
         self._written -= len(released) * bs - slack
         return released

@@ -25,8 +25,10 @@ first; when it is evicted the other serves the key.
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import Protocol
 
 _ROOT_KEY = 0x5EED  # parent key of block 0; any fixed int
@@ -80,10 +82,12 @@ class PrefixCache:
         keys: list[int] = []
         parent = _ROOT_KEY
         if hb % bs == 0:  # common case: several KV blocks per hash block
-            per = hb // bs
-            for k in range(len(hashes) * per):
-                parent = hash((parent, hashes[k // per]))
-                keys.append(parent)
+            per = range(hb // bs)
+            append = keys.append
+            for h in hashes:
+                for _ in per:
+                    parent = hash((parent, h))
+                    append(parent)
         else:
             for k in range(len(hashes) * hb // bs):
                 first, last = k * bs // hb, ((k + 1) * bs - 1) // hb
@@ -166,6 +170,17 @@ class PrefixCache:
         """`park(block)` for each block in order."""
         self._lru.update(dict.fromkeys(blocks))
 
+    def park_keyed(self, blocks: Sequence[int]) -> list[int]:
+        """`park` the blocks that hold a key, in order; returns the others (clean), in order: a freed
+        table in one loop with no call per block (two method calls per block cost more than the rest)."""
+        lru, b2k, clean = self._lru, self._block_to_key, []
+        for block in blocks:
+            if block in b2k:
+                lru[block] = None
+            else:
+                clean.append(block)
+        return clean
+
     def unpark(self, block: int) -> None:
         """A hit takes a parked block back into use."""
         del self._lru[block]
@@ -176,9 +191,8 @@ class PrefixCache:
     def evict(self, count: int) -> list[int]:
         """Forget the `count` least recently used parked blocks and hand them out as clean."""
         lru, b2k, k2b, dups = self._lru, self._block_to_key, self._key_to_block, self._dups
-        popitem = lru.popitem
-        out = [popitem(last=False)[0] for _ in range(count)]
-        keys = [b2k.pop(block) for block in out]
+        out = list(map(itemgetter(0), map(lru.popitem, repeat(False, count))))  # C loops: a block per entry
+        keys = list(map(b2k.pop, out))
         if dups and not dups.keys().isdisjoint(keys):  # rare: another block may still hold a key
             gone = []
             for key, block in zip(keys, out, strict=True):
@@ -188,8 +202,7 @@ class PrefixCache:
                     del k2b[key]
                     gone.append(key)
         else:  # the common case: each key's only block
-            for key in keys:
-                del k2b[key]
+            deque(map(k2b.__delitem__, keys), maxlen=0)
             gone = keys
         self.evictions += count
         if gone and self.on_evict is not None:

@@ -27,10 +27,9 @@ prompt's last cached token moves only the blocks used), counted per tier and dir
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import takewhile
+from itertools import compress, takewhile
 from typing import Any
 
 from sim.core.link import SharedLink, schedule_over
@@ -90,7 +89,7 @@ class TierStack:
     def lookup(self, keys: Sequence[int], first_block: int, max_blocks: int) -> TierHits:
         """Blocks [first_block, ...) of a request found below the GPU, as a contiguous run of chunks
         (each in the first tier that holds it), capped at max_blocks (the last prompt token is
-        always computed). Runs within one tier are found at C speed (takewhile over the keys)."""
+        always computed). Runs within one tier are found at C speed (takewhile, compress over the keys)."""
         k, levels = self.k, self.levels
         blocks = {lv.kind.name: 0 for lv in levels}
         runs: list[tuple[int, list[int]]] = []
@@ -105,9 +104,9 @@ class TierStack:
             if where < 0:
                 break
             rest = chunk_keys[i:]
-            run = sum(1 for _ in takewhile(contents[where].__contains__, rest))
+            run = len(list(takewhile(contents[where].__contains__, rest)))
             for above in contents[:where]:  # a chunk an upper tier holds belongs to that tier
-                run = next((m for m in range(1, run) if rest[m] in above), run)
+                run = next(compress(range(1, run), map(above.__contains__, rest[1:run])), run)
             runs.append((where, rest[:run]))
             lo, hi = (c0 + i) * k, (c0 + i + run) * k
             blocks[levels[where].kind.name] += min(hi, max_blocks) - max(lo, first_block)
@@ -126,11 +125,11 @@ class TierStack:
         count_hits: add the tokens to `hit_tokens` (False for a re-admission after a preemption, which
         the hit rate leaves out as vLLM's stats do)."""
         for where, run_keys in hits.runs:
-            held = self.levels[where].lru.contents
+            held = self.levels[where].lru
             if self.policy.copies:  # a use: most recent now
-                deque(map(held.move_to_end, run_keys), maxlen=0)
+                held.touch_many(run_keys)
             else:  # moved up into the GPU pool
-                deque(map(held.pop, run_keys), maxlen=0)
+                held.remove_many(run_keys)
         if self.policy.copies:  # then promotion through the tiers above (their LRU may drop another
             for i, above in enumerate(self.levels):  # chunk of this load: it has been read by then)
                 promoted = [key for where, run_keys in hits.runs if where > i for key in run_keys]

@@ -15,6 +15,7 @@ units (pages), not keys, so the occupancy books (units x page bytes) read both a
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -46,6 +47,16 @@ class WeightedLRUTier:
     def touch(self, key: int) -> None:
         """A hit: most recently used now."""
         self._keys.move_to_end(key)
+
+    def touch_many(self, keys: Sequence[int]) -> None:
+        """touch() of each key in order."""
+        for key in keys:
+            self._keys.move_to_end(key)
+
+    def remove_many(self, keys: Sequence[int]) -> None:
+        """remove() of each key."""
+        for key in keys:
+            self.remove(key)
 
     def insert_many(self, new_keys: dict[int, int]) -> tuple[int, list[int]]:
         """Store each key with its units, in the dict's order (a key already there is only touched;
