@@ -26,6 +26,7 @@ blocks, so no write lands in a shared block and nothing is copied on write.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import filterfalse
 
 import numpy as np
 
@@ -106,7 +107,7 @@ class PagedAllocator(KVAllocator):
         if not self.prefix_caching:
             return -(-num_tokens // self.block_size) <= len(self._free)
         hits, _ = self._match(num_tokens, prefix_hashes)
-        parked_hits = sum(1 for b in hits if self.cache.is_parked(b))
+        parked_hits = self.cache.count_parked(hits)
         return -(-num_tokens // self.block_size) - len(hits) <= self.num_free_blocks - parked_hits
 
     def allocate(
@@ -163,15 +164,12 @@ class PagedAllocator(KVAllocator):
         """Take the prefix-cache hit blocks for a new request that needs `need` more blocks (raises,
         changing nothing, if they would not fit): parked ones leave the LRU, live ones become
         shared. Returns how many were parked."""
-        parked = sum(1 for b in hits if self.cache.is_parked(b))
+        parked = self.cache.count_parked(hits)
         if need > self.num_free_blocks - parked:
             raise AllocationError(f"request {req_id}: {need} blocks needed, {self.num_free_blocks} free")
         extra = self._extra_refs
-        for b in hits:
-            if self.cache.is_parked(b):  # take it out of the LRU before anything can evict it
-                self.cache.unpark(b)
-            else:  # live block of another request: now shared
-                extra[b] = extra.get(b, 0) + 1
+        for b in self.cache.unpark_parked(hits):  # parked ones leave the LRU before anything can evict them
+            extra[b] = extra.get(b, 0) + 1  # live blocks of other requests: now shared
         return parked
 
     # --- growth --------------------------------------------------------------------------------
@@ -405,15 +403,14 @@ class PagedAllocator(KVAllocator):
     def _release_shared(self, table: list[int], n: int) -> list[int]:
         """The blocks of a freed table this request was the last user of (others lose one ref)."""
         bs, extra = self.block_size, self._extra_refs
-        if extra.keys().isdisjoint(table):  # the common case: none of them shared (one C loop)
+        shared = extra.keys() & table  # one C loop; few blocks of a table are shared at once
+        if not shared:  # the common case: none of them shared
             released = table
-        else:
-            released = []
-            for b in table:
-                e = extra.get(b)
-                if e is None:
-                    released.append(b)
-                elif e == 1:
+        else:  # the rest kept in order by a C loop, the shared few lose a ref each (order-free)
+            released = list(filterfalse(shared.__contains__, table))
+            for b in shared:
+                e = extra[b]
+                if e == 1:
                     del extra[b]
                 else:
                     extra[b] = e - 1

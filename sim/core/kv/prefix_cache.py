@@ -130,15 +130,13 @@ class PrefixCache:
             for key, block in zip(keys, blocks, strict=True):
                 self.register(key, block)
             return
+        if len(keys) != len(blocks):
+            raise ValueError(f"register_many: {len(keys)} keys for {len(blocks)} blocks")
         before = len(k2b)
-        if k2b.keys().isdisjoint(keys):  # the common case: every key new (checked distinct below)
-            k2b.update(zip(keys, blocks, strict=True))
-            if len(k2b) - before != len(keys):  # a key twice in the run: undo, take the slow road
-                for key in keys:
-                    k2b.pop(key, None)
-        if len(k2b) == before:
-            for key, block in zip(keys, blocks, strict=True):
-                if setdefault(key, block) != block:
+        firsts = list(map(setdefault, keys, blocks))  # one probe a key: the block each key resolves to
+        if len(k2b) - before != len(keys):  # rare: a key cached already (or twice here): a duplicate
+            for key, block, first in zip(keys, blocks, firsts, strict=True):
+                if first != block:
                     self._dups.setdefault(key, []).append(block)
         b2k.update(zip(blocks, keys, strict=True))
         self.registrations += len(blocks)
@@ -187,6 +185,20 @@ class PrefixCache:
 
     def is_parked(self, block: int) -> bool:
         return block in self._lru
+
+    def count_parked(self, blocks: Sequence[int]) -> int:
+        """How many of `blocks` are parked (one C loop: admission asks this of every hit run)."""
+        return sum(map(self._lru.__contains__, blocks))
+
+    def unpark_parked(self, blocks: Sequence[int]) -> list[int]:
+        """`unpark` the parked ones of `blocks`; returns the others (in use), in order."""
+        lru, live = self._lru, []
+        for block in blocks:
+            if block in lru:
+                del lru[block]
+            else:
+                live.append(block)
+        return live
 
     def evict(self, count: int) -> list[int]:
         """Forget the `count` least recently used parked blocks and hand them out as clean."""
