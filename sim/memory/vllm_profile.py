@@ -333,9 +333,10 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
     a["compile_cache"] = prof.compile_cache
     a["vllm_memory"] = prof.as_dict()
     max_len = max_model_len or min(spec.max_position_embeddings, 32768)
-    in_flight = accounting_for(vllm_version).window_counts_in_flight
-    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"], async_scheduling=in_flight)
-    window_tokens = ("max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if in_flight
+    # from 0.32 a window counts the async scheduler's two batches in flight; before, one batch's tokens
+    two_batches = accounting_for(vllm_version).window_counts_in_flight
+    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"], async_scheduling=two_batches)
+    window_tokens = ("max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if two_batches
                      else "max_num_batched_tokens")
     a["vllm_logged_max_concurrency"] = {"max_model_len": max_len, "concurrency": logged, "why_it_differs": (
         "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "

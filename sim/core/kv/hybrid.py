@@ -55,6 +55,7 @@ class HybridPagedAllocator(KVAllocator):
         self.admission_caps = [None if in_flight_tokens is None else m.admission_cap(in_flight_tokens, max_model_len)
                                for m in self.managers]
         self._capped = any(c is not None for c in self.admission_caps)
+        self._no_caps: list[int | None] = [None] * len(self.managers)  # pages_for's uncapped count
         self.num_blocks = int(num_pages)  # pages: the interface's unit of the pool
         self.block_size = int(block_size)
         self.page_bytes = int(page_bytes)
@@ -71,21 +72,21 @@ class HybridPagedAllocator(KVAllocator):
         self._peak_by_events = handles(self.managers)  # no state group: run_peak's events, not the grid
 
     # --- sizing --------------------------------------------------------------------------------
-    def pages_for(self, num_tokens: int, computed_tokens: int = 0) -> int:
+    def pages_for(self, num_tokens: int, computed_tokens: int = 0, capped: bool = False) -> int:
         """Pages one fresh request of `num_tokens` tokens takes at admission (the first
-        `computed_tokens` of them loaded from elsewhere: see `_fresh_first`)."""
-        return sum(m.pages * int(m.held(self._fresh_first(m, num_tokens, computed_tokens), int(m.blocks_for(num_tokens))))
-                   for m in self.managers)
-
-    def _capped_pages(self, num_tokens: int, computed_tokens: int) -> int:
-        """vLLM's whole-sequence admission count (kv_cache_manager.py `allocate_slots` with
-        full_sequence_must_fit, `get_num_blocks_to_allocate(apply_admission_cap=True)`): pages_for,
-        but a capped group counts max(min(blocks, cap) - skipped blocks, 0)."""
+        `computed_tokens` of them loaded from elsewhere: see `_fresh_first`). `capped`: vLLM's
+        whole-sequence count (kv_cache_manager.py `allocate_slots` with full_sequence_must_fit,
+        `get_num_blocks_to_allocate(apply_admission_cap=True)`), where a group with an admission
+        cap counts max(min(blocks, cap) - skipped blocks, 0)."""
         need = 0
-        for m, cap in zip(self.managers, self.admission_caps, strict=True):
+        for m, cap in zip(self.managers, self.admission_caps if capped else self._no_caps, strict=True):
             end, first = int(m.blocks_for(num_tokens)), self._fresh_first(m, num_tokens, computed_tokens)
             need += m.pages * (int(m.held(first, end)) if cap is None else max(min(end, cap) - first, 0))
         return need
+
+    def _capped_pages(self, num_tokens: int, computed_tokens: int) -> int:
+        """The whole-sequence admission count (`pages_for` with the caps)."""
+        return self.pages_for(num_tokens, computed_tokens, capped=True)
 
     @staticmethod
     def _fresh_first(m: GroupManager, num_tokens: int, computed_tokens: int) -> int:

@@ -124,7 +124,6 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self.hit_blocks = {m.label: 0 for m in self.managers}  # blocks reused from the cache, per group
         self._group_salts = [hash((0x6A0, g)) for g in range(len(self.managers))]  # fixed: int tuples
         self._most_pages = max(m.pages for m in self.managers)
-        self._no_caps: list[int | None] = [None] * len(self.managers)
         self._uniform_pages = all(m.pages == self._most_pages for m in self.managers)  # no per-block page sum
 
     # --- hits ------------------------------------------------------------------------------------
