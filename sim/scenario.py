@@ -38,7 +38,7 @@ TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0
 FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
                   "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
                   "gpus_per_node": 8}
-ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0}
+ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0, "async_scheduling": None}
 MAX_GPUS_PER_NODE = 72  # GB200 NVL72, the largest NVLink domain sold as one system
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
@@ -104,6 +104,11 @@ class Scenario:
     max_batched_tokens: int = 8192
     max_model_len: int | None = None  # None = min(model's context, 32768)
     chunked_prefill: bool = True
+    # vLLM's async scheduling (--async-scheduling / --no-async-scheduling); None: vLLM's default, on
+    # for a GPU (models/kv_groups.py async_scheduling_on). It sets max_in_flight_tokens (2 or 1 x
+    # max_batched_tokens), which bounds what a sliding or chunked group counts at admission and in
+    # vLLM's start-up "Maximum concurrency" line; kvsim's step loop stays synchronous either way.
+    async_scheduling: bool | None = None
     preemption: str = "recompute"
     swap_space_gib: float = 4.0
     # KV tiers below the GPU pool (sim/core/tiers/, docs/TIERS.md): GiB per replica (CPU), per node
@@ -180,6 +185,8 @@ class Scenario:
         for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")
+        if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
+            raise bad("async_scheduling", "must be true, false or null (vLLM's default)")
         for name in ("model", "gpu"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip() or len(getattr(self, name)) > 4096:
                 raise bad(name, "must be a non-empty name or path")
@@ -215,6 +222,10 @@ class Scenario:
         for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):  # JSON/URL text "false" means False, not truthy
             if isinstance(data.get(name), str):
                 data[name] = flag(data[name], f"scenario: {name}", ScenarioError)
+        if isinstance(data.get("async_scheduling"), str):  # URL text: "none"/"" for vLLM's default
+            text = data["async_scheduling"].strip().lower()
+            data["async_scheduling"] = None if text in ("", "none", "null") else flag(
+                text, "scenario: async_scheduling", ScenarioError)
         try:
             return cls(**data)
         except TypeError as exc:  # wrong value types that compare badly

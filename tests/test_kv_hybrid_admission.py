@@ -113,7 +113,7 @@ def test_a_deployment_caps_for_async_scheduling():
     (gpt-oss-20b: window 128, blocks of 16; max_model_len 32,768 from the model's context cap)."""
     sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=2.0, kv_dtype="fp8", max_batched_tokens=2048)
     alloc = Deployment.resolve(sc).make_allocator()
-    assert max_in_flight_tokens(2048) == 4096 and max_in_flight_tokens(2048, async_scheduling=False) == 2048
+    assert max_in_flight_tokens(2048, True) == 4096 and max_in_flight_tokens(2048, async_scheduling=False) == 2048
     assert alloc.admission_caps == [None, -(-(127 + 4096) // 16) + 1]  # type: ignore[attr-defined]
 
 

@@ -150,7 +150,7 @@ def test_logged_max_concurrency_counts_window_plus_batch():
     default), 8192 without."""
     oss = pool_layout(load_spec("gpt-oss-120b"))
     need = 32768 // 16 + (math.ceil((127 + 2 * 8192) / 16) + 1)
-    assert oss.max_concurrency(10_000, 32768, 8192) == pytest.approx(10_000 / need)
+    assert oss.max_concurrency(10_000, 32768, 8192, async_scheduling=True) == pytest.approx(10_000 / need)
     need_sync = 32768 // 16 + (math.ceil((127 + 8192) / 16) + 1)
     assert oss.max_concurrency(10_000, 32768, 8192, async_scheduling=False) == pytest.approx(10_000 / need_sync)
     assert oss.blocks_per_sequence(32768) == 2048 + 9  # at run time: the window's 9 blocks

@@ -27,6 +27,8 @@ PROBLEM_KEY = "scenario_problem"  # session_state: why the last scenario_sidebar
 FIELD_KEYS = {"max_model_len": "max_len", "speedup": "load"}  # Scenario field -> widget key, for fixes
 # prefix_cache_retention_interval's two settings on the form (the CLI also takes an interval N > 0)
 RETENTION = {"where a request may resume (vLLM's default)": 0, "every block": None}
+# async_scheduling's settings (the CLI's --async-scheduling / --no-async-scheduling; unset: vLLM's)
+ASYNC = {"vLLM's default (on for a GPU)": None, "on": True, "off": False}
 
 
 def apply_changes(changes: dict[str, Any]) -> None:
@@ -203,6 +205,12 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
 
     sb.subheader("Scheduler")
     chunked = sb.checkbox("Chunked prefill", DEFAULT.chunked_prefill, key="chunked", bind=BIND)
+    bounded.choice("async", list(ASYNC))
+    async_scheduling = ASYNC[sb.selectbox(
+        "Async scheduling", list(ASYNC), index=list(ASYNC.values()).index(DEFAULT.async_scheduling), key="async",
+        bind=BIND, help="vLLM's --async-scheduling: two batches in flight, so a sliding-window or chunked layer "
+                        "group is admitted with 2 x max_batched_tokens of headroom (1 x when off); kvsim's steps "
+                        "stay synchronous (docs/TIERS.md)")]
     preemption = _choice(sb, "Preemption", "preemption", key="preempt")
     max_seqs = bounded.number(sb, "max_num_seqs", 1, 4096, DEFAULT.max_num_seqs, key="max_seqs")
     max_tokens = bounded.number(sb, "max_batched_tokens", 16, 1 << 20, DEFAULT.max_batched_tokens, step=512,
@@ -219,7 +227,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             prefix_cache_retention_interval=retention,
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
-            chunked_prefill=bool(chunked), preemption=preemption, speedup=float(speedup), cost_source=cost_source,
+            chunked_prefill=bool(chunked), async_scheduling=async_scheduling, preemption=preemption, speedup=float(speedup), cost_source=cost_source,
             profile=profile, **fleet, **tiers,
         )
     except ScenarioError as exc:

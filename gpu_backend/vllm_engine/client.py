@@ -54,6 +54,7 @@ class VllmRun:
     wall_s: float
     stderr_tail: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    async_scheduling: bool | None = None  # what the engine resolved (hello); None: an older worker's
 
 
 def run_worker(model_dir: str | Path, cfg: EngineConfig, reqs: list[EngineRequest], *, clock: str = "steps",
@@ -99,7 +100,7 @@ def run_workers(model_dir: str | Path, jobs: list[tuple[EngineConfig, list[Engin
 def _read_runs(lines: Iterable[str], on_step: Callable[[StepRecord], None] | None) -> tuple[list[VllmRun], str | None]:
     """The worker's JSON lines: one VllmRun per "done", and the first error's message."""
     runs: list[VllmRun] = []
-    version, steps, requests, error = "", [], {}, None
+    version, steps, requests, error, async_on = "", [], {}, None, None
     for line in lines:
         try:
             msg = json.loads(line)
@@ -107,7 +108,7 @@ def _read_runs(lines: Iterable[str], on_step: Callable[[StepRecord], None] | Non
             continue  # stray output of a library: not ours
         kind = msg.get("type")
         if kind == "hello":
-            version, steps, requests = msg["vllm_version"], [], {}
+            version, steps, requests, async_on = msg["vllm_version"], [], {}, msg.get("async_scheduling")
         elif kind == "step":
             rec = StepRecord.from_json(msg)
             steps.append(rec)
@@ -116,7 +117,7 @@ def _read_runs(lines: Iterable[str], on_step: Callable[[StepRecord], None] | Non
         elif kind == "request":
             requests[msg.pop("id")] = msg
         elif kind == "done":
-            runs.append(VllmRun(version, steps, requests, float(msg["wall_s"])))
+            runs.append(VllmRun(version, steps, requests, float(msg["wall_s"]), async_scheduling=async_on))
         elif kind == "error" and error is None:
             error = msg["message"]
     return runs, error

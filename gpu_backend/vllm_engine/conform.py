@@ -68,7 +68,8 @@ def engine_config(scenario, num_blocks: int, max_model_len: int) -> EngineConfig
     return EngineConfig(block_size=scenario.block_size, num_blocks=num_blocks, max_num_seqs=scenario.max_num_seqs,
                         max_num_batched_tokens=scenario.max_batched_tokens, chunked_prefill=scenario.chunked_prefill,
                         prefix_caching=scenario.prefix_caching, max_model_len=max_len, seed=scenario.seed,
-                        prefix_cache_retention_interval=scenario.prefix_cache_retention_interval)
+                        prefix_cache_retention_interval=scenario.prefix_cache_retention_interval,
+                        async_scheduling=scenario.async_scheduling)
 
 
 def compare(vllm: list[StepRecord], kvsim: list[StepRecord]) -> tuple[int, dict[str, Any] | None]:

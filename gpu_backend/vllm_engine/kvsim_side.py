@@ -12,7 +12,7 @@ import numpy as np
 
 from gpu_backend.vllm_engine.protocol import EngineConfig, EngineRequest, StepRecord
 from gpu_backend.vllm_engine.trace_requests import block_content_ids
-from models.kv_groups import max_in_flight_tokens
+from models.kv_groups import async_scheduling_on, max_in_flight_tokens
 from sim.core.interfaces import Allocator
 from sim.core.kv.paged import PagedAllocator
 from sim.core.kv.registry import KVLayout
@@ -21,9 +21,10 @@ from sim.core.scheduler import Scheduler, SchedulerConfig
 
 
 def in_flight_tokens(cfg: EngineConfig) -> int:
-    """vLLM's max_in_flight_tokens for the worker's engine: it runs without async scheduling
-    (worker.py), so one batch is in flight (models/kv_groups.py `max_in_flight_tokens`)."""
-    return max_in_flight_tokens(cfg.max_num_batched_tokens, async_scheduling=False)
+    """vLLM's max_in_flight_tokens for the worker's engine: cfg.async_scheduling as vLLM's CPU
+    platform resolves it (off whatever is asked, models/kv_groups.py `async_scheduling_on`), so
+    one batch is in flight."""
+    return max_in_flight_tokens(cfg.max_num_batched_tokens, async_scheduling_on(cfg.async_scheduling, platform="cpu"))
 
 
 def group_layout(cfg: EngineConfig, kv_dtype: str = "fp32") -> KVLayout:

@@ -4,7 +4,7 @@ Request (one JSON object on the worker's stdin):
     {"protocol": 1, "model_dir": DIR, "clock": "steps" | "wall", "max_steps": int | null,
      "engine": EngineConfig fields, "requests": [{"id", "prompt": [token ids], "max_tokens",
      "arrival_step", "arrival_s"}]}
-Reply (JSON lines on its stdout): {"type": "hello", "protocol", "vllm_version"}, one
+Reply (JSON lines on its stdout): {"type": "hello", "protocol", "vllm_version", "async_scheduling"}, one
 {"type": "step", ...StepRecord fields, "t_start_s", "t_end_s"} per engine step, one
 {"type": "request", "id", "arrival_s", "arrival_step", "first_scheduled_s", "first_token_s",
 "finish_s"} per request, then {"type": "done", "steps", "wall_s"}; or {"type": "error", "message"}.
@@ -38,6 +38,9 @@ class EngineConfig:
     # vLLM's: which sliding-window / state blocks the prefix cache keys (0, its default: only
     # where a request may resume; None: every block; sim/core/kv/sliding_retention.py)
     prefix_cache_retention_interval: int | None = 0
+    # vLLM's async_scheduling as asked (None: its default). The worker's vLLM runs on CPU, whose
+    # platform turns it off whatever is asked (vllm/platforms/cpu.py line 331): one batch in flight.
+    async_scheduling: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -57,7 +57,9 @@ def build_engine(model_dir: str, eng: dict):
         enable_chunked_prefill=bool(eng["chunked_prefill"]), enable_prefix_caching=bool(eng["prefix_caching"]),
         max_model_len=int(eng["max_model_len"]), gpu_memory_utilization=float(eng.get("gpu_memory_utilization", 0.2)),
         prefix_cache_retention_interval=eng.get("prefix_cache_retention_interval", 0),
-        async_scheduling=False,  # one schedule() per step, outputs applied before the next: what kvsim models
+        # as asked; vLLM's CPU platform turns it off (platforms/cpu.py line 331): one schedule() per
+        # step, outputs applied before the next, what kvsim models ("hello" reports what vLLM chose)
+        async_scheduling=eng.get("async_scheduling"),
         enforce_eager=bool(eng.get("enforce_eager", True)),
     )
     return LLMEngine.from_engine_args(args)
@@ -133,7 +135,8 @@ def drive(engine, req: dict) -> int:
     clock = req.get("clock", "steps")
     core = engine.engine_core.engine_core
     probe = StepProbe(core.scheduler)
-    emit({"type": "hello", "protocol": PROTOCOL, "vllm_version": vllm.__version__})
+    emit({"type": "hello", "protocol": PROTOCOL, "vllm_version": vllm.__version__,
+          "async_scheduling": bool(engine.vllm_config.scheduler_config.async_scheduling)})
 
     pending = sorted(req["requests"], key=lambda r: (r["arrival_step"] if clock == "steps" else r["arrival_s"]))
     max_steps = req.get("max_steps")

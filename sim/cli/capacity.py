@@ -16,6 +16,7 @@ DEFAULT_CONTEXTS = "2048,8192,32768,131072"
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from models.kv_dtypes import KV_DTYPES
     from models.weight_dtypes import WEIGHT_DTYPES
+    from sim.cli.scenario_args import add_async_scheduling_arg
     from sim.memory.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
     from sim.memory.vllm_first_start import COMPILE_CACHE_STATES, DEFAULT_COMPILE_CACHE
     from sim.memory.vllm_profile import DEFAULT_VLLM_VERSION
@@ -54,6 +55,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: vLLM then reserves no graph memory")
     p.add_argument("--max-model-len", type=bounded_int(1, limits.MAX_MODEL_LEN),
                    help="max_model_len for vLLM's logged 'Maximum concurrency' (default min(model context, 32768))")
+    add_async_scheduling_arg(p)
     p.add_argument("--users", type=bounded_int(1, 10**9), help="also report the GPUs needed for this many concurrent sequences")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     return p
@@ -97,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     table = capacity_table(spec, gpu, contexts, budget=sizing.budget, **budget_args)
     add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,
                   enforce_eager=args.enforce_eager, vllm_version=args.vllm_version, mamba_align=args.prefix_caching,
-                  hybrid_manager=not args.disable_hybrid_kv_cache_manager, compile_cache=args.compile_cache)
+                  hybrid_manager=not args.disable_hybrid_kv_cache_manager, compile_cache=args.compile_cache,
+                  async_scheduling=args.async_scheduling)
     if args.kv_eviction:
         from models.eviction import QUALITY_NOTE
 

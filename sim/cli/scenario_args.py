@@ -15,7 +15,7 @@ from sim.scenario import CHOICES, Scenario
 FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "pd", "prefill_tp", "decode_tp", "kv_link",
           "kv_layer_pipelined", "decode_router", "gpus_per_node", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "prefix_cache_retention_interval", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
-          "max_batched_tokens", "max_model_len", "chunked_prefill", "preemption", "swap_space_gib", "static_batch", "profile",
+          "max_batched_tokens", "max_model_len", "chunked_prefill", "async_scheduling", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
           "tier_policy", "cpu_tier_scope", "host_link_gb_s", "offload_layers")
 
@@ -25,6 +25,15 @@ def retention_interval(text: str) -> int | None:
     if text.strip().lower() == "none":
         return None
     return int(text)
+
+
+def add_async_scheduling_arg(g: Any) -> None:
+    """--async-scheduling / --no-async-scheduling, vLLM's flag (Scenario.async_scheduling); also
+    `sim capacity`'s, for the start-up line."""
+    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+                   default=Scenario.async_scheduling, help="vLLM's async scheduling (default: vLLM's, on for a GPU): two batches in flight, "
+                   "so a sliding or chunked group's admission cap and the start-up 'Maximum concurrency' "
+                   "count 2 x max-batched-tokens, 1 x with --no-async-scheduling (kvsim's steps stay synchronous)")
 
 
 def add_trace_args(p: argparse.ArgumentParser) -> None:
@@ -80,6 +89,7 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--max-batched-tokens", type=int, default=d.max_batched_tokens)
     g.add_argument("--max-model-len", type=int, help="default: min(model context, 32768)")
     g.add_argument("--chunked-prefill", action=argparse.BooleanOptionalAction, default=d.chunked_prefill)
+    add_async_scheduling_arg(g)
     g.add_argument("--preemption", default=d.preemption, choices=CHOICES["preemption"].names())
     g.add_argument("--swap-space-gib", type=float, default=d.swap_space_gib)
     g.add_argument("--cpu-tier-gib", type=float, default=d.cpu_tier_gib,

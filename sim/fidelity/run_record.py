@@ -62,6 +62,8 @@ class EngineConfig:
     vllm_version: str
     gpu_mem_util: float = 0.9  # kv_cache.gpu_memory_utilization (vLLM's default when absent)
     gpu: str | None = None  # kvsim GPU catalog name when the run names it (hardware.gpu); else from device_name
+    # engine_kwargs.async_scheduling (vLLM's EngineArgs field) when the run records it; None: vLLM's default
+    async_scheduling: bool | None = None
 
 
 @dataclass
@@ -197,7 +199,17 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
         prefix_caching=bool(kv.get("enable_prefix_caching", False)),
         weight_dtype=weight, kv_dtype=kv_dtype, vllm_version=str(meta.get("vllm_version", "")), gpu=gpu or None,
         gpu_mem_util=_util(kv.get("gpu_memory_utilization", 0.9), where),
+        async_scheduling=_async(kw.get("async_scheduling"), where),
     )
+
+
+def _async(value: Any, where: str) -> bool | None:
+    """engine_kwargs.async_scheduling: true, false or absent/null (vLLM's default)."""
+    if value is None:
+        return None
+    from models.strict import flag
+
+    return flag(value, f"{where}: engine_kwargs.async_scheduling", RunError)
 
 
 def _kv_dtype_name(vllm_name: str) -> str:

@@ -2,7 +2,8 @@
 
 The simulated engine copies the run exactly where the run says it: model (its config.json), GPU
 (from the device name), TP, dtypes, the KV pool in blocks as vLLM sized it, block size,
-max_num_seqs, max_num_batched_tokens, max_model_len and prefix caching. Arrivals are the run's
+max_num_seqs, max_num_batched_tokens, max_model_len, prefix caching and async scheduling (where
+engine_kwargs records it; else vLLM's GPU default). Arrivals are the run's
 queued times; input and output lengths are the run's. What differs is then the step-time model.
 """
 
@@ -125,7 +126,7 @@ def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any)
         model=model, gpu=gpu.name, tp=e.tp, weight_dtype=e.weight_dtype, kv_dtype=e.kv_dtype,
         kv_budget_gib=budget, block_size=e.block_size, prefix_caching=e.prefix_caching,
         max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens, max_model_len=e.max_model_len,
-        chunked_prefill=True, profile=profile)
+        chunked_prefill=True, async_scheduling=e.async_scheduling, profile=profile)
     values.update(overrides)
     return Scenario(**values)
 

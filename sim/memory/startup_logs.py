@@ -15,6 +15,7 @@ block_size is used instead and must agree. Rows where vLLM found no room for a p
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,23 @@ def release_from_traceback(lines: tuple[str, ...] | list[str]) -> str | None:
     """The vLLM release whose core.py logs the start-up failure at that line; None if no line tells."""
     found = {v for v, marker in FAILED_START_LINES.items() for line in lines if marker in line}
     return found.pop() if len(found) == 1 else None
+
+
+# vLLM 0.32's lines that say whether async scheduling runs: the user's flag in the API server's
+# "non-default args: {...}" (entrypoints/serve/utils/api_utils.py line 286, a dict repr), and the
+# warnings VllmConfig.__post_init__ logs when it turns the default off (config/vllm.py lines
+# 1606-1640, all "Async scheduling ... disabled"). A default start that keeps it on logs neither.
+ASYNC_ARG = re.compile(r"non-default args: .*'async_scheduling': (True|False)")
+ASYNC_OFF = re.compile(r"Async scheduling .*disabled")
+
+
+def async_scheduling_from_log(lines: tuple[str, ...] | list[str]) -> bool | None:
+    """True/False where the start-up log says (the flag, or a warning that it was turned off);
+    None where it does not (vLLM's default, on for a GPU, logs nothing)."""
+    said = [m.group(1) for line in lines if (m := ASYNC_ARG.search(line))]
+    if "False" in said or any(ASYNC_OFF.search(line) for line in lines):
+        return False
+    return True if said else None
 
 
 class StartupLogError(ValueError):
@@ -75,6 +93,11 @@ class StartupLog:
     held_out: dict[str, Any] = field(default_factory=dict)
     # the compile-cache state where the source says it in prose and the lines do not show it ("" = not said)
     compile_cache_stated: str = ""
+
+    @property
+    def async_scheduling(self) -> bool | None:
+        """vLLM's async scheduling where the lines say it (async_scheduling_from_log), else None."""
+        return async_scheduling_from_log(self.lines)
 
     @property
     def compile_cache(self) -> str:

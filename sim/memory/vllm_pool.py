@@ -18,7 +18,8 @@ the pool in blocks of `block_size` tokens that every KV cache group draws from:
   pool by the blocks a request of max_model_len may take in the worst case: a sliding group counts
   min(window - 1 + max_in_flight_tokens, max_model_len) tokens plus one block (0.32:
   `SlidingWindowSpec.max_admission_blocks_per_request`; max_in_flight_tokens = 2 x
-  max_num_batched_tokens under async scheduling, vLLM's GPU default, models/kv_groups.py), so for
+  max_num_batched_tokens under async scheduling, vLLM's GPU default, 1 x with
+  --no-async-scheduling or on CPU, models/kv_groups.py), so for
   sliding models it is far below how many sequences really fit (blocks leaving the window are freed).
 
 A sequence's spend (`blocks_per_sequence`) is what the pool gives it at its peak: every full group
@@ -38,7 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from models.kv_groups import (
-    ASYNC_SCHEDULING,
     MLA,
     ChunkedLocal,
     FullAttention,
@@ -114,9 +114,10 @@ class PoolLayout:
         return self.blocks_per_sequence(context) * self.bytes_per_block
 
     def max_concurrency(self, num_blocks: int, max_model_len: int, max_batched_tokens: int,
-                        async_scheduling: bool = ASYNC_SCHEDULING) -> float:
-        """vLLM's logged "Maximum concurrency for max_model_len tokens per request" (its window and
-        chunk groups count max_in_flight_tokens: 2 x max_batched_tokens with async scheduling)."""
+                        async_scheduling: bool) -> float:
+        """vLLM 0.32's logged "Maximum concurrency for max_model_len tokens per request" (its window
+        and chunk groups count max_in_flight_tokens: 2 x max_batched_tokens with async scheduling,
+        1 x without; `async_scheduling` resolved, models/kv_groups.py async_scheduling_on)."""
         in_flight = max_in_flight_tokens(max_batched_tokens, async_scheduling)
         need = sum(g.blocks_for_max_concurrency(max_model_len, in_flight, self.block_size) for g in self.groups)
         return num_blocks / need if need else 0.0

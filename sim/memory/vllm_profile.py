@@ -30,6 +30,7 @@ from typing import Any
 
 from models.cuda_memory import GiB, MiB, cuda_total_bytes
 from models.gpus import GPUSpec
+from models.kv_groups import async_scheduling_on
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
 from sim.memory.vllm_first_start import (
@@ -310,12 +311,15 @@ def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec) -> dict[str
 def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block_size: int = 16,
                   max_model_len: int | None = None, enforce_eager: bool = False,
                   vllm_version: str = DEFAULT_VLLM_VERSION, mamba_align: bool = False,
-                  hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE) -> dict[str, Any]:
+                  hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE,
+                  async_scheduling: bool | None = None) -> dict[str, Any]:
     """Put vLLM's pool into a capacity_table() result: `num_gpu_blocks` and `vllm_memory` in the
     assumptions; per row, `kv_per_seq_bytes` becomes what vLLM's pool spends on one sequence
     (whole blocks in every group, padding layers included; kvsim's own figure stays as
     `kv_per_seq_bytes_kvsim`), `vllm_max_concurrent` = num_gpu_blocks // blocks per sequence and
-    `vllm_logged_max_concurrency` = vLLM's start-up "Maximum concurrency" line at max_model_len."""
+    `vllm_logged_max_concurrency` = vLLM's start-up "Maximum concurrency" line at max_model_len
+    (`async_scheduling`: vLLM's setting, None = its GPU default; from 0.32 it sets how many batches'
+    tokens a window counts)."""
     a = table["assumptions"]
     try:
         prof = vllm_memory_profile(
@@ -333,12 +337,15 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
     a["compile_cache"] = prof.compile_cache
     a["vllm_memory"] = prof.as_dict()
     max_len = max_model_len or min(spec.max_position_embeddings, 32768)
-    # from 0.32 a window counts the async scheduler's two batches in flight; before, one batch's tokens
-    two_batches = accounting_for(vllm_version).window_counts_in_flight
-    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"], async_scheduling=two_batches)
-    window_tokens = ("max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if two_batches
-                     else "max_num_batched_tokens")
-    a["vllm_logged_max_concurrency"] = {"max_model_len": max_len, "concurrency": logged, "why_it_differs": (
+    # from 0.32 a window counts the batches in flight (two with async scheduling); before, one batch's tokens
+    async_on, in_flight = async_scheduling_on(async_scheduling), accounting_for(vllm_version).window_counts_in_flight
+    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"],
+                                    async_scheduling=in_flight and async_on)
+    window_tokens = ("max_num_batched_tokens" if not in_flight else
+                     "max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if async_on else
+                     "max_in_flight_tokens (1 x max_num_batched_tokens without async scheduling)")
+    a["vllm_logged_max_concurrency"] = {
+        "max_model_len": max_len, "concurrency": logged, "async_scheduling": async_on, "why_it_differs": (
         "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "
         f"{window_tokens} tokens; at run time a sequence holds only its own context and its window.")}
     for row in table["rows"]:

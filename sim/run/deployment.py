@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from models.gpus import GPUSpec, get_gpu
-from models.kv_groups import State, max_in_flight_tokens
+from models.kv_groups import State, async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec, SpecError, load_spec
 from sim.core.interfaces import Allocator
 from sim.core.kv.registry import (
@@ -150,15 +150,26 @@ def _check_retention(scenario: Scenario, spec: ModelSpec) -> None:
                             f"{scenario.model} has no sliding-window or state KV group, where it applies (use 0)")
 
 
+def scenario_async_scheduling(scenario: Scenario) -> bool:
+    """Whether the scenario's vLLM runs with async scheduling: its setting, None = vLLM's GPU default."""
+    return async_scheduling_on(scenario.async_scheduling)
+
+
+def scenario_in_flight_tokens(scenario: Scenario) -> int:
+    """vLLM's max_in_flight_tokens for the scenario's GPU engine (models/kv_groups.py)."""
+    return max_in_flight_tokens(scenario.max_batched_tokens, scenario_async_scheduling(scenario))
+
+
 def kv_layout(scenario: Scenario, spec: ModelSpec | None = None) -> KVLayout:
     """The scenario's KV layout (sim.core.kv.registry.KVLayout: what the allocator factories read).
-    Window and chunk groups get vLLM's admission cap for max_in_flight_tokens under async
-    scheduling, vLLM's GPU default (models/kv_groups.py), and the scenario's max_model_len
+    Window and chunk groups get vLLM's admission cap for max_in_flight_tokens (2 x max_batched_tokens
+    under async scheduling, vLLM's GPU default, 1 x without: scenario.async_scheduling,
+    models/kv_groups.py async_scheduling_on), and the scenario's max_model_len
     (`spec`: the model as it runs, Deployment.model_of, loaded when not given)."""
     spec = spec or Deployment.model_of(scenario)
     return KVLayout(scenario.allocator, scenario.block_size, scenario.prefix_caching, scenario.placement,
                     scenario.kv_dtype, scenario.tp, scenario.prefix_cache_retention_interval,
-                    in_flight_tokens=max_in_flight_tokens(scenario.max_batched_tokens),
+                    in_flight_tokens=scenario_in_flight_tokens(scenario),
                     max_model_len=_max_model_len(scenario, spec))
 
 

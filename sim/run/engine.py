@@ -43,7 +43,7 @@ from sim.core.step_types import BREAKDOWN_FIELDS
 from sim.errors import ScenarioError
 from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.run import metrics, verdict
-from sim.run.deployment import Deployment
+from sim.run.deployment import Deployment, scenario_async_scheduling, scenario_in_flight_tokens
 from sim.run.modelled_step import ModelledExecutor
 from sim.run.tier_metrics import tier_summary
 from sim.run.tier_setup import TierFleet, build_tiers
@@ -314,6 +314,7 @@ class Simulation:
             model_context_tokens=s.model_context, kv_budget_terms=s.budget_terms,
             num_steps=self.total_steps, sim_events=self.events, cost_model=s.cost.describe,
             kv_group_breakdown_mean=self.group_breakdown_mean(),
+            async_scheduling=scenario_async_scheduling(s.scenario), max_in_flight_tokens=scenario_in_flight_tokens(s.scenario),
             **eviction_summary(s.scenario.kv_eviction),
             **scenario_vllm_pool(s.scenario, s.deployment.spec, s.deployment.gpu),
         )
