@@ -288,3 +288,13 @@ def test_the_retention_setting_in_the_sidebar_reaches_the_run():
     at = page(SIMULATE, prefix="true")
     assert at.selectbox(key="retention").value == "where a request may resume (vLLM's default)"
     assert scenario_digest(at) == DEFAULT_SCENARIO.replace(prefix_caching=True).digest()
+
+
+def test_the_async_scheduling_setting_in_the_sidebar_reaches_the_run():
+    """The form offers vLLM's async scheduling: its default (unset), on or off."""
+    at = page(SIMULATE, **{"async": "off"})
+    assert not at.exception and not at.error
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(async_scheduling=False).digest()
+    at = page(SIMULATE)
+    assert at.selectbox(key="async").value == "vLLM's default (on for a GPU)"
+    assert scenario_digest(at) == DEFAULT_SCENARIO.digest()
