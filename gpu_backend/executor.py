@@ -120,7 +120,7 @@ def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel, memory: D
     if memory is None and loaded.device.type == "cuda":
         memory = CudaMemory(loaded.device)
     if memory is None:
-        return scenario.replace(kv_budget_gib=CPU_DEFAULT_KV_BUDGET_GIB), None
+        return scenario.with_kv_budget(CPU_DEFAULT_KV_BUDGET_GIB), None
     spec, chunks = loaded.spec, _largest_step(scenario, loaded)
     feed = [[3] * c.num_new for c in chunks]
 
@@ -136,7 +136,7 @@ def _kv_budget_scenario(scenario, cfg: RunConfig, loaded: LoadedModel, memory: D
     if reading.kv_budget <= 0:
         raise ExecutorError(f"no device memory left for KV after the profiling pass ({reading.kv_budget / GiB:.2f} "
                             f"GiB: {reading.non_kv / GiB:.2f} GiB not KV of {reading.total / GiB:.2f} GiB)")
-    return scenario.replace(kv_budget_gib=reading.kv_budget / GiB), reading
+    return scenario.with_kv_budget(reading.kv_budget / GiB), reading
 
 
 def unsupported_knobs(scenario) -> list[str]:

@@ -77,7 +77,7 @@ def capacity_budget_gib(scenario, prompt: int, output: int, holds: int) -> float
 def capacity(scenario, cfg: RunConfig, loaded: LoadedModel | None = None) -> pd.DataFrame:
     """More requests than the pool holds (the pool is sized for CAPACITY_FITS of them): the batch it
     sustains and the preemptions it forces."""
-    sc = scenario.replace(kv_budget_gib=capacity_budget_gib(scenario, 128, 8, CAPACITY_FITS))
+    sc = scenario.with_kv_budget(capacity_budget_gib(scenario, 128, 8, CAPACITY_FITS))
     trace = synthetic(CAPACITY_REQUESTS, 1e6, input="fixed:value=128", output="fixed:value=8")
     s, _used = _measure_kv(trace, sc, cfg, loaded)
     return pd.DataFrame([{"requests": CAPACITY_REQUESTS, "num_blocks": s["num_blocks"],

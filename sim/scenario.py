@@ -28,6 +28,7 @@ from sim.core.tiers.policy import TIER_POLICIES
 from sim.core.tiers.scope import TIER_SCOPES
 from sim.errors import ScenarioError
 from sim.guard import limits
+from sim.memory.pool_sources import KV_POOL_SOURCES
 from sim.timing.sources import COST_SOURCES
 
 __all__ = ["CHOICES", "Scenario", "ScenarioError"]
@@ -38,7 +39,7 @@ TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0
 FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
                   "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
                   "gpus_per_node": 8}
-ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0, "async_scheduling": None}
+ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0, "async_scheduling": None, "kv_pool": "kvsim"}
 MAX_GPUS_PER_NODE = 72  # GB200 NVL72, the largest NVLink domain sold as one system
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
@@ -55,6 +56,7 @@ CHOICES: dict[str, Registry[Any]] = {
     "router": ROUTERS,
     "decode_router": ROUTERS,
     "kv_link": LINKS,
+    "kv_pool": KV_POOL_SOURCES,
 }
 
 
@@ -85,6 +87,8 @@ class Scenario:
     # KV budget: explicit GiB (whole deployment, all TP ranks), or derived from the GPU.
     kv_budget_gib: float | None = None
     gpu_mem_util: float = 0.9
+    # Who derives it: kvsim's budget or vLLM's start-up accounting (num_gpu_blocks; sim/memory/pool_sources.py).
+    kv_pool: str = "kvsim"
     # KV layout.
     allocator: str = "paged"
     block_size: int = 16
@@ -160,6 +164,8 @@ class Scenario:
         number(self.gpu_mem_util, "scenario: gpu_mem_util", 0.0, 1.0, ScenarioError, lo_open=True)
         if self.kv_budget_gib is not None:
             number(self.kv_budget_gib, "scenario: kv_budget_gib", 0.0, limits.MAX_GIB, ScenarioError, lo_open=True)
+            if self.kv_pool != "kvsim":
+                raise bad("kv_pool", "sizes the pool from the GPU; kv_budget_gib sets it explicitly: give one of the two")
         number(self.speedup, "scenario: speedup", limits.MIN_SPEEDUP, limits.MAX_SPEEDUP, ScenarioError)
         number(self.swap_space_gib, "scenario: swap_space_gib", 0.0, limits.MAX_GIB, ScenarioError)
         for name in ("cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib"):
@@ -249,3 +255,7 @@ class Scenario:
 
     def replace(self, **changes: Any) -> Scenario:
         return dataclasses.replace(self, **changes)
+
+    def with_kv_budget(self, gib: float, **changes: Any) -> Scenario:
+        """The scenario with an explicit KV budget (a measured or a chosen pool): no pool source then."""
+        return dataclasses.replace(self, kv_budget_gib=gib, kv_pool="kvsim", **changes)

@@ -23,6 +23,7 @@ from sim.core.tiers.kinds import TIERS
 from sim.core.tiers.policy import TIER_POLICIES
 from sim.core.tiers.scope import TIER_SCOPES
 from sim.fidelity.importers.registry import IMPORTERS
+from sim.memory.pool_sources import KV_POOL_SOURCES
 from sim.timing.sources import COST_SOURCES
 from sim.trace.registry import FORMATS
 from ui.pages import PAGES
@@ -56,6 +57,7 @@ def render() -> str:
         _table("Routers (`--router`)", "sim/core/routing/registry.py", ("name", "reads replica state", "what it is, and its source"),
                ((f"`{n}`", "no" if k.state_free else "yes", k.description) for n, k in ROUTERS.items())),
         _simple("Step-time sources (`--cost-source`)", "sim/timing/sources.py", COST_SOURCES),
+        _simple("KV pool sources (`--kv-pool`)", "sim/memory/pool_sources.py", KV_POOL_SOURCES),
         _table("KV dtypes (`--kv-dtype`)", "models/kv_dtypes.py", ("name", "bits", "scales", "what it is", "engines that offer it"),
                ((f"`{d.name}`", d.element_bits, d.scale_layout or "none", d.description, d.engines)
                 for d in KV_DTYPES.values())),

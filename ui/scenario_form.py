@@ -174,13 +174,14 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     sb.subheader("KV budget")
     bounded.choice("budget", ("derived from the GPU", "explicit GiB"))
     budget_mode = sb.radio("Budget", ("derived from the GPU", "explicit GiB"), key="budget", horizontal=True, bind=BIND)
-    kv_budget_gib, mem_util = None, DEFAULT.gpu_mem_util
+    kv_budget_gib, mem_util, kv_pool = None, DEFAULT.gpu_mem_util, DEFAULT.kv_pool
     if budget_mode == "explicit GiB":
         kv_budget_gib = float(bounded.number(sb, "KV budget per replica (GiB)", 0.1, 10_000.0, 20.0, step=1.0,
                                              key="kv_gib"))
     else:
         mem_util = bounded.number(sb, "GPU memory utilisation", 0.50, 1.00, DEFAULT.gpu_mem_util, step=0.01,
                                   key="mem_util", slider=True)
+        kv_pool = _choice(sb, "Pool sized by", "kv_pool", key="kv_pool")
 
     sb.subheader("KV layout")
     bounded.choice("paging", CHOICES["allocator"].names())
@@ -223,7 +224,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
     try:
         return Scenario(
             model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-            kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, gpu_mem_util=float(mem_util), allocator=paging,
+            kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, kv_pool=kv_pool, gpu_mem_util=float(mem_util), allocator=paging,
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
             prefix_cache_retention_interval=retention,
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,

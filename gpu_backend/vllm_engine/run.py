@@ -131,7 +131,7 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
         intervals=None, interval_method=None)  # a measurement carries no prediction interval
     # The scenario the run served, with the pool it had (so the simulator beside it gets N blocks too).
     pool = (cfg.num_blocks + 0.5) * cfg.block_size * bpt / 2**30
-    served = scenario.replace(kv_budget_gib=pool, kv_dtype=KV_DTYPE, block_size=cfg.block_size)
+    served = scenario.with_kv_budget(pool, kv_dtype=KV_DTYPE, block_size=cfg.block_size)
     result = metrics.SimResult(requests, steps, summary, served, trace.digest())
     result.extra["step_log"] = log
     return result

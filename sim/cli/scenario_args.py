@@ -13,7 +13,7 @@ from sim.scenario import CHOICES, Scenario
 
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "pd", "prefill_tp", "decode_tp", "kv_link",
-          "kv_layer_pipelined", "decode_router", "gpus_per_node", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "gpu_mem_util",
+          "kv_layer_pipelined", "decode_router", "gpus_per_node", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "kv_pool", "gpu_mem_util",
           "allocator", "block_size", "reserve", "placement", "prefix_caching", "prefix_cache_retention_interval", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "async_scheduling", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
@@ -75,6 +75,9 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
     g.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
     g.add_argument("--kv-budget-gib", type=float, help="KV pool per replica in GiB (default: derived from the GPU)")
+    g.add_argument("--kv-pool", default=d.kv_pool, choices=CHOICES["kv_pool"].names(),
+                   help="who sizes the KV pool from the GPU: kvsim's budget or vLLM's num_gpu_blocks "
+                   "(default %(default)s; docs/OPTIONS.md)")
     g.add_argument("--gpu-mem-util", type=float, default=d.gpu_mem_util)
     g.add_argument("--allocator", default=d.allocator, choices=CHOICES["allocator"].names())
     g.add_argument("--block-size", type=int, default=d.block_size)

@@ -18,6 +18,7 @@ import pandas as pd
 from models.gpus import get_gpu, gpu_for_device
 from models.spec import load_spec
 from sim.fidelity.run_record import MeasuredRun, RunError
+from sim.run.deployment import forced_block_size, page_bytes
 from sim.run.distribution import distribution
 from sim.scenario import Scenario
 from sim.trace.model import Trace
@@ -119,16 +120,24 @@ def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any)
     model = str(run.config_path) if run.config_path is not None else e.model
     spec = load_spec(model)
     gpu = run_gpu(run)
-    bpt = spec.kv_bytes_per_token(e.kv_dtype)  # whole deployment; the pool is num_gpu_blocks per rank
-    # Half a block of slack so flooring the budget gives exactly num_gpu_blocks.
-    budget = ((e.num_gpu_blocks + 0.5) * e.block_size * bpt + spec.kv_fixed_bytes(e.kv_dtype)) / GiB
     values: dict[str, Any] = dict(
         model=model, gpu=gpu.name, tp=e.tp, weight_dtype=e.weight_dtype, kv_dtype=e.kv_dtype,
-        kv_budget_gib=budget, block_size=e.block_size, prefix_caching=e.prefix_caching,
+        block_size=e.block_size, prefix_caching=e.prefix_caching,
         max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens, max_model_len=e.max_model_len,
         chunked_prefill=True, async_scheduling=e.async_scheduling, profile=profile)
     values.update(overrides)
+    if values.get("kv_budget_gib") is None:
+        values["kv_budget_gib"] = _pool_gib(Scenario(**values), spec, e.num_gpu_blocks)
     return Scenario(**values)
+
+
+def _pool_gib(scenario: Scenario, spec: Any, num_gpu_blocks: int) -> float:
+    """The budget (GiB) of exactly the run's num_gpu_blocks blocks, laid out as vLLM lays them out (a
+    block is every layer's page on every TP rank, padding layers and replicated KV heads included:
+    sim/run/deployment.py page_bytes), half a block of slack against float rounding, the fixed
+    per-tensor scales added back (Deployment.resolve takes them out)."""
+    sc = forced_block_size(scenario, spec)
+    return ((num_gpu_blocks + 0.5) * page_bytes(sc, spec) + spec.kv_fixed_bytes(sc.kv_dtype)) / GiB
 
 
 def validate(run: MeasuredRun, profile: str | None = None, progress: Any = None, **overrides: Any) -> Validation:

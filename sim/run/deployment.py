@@ -16,6 +16,7 @@ from models.gpus import GPUSpec, get_gpu
 from models.kv_groups import State, async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec, SpecError, load_spec
 from sim.core.interfaces import Allocator
+from sim.core.kv.group_managers import pool_shape
 from sim.core.kv.registry import (
     ALLOCATORS,
     AllocatorKind,
@@ -34,6 +35,7 @@ from sim.memory.capacity import (
     memory_budget,
 )
 from sim.memory.vllm_pool import hybrid_block_size
+from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.scenario import Scenario
 from sim.timing.cost_model import CostModel
 from sim.timing.layer_offload import offloaded_layers, split_groups
@@ -95,12 +97,7 @@ class Deployment:
         _check_retention(scenario, spec)
         scenario = forced_block_size(scenario, spec)
         gpu = get_gpu(scenario.gpu)
-        terms = None
-        if scenario.kv_budget_gib is not None:  # fp8 scales taken out (the derived budget has them out)
-            budget = int(scenario.kv_budget_gib * GiB) - spec.kv_fixed_bytes(scenario.kv_dtype)
-        else:
-            derived = scenario_memory_budget(scenario, spec, gpu)  # computed once
-            budget, terms = derived_kv_budget_bytes(scenario, derived), derived.as_dict()
+        budget, terms = _kv_budget(scenario, spec, gpu)
         # A model with several KV groups: one manager per group over a shared pool of pages, for
         # every allocator (paged, contiguous) and the static-batch baseline alike.
         grouped = needs_group_pools(spec.groups)
@@ -114,6 +111,9 @@ class Deployment:
             num_blocks = blocks_for_budget(budget, scenario.block_size, bpt)
         if num_blocks < 1:
             raise ScenarioError(f"scenario: KV budget of {budget} bytes holds no block of {scenario.block_size} tokens")
+        if terms and "num_gpu_blocks" in terms and not scenario.offload_layers and num_blocks != terms["num_gpu_blocks"]:
+            raise ScenarioError(f"scenario: kv_pool='vllm': kvsim's pages for {scenario.model} hold {num_blocks} blocks "
+                                f"where vLLM's pool has {terms['num_gpu_blocks']} (a layout kvsim does not model)")
         return cls(scenario, spec, gpu, ALLOCATORS.lookup(scenario.allocator), budget, terms, bpt, num_blocks,
                    grouped, _max_model_len(scenario, spec), CostModel.from_scenario(spec, gpu, scenario))
 
@@ -127,6 +127,46 @@ class Deployment:
         if self.grouped:
             return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes, prefix_block_size)
         return make_allocator(self.layout, self.num_blocks, self.bytes_per_token, prefix_block_size=prefix_block_size)
+
+
+def _kv_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> tuple[int, dict[str, Any] | None]:
+    """One replica's KV budget in bytes (fixed per-tensor scales taken out) and its terms (None: explicit)."""
+    if scenario.kv_budget_gib is not None:  # fp8 scales taken out (the derived budget has them out)
+        return int(scenario.kv_budget_gib * GiB) - spec.kv_fixed_bytes(scenario.kv_dtype), None
+    if scenario.kv_pool == "vllm":
+        return vllm_pool_budget(scenario, spec, gpu)
+    derived = scenario_memory_budget(scenario, spec, gpu)  # computed once
+    return derived_kv_budget_bytes(scenario, derived), derived.as_dict()
+
+
+def page_bytes(scenario: Scenario, spec: ModelSpec) -> int:
+    """Bytes of one pool block across the replica's TP ranks, every layer (vLLM's page x tp): what
+    one of vLLM's `num_gpu_blocks` occupies, laid out as kvsim's allocators lay it out (a model
+    with several KV groups: sim/core/kv/group_managers.py `pool_shape`, padding layers included)."""
+    if needs_group_pools(spec.groups):
+        return pool_shape(tuple(spec.groups), scenario.block_size, scenario.kv_dtype, scenario.tp)[0]
+    return scenario.block_size * scenario_kv_bytes_per_token(scenario, spec)
+
+
+def pool_budget_bytes(scenario: Scenario, spec: ModelSpec, num_gpu_blocks: int) -> int:
+    """The budget that holds exactly `num_gpu_blocks` of the scenario's blocks (every layer: with
+    layer offload the kept layers' blocks are smaller, so more fit in the same bytes)."""
+    return num_gpu_blocks * page_bytes(scenario, spec)
+
+
+def vllm_pool_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> tuple[int, dict[str, Any]]:
+    """kv_pool="vllm": the pool vLLM V1's start-up accounting sizes (sim/memory/vllm_profile.py,
+    the newest version read, a warm compile cache), as a budget of exactly that many blocks."""
+    pool = scenario_vllm_pool(scenario, spec, gpu)
+    n = pool["num_gpu_blocks"]
+    if n is None:
+        raise ScenarioError(f"scenario: kv_pool='vllm': vLLM's pool is not modelled for {scenario.model} "
+                            f"({pool['vllm_memory'].get('skipped', 'unknown layout')}); use kv_pool='kvsim'")
+    if n < 1:
+        raise ScenarioError(f"scenario: kv_pool='vllm': vLLM's accounting leaves no KV blocks for {scenario.model} "
+                            f"on {scenario.gpu} x tp={scenario.tp}")
+    budget = pool_budget_bytes(scenario, spec, n)
+    return budget, {"kv_budget_bytes": budget, "num_gpu_blocks": n, "source": "vllm", "vllm_memory": pool["vllm_memory"]}
 
 
 def forced_block_size(scenario: Scenario, spec: ModelSpec) -> Scenario:
