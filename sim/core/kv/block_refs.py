@@ -16,7 +16,7 @@ Mooncake trace on gpt-oss-20b).
 from __future__ import annotations
 
 import operator
-from itertools import compress
+from itertools import compress, takewhile
 
 import numpy as np
 
@@ -65,29 +65,48 @@ class BlockRefs:
     def count_in_use(self, blocks: list[int]) -> int:
         return int(np.count_nonzero(self.live[blocks])) if blocks else 0
 
-    def release(self, span: list[int], maybe_shared: bool = True) -> list[bool] | None:
+    def release(self, span: list[int], maybe_shared: bool = True) -> int | list[bool]:
         """Drop one reference to each block of `span`: a shared one keeps its other users, the rest
-        are out of use. None when every block is out of use now (none was shared), else per block
-        whether it is. `maybe_shared` False: the caller knows none is (its group shares nothing)."""
+        are out of use. Returns k when the shared blocks are exactly the first k of the span (0: none
+        was shared), else per block whether it is out of use now. The shared ones are nearly always
+        a leading run (hits are prefixes: on the Mooncake trace every release with shared blocks),
+        so that case is found by a scan that stops at the first unshared block and one membership
+        pass over the rest, with no per-block list built. `maybe_shared` False: the caller knows
+        none is (its group shares nothing)."""
         extra = self.extra
         if not maybe_shared or not extra or extra.keys().isdisjoint(span):
-            if len(span) < _FANCY:
-                live = self.live
-                for b in span:
-                    live[b] = 0
-            else:
-                self.live[span] = 0
-            return None
+            self._out_of_use(span)
+            return 0
+        lead = len(list(takewhile(extra.__contains__, span)))
+        rest = span[lead:]
+        if extra.keys().isdisjoint(rest):
+            self._drop_extra(span[:lead])
+            self._out_of_use(rest)
+            return lead
         shared = list(map(extra.__contains__, span))
-        for b in compress(span, shared):
+        self._drop_extra(list(compress(span, shared)))
+        alone = list(map(operator.not_, shared))
+        self.live[list(compress(span, alone))] = 0
+        return alone
+
+    def _out_of_use(self, span: list[int]) -> None:
+        """Mark blocks with no user left."""
+        if len(span) < _FANCY:
+            live = self.live
+            for b in span:
+                live[b] = 0
+        else:
+            self.live[span] = 0
+
+    def _drop_extra(self, shared: list[int]) -> None:
+        """One user fewer for each of the (shared) blocks."""
+        extra = self.extra
+        for b in shared:
             e = extra[b]
             if e == 1:
                 del extra[b]
             else:
                 extra[b] = e - 1
-        alone = list(map(operator.not_, shared))
-        self.live[list(compress(span, alone))] = 0
-        return alone
 
     def release_one(self, block: int) -> bool:
         """release([block]) for one block: True if it is out of use now."""

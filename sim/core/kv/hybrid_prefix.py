@@ -546,9 +546,10 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         top = min(hi, keyed)
         positions: Sequence[int] | list[int]
         alone = self._blocks.release(table[lo:hi], self._shared[g] > 0)
-        if alone is None:  # every block here had one user (most releases): all are freed
-            freed = hi - lo
-            cached, positions = table[lo:top], range(lo, top)
+        if isinstance(alone, int):  # the first `alone` blocks were shared (0: none), the rest are freed
+            freed = hi - lo - alone
+            self._shared[g] -= alone
+            cached, positions = table[lo + alone:top], range(lo + alone, max(top, lo + alone))
         else:  # shared blocks lose one user and stay in use; the rest are freed
             cached = list(compress(table[lo:hi], alone))
             positions = list(compress(range(lo, hi), alone))
