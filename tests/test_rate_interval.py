@@ -14,6 +14,7 @@ from sim.fidelity.calibrate import default_coefficients
 from sim.fleet.replay import simulate
 from sim.plan import rate_interval as ri
 from sim.plan.config_search import SearchOptions, probe, search_config
+from sim.plan.executors import PoolExecutor
 from sim.plan.search import search
 from sim.plan.slo import parse_slo
 from sim.plan.workload import Workload
@@ -128,6 +129,28 @@ def test_the_answer_run_is_judged_again_not_run_again():
     assert shared.bounds == fresh.bounds and shared.source == ri.RESIMULATED
     assert shared.probes == fresh.probes - 1  # fresh runs the level once (the low end), shared never
     assert shared.bounds[0] < rate < shared.bounds[1]
+
+
+def test_the_ends_side_by_side_on_the_pool_give_the_sequential_bounds():
+    """The best row's interval as the search makes it (its ends on the pool's two workers, both judging
+    the row's answer run again) against both ends one after the other in this process with no shared
+    run (the high end judging the low end's first run): the same bounds, one run fewer."""
+    w, options = Workload.from_ref(SHAREGPT), SearchOptions(parse_slo("ttft_p99=1,tpot_p99=0.02"),
+                                                           rate_intervals="first-order")
+    row = search_config(w, Scenario(model="llama-3-8b", gpu="h100-sxm", max_num_seqs=32), options)
+    dep = Deployment.resolve(Scenario.from_dict(row["scenario"]))
+    level, rate, method = row["level"], row["max_rate_per_s"], {"log_bounds": {"e2e_s": [-0.2, 0.25]}}
+    sequential = ri.resimulated(w, dep, options, level, rate, method, probe)
+    at = ri.AnswerRun(level, row["slo_summary"])
+    with PoolExecutor(w, options, 2) as ex:
+        ends = ex.ends()
+        assert ends is not None
+        parallel = ri.resimulated(w, dep, options, level, rate, method, probe, at, ends)
+    here = ri.resimulated(w, dep, options, level, rate, method, probe, at)  # the row's run shared, in this process
+    assert parallel.source == ri.RESIMULATED and parallel.bounds[0] < rate < parallel.bounds[1]
+    assert parallel.bounds == sequential.bounds == here.bounds
+    assert parallel.probes == here.probes == sequential.probes - 1
+    assert parallel.cpu_s > 0  # measured in the workers, handed back with each end
 
 
 @pytest.mark.slow

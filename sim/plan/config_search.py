@@ -27,6 +27,7 @@ from sim.plan.early_stop import ProbeMissed, simulate_or_stop
 from sim.plan.guided import guided_largest_passing
 from sim.plan.prices import cost_per_mtok, price_for
 from sim.plan.rate_interval import row_fields as rate_interval_fields
+from sim.plan.rate_interval import slo_summary
 from sim.plan.slo import Slo
 from sim.plan.tier_prices import tier_usd_per_gpu_hour
 from sim.plan.workload import Workload
@@ -158,6 +159,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "num_preemptions": s["num_preemptions"],
         "kv_usage_peak": (s["kv_cache_usage_perc"] or {}).get("peak"),
         "missed_above": list(found.hi_probe.violations) if found.hi_probe is not None else [],
+        "slo_summary": slo_summary(s, options.slo) if met else None,  # what the SLO read at the max rate
         "probes": len(found.probes),
         "step_time_source": dep.cost.source,
         "scenario": scenario.to_dict(),
@@ -173,7 +175,7 @@ def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str,
                 "usd_per_gpu_hour": price_for(scenario.gpu, options.prices), "cost_per_mtok": None,
                 "binding": "does_not_fit", "binding_shares": {}, "slo_met_at_max": False, "capped": False,
                 "ttft_p99_s": None, "tpot_p99_s": None, "e2e_p99_s": None, "num_preemptions": 0,
-                "kv_usage_peak": None, "missed_above": [why], "probes": 0, "step_time_source": None,
+                "kv_usage_peak": None, "missed_above": [why], "slo_summary": None, "probes": 0, "step_time_source": None,
                 "scenario": scenario.to_dict()})
     return row
 

@@ -10,6 +10,10 @@ machine) and otherwise starts a local instance; any other value is a cluster add
 (`ray://head:10001` or `head:6379`). If Ray is already initialised (tests, notebooks) it is used
 as is. The code travels with the tasks (runtime_env py_modules: sim and models), so cluster
 nodes need only the requirements installed, not a checkout. docs/PLAN.md says what scales.
+
+After the sweep, the best row's rate interval (sim.plan.rate_interval) has two ends that share
+nothing: the pool runs them side by side, one per worker, before it closes (`ends`); inline and Ray
+leave them to the caller, which runs them one after the other in its own process.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from sim.plan.config_search import SearchOptions, next_start, search_chain, search_config
+from sim.plan.config_search import SearchOptions, next_start, probe, search_chain, search_config
+from sim.plan.rate_interval import EndJob, Ends, ScaledEdge, run_end
 from sim.plan.workload import Workload
 from sim.scenario import Scenario
 
@@ -34,6 +39,11 @@ class Executor(Protocol):
 
     def cancel(self) -> None:
         """Stop: unfinished configurations are dropped."""
+        ...
+
+    def ends(self) -> Ends | None:
+        """What runs a rate interval's two ends side by side on this executor's workers (None: the
+        caller runs them one after the other, sim.plan.rate_interval)."""
         ...
 
     def __enter__(self) -> Executor: ...
@@ -62,6 +72,9 @@ class _Base:
 
     def cancel(self) -> None:
         pass
+
+    def ends(self) -> Ends | None:
+        return None
 
 
 class InlineExecutor(_Base):
@@ -95,6 +108,10 @@ def _pool_task(job: tuple[int, Scenario]) -> tuple[int, dict[str, Any]]:
 def _pool_chain(job: list[tuple[int, Scenario]]) -> list[tuple[int, dict[str, Any]]]:
     rows = search_chain(_WORKER["workload"], [scenario for _, scenario in job], _WORKER["options"])
     return [(index, row) for (index, _), row in zip(job, rows, strict=True)]
+
+
+def _pool_end(job: EndJob) -> ScaledEdge:
+    return run_end(_WORKER["workload"], _WORKER["options"], job, probe)
 
 
 def chains(configs: list[Scenario]) -> list[list[tuple[int, Scenario]]]:
@@ -175,6 +192,10 @@ class PoolExecutor(_Base):
             return
         for rows in self.pool.imap_unordered(_pool_chain, groups(configs)):
             yield from rows
+
+    def ends(self) -> Ends | None:
+        """The interval's ends as tasks of one each (module doc): with two workers, one per worker."""
+        return lambda jobs: self.pool.map(_pool_end, jobs, chunksize=1)
 
     def cancel(self) -> None:
         self.pool.terminate()

@@ -28,9 +28,15 @@ in the engine: tests/test_rate_interval.py runs a calibration profile with every
 its latencies k x the original's at k x the level.
 
 Cost: two brackets of probes per configuration (a few runs each: each starts at the answer's level,
-where the first order says the scaled system's edge is). `SearchOptions.rate_intervals` picks which
-rows: "best" (default; the best row by the search's criterion, after the search), "all" or
-"first-order". Every row says which method made its interval (`rate_interval_source`).
+where the first order says the scaled system's edge is). The search's own full run at that level is
+judged again under S / k by both ends instead of being run again (`shareable`; a row carries the part
+of it the SLO reads, `slo_summary`), so the two ends share nothing else and, under "best", run side by
+side on the search's pool (`EndJob`, sim.plan.executors), one end per worker: the interval's wall
+time is the slower end's, not the sum. Without a pool (one worker, Ray, or "all" in a worker) they run
+one after the other, the high end judging the low end's first run again where the search's is not
+given. `SearchOptions.rate_intervals` picks which rows: "best" (default; the best row by the search's
+criterion, after the search), "all" or "first-order". Every row says which method made its interval
+(`rate_interval_source`).
 """
 
 from __future__ import annotations
@@ -123,6 +129,31 @@ def full_margin(p: Any, slo: Slo) -> float | None:
     return max(ratios) if len(ratios) == len(slo.targets) and ratios else None
 
 
+def slo_summary(summary: Mapping[str, Any], slo: Slo) -> dict[str, Any]:
+    """The part of a run's summary that `slo` reads (completed and each objective's statistic): what a
+    row keeps of its answer's run so that the interval's ends can judge it again (`AnswerRun`)."""
+    out: dict[str, Any] = {"completed": summary.get("completed", 0)}
+    for metric, stat, _ in slo.targets:
+        value = (summary.get(f"{metric}_s") or {}).get(stat)
+        out.setdefault(f"{metric}_s", {})[stat] = None if value is None else float(value)
+    return out
+
+
+@dataclass(frozen=True)
+class AnswerRun:
+    """The search's full run at the answer's level as a row keeps it (`slo_summary`): enough to be
+    judged under S / k (`violations`, `full_margin`) as a sim.plan.config_search.Probe would be."""
+
+    level: float
+    summary: dict[str, Any]
+    violations: tuple[str, ...] = ()
+    stopped: bool = False
+
+    @property
+    def met(self) -> bool:
+        return not self.violations
+
+
 @dataclass(frozen=True)
 class ScaledEdge:
     """Where the system with steps x k stops meeting the SLO, as a level of the workload."""
@@ -131,6 +162,29 @@ class ScaledEdge:
     probes: int  # runs made (a run shared from elsewhere not counted)
     beyond: bool = False  # met up to level x MAX_SPAN, never missed: `level` is a lower bound
     at_level: Any = None  # the full run at the answer's level (sim.plan.config_search.Probe), to share
+    cpu_s: float = 0.0  # process CPU of the runs, where they ran (`run_end`)
+
+
+@dataclass(frozen=True)
+class EndJob:
+    """One end of a row's interval as a task for a worker (sim.plan.executors): the scenario (resolved
+    there), the step-time factor, the answer's level and its shared run (or None)."""
+
+    scenario: Scenario
+    k: float
+    level: float
+    at: Any = None
+
+
+# runs the ends' jobs, in any order of execution, answering in the jobs' order (sim.plan.executors)
+Ends = Callable[[list[EndJob]], list[ScaledEdge]]
+
+
+def run_end(workload: Any, options: Any, job: EndJob, probe: Probing) -> ScaledEdge:
+    """One end (`scaled_max_level`) where it runs, with the CPU it took there."""
+    start = time.process_time()
+    edge = scaled_max_level(workload, Deployment.resolve(job.scenario), options, job.k, job.level, probe, job.at)
+    return replace(edge, at_level=None, cpu_s=time.process_time() - start)  # the other end has its own
 
 
 def shareable(at: Any, dep: Deployment, slo: Slo) -> bool:
@@ -179,26 +233,33 @@ def scaled_max_level(workload: Any, dep: Deployment, options: Any, k: float, lev
 
 
 def resimulated(workload: Any, dep: Deployment, options: Any, level: float, rate: float,
-                interval_method: Mapping[str, Any] | None, probe: Probing, at: Any = None) -> RateInterval:
+                interval_method: Mapping[str, Any] | None, probe: Probing, at: Any = None,
+                ends: Ends | None = None) -> RateInterval:
     """The row's interval by replay (module doc), or the first-order one, labelled, where the
-    identity does not hold or there is no method. `at`: the search's full run at `level`, if kept."""
+    identity does not hold or there is no method. `at`: the search's full run at `level`, if kept.
+    `ends`: runs the two ends side by side (a pool's workers); None: one after the other, here."""
     factors = step_factors(interval_method)
     blockers = identity_blockers(dep.scenario)
     if factors is None or blockers or not rate > 0:
         why = "; ".join(blockers) if blockers else "no interval method"
         return first_order(rate, interval_method, f"not re-simulated: {why}")
-    start = time.process_time()
-    low = scaled_max_level(workload, dep, options, factors[1], level, probe, at)  # slower steps: the low end
-    high = scaled_max_level(workload, dep, options, factors[0], level, probe, at or low.at_level)
+    if ends is not None:  # the slower steps (k = exp(hi)) give the low end
+        low, high = ends([EndJob(dep.scenario, factors[1], level, at), EndJob(dep.scenario, factors[0], level, at)])
+        cpu_s = low.cpu_s + high.cpu_s
+    else:
+        start = time.process_time()
+        low = scaled_max_level(workload, dep, options, factors[1], level, probe, at)
+        high = scaled_max_level(workload, dep, options, factors[0], level, probe, at or low.at_level)
+        cpu_s = time.process_time() - start
     probes = low.probes + high.probes
-    ends = [workload.rate(e.level) if e.level is not None else 0.0 for e in (low, high)]
+    bounds = [workload.rate(e.level) if e.level is not None else 0.0 for e in (low, high)]
     note = (f"step times x{factors[1]:.3f} and x{factors[0]:.3f} (E2E 90% log bounds), the search's bracket "
             f"re-run for each ({probes} runs)")
     if low.level is None:
         note += f"; the slower engine misses even at 1/{MAX_SPAN:g} of the rate"
     if high.beyond:
         note += f"; the faster engine never missed up to x{MAX_SPAN:g} (the high end is at least this)"
-    return RateInterval(ends, RESIMULATED, note, factors, probes, time.process_time() - start)
+    return RateInterval(bounds, RESIMULATED, note, factors, probes, cpu_s)
 
 
 def first_order(rate: float, interval_method: Mapping[str, Any] | None, why: str) -> RateInterval:
@@ -234,8 +295,10 @@ def best_rows(rows: list[dict[str, Any]], target_rate: float | None, by: str = "
     return [] if best is None else [int(best["row"])]
 
 
-def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: Probing, by: str = "cost") -> None:
-    """Under "best": the best row's interval by replay (module doc), in place, after the search."""
+def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: Probing, by: str = "cost",
+                ends: Ends | None = None) -> None:
+    """Under "best": the best row's interval by replay (module doc), in place, after the search; the
+    row's answer run (`slo_summary`) is judged again by both ends, which `ends` runs side by side."""
     from sim.timing.intervals import load_profile_quietly, method_for
 
     if getattr(options, "rate_intervals", "best") != "best":
@@ -251,5 +314,7 @@ def refine_best(rows: list[dict[str, Any]], workload: Any, options: Any, probe: 
         scenario = Scenario.from_dict(r["scenario"])
         dep = Deployment.resolve(scenario)
         method = method_for(dep.cost.describe, load_profile_quietly(scenario.profile)).describe()
-        r.update(resimulated(workload, dep, options, float(r["level"]), float(r["max_rate_per_s"]), method,
-                             probe).fields())
+        level = float(r["level"])
+        at = AnswerRun(level, dict(r["slo_summary"])) if r.get("slo_summary") else None
+        r.update(resimulated(workload, dep, options, level, float(r["max_rate_per_s"]), method, probe, at,
+                             ends).fields())

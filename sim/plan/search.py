@@ -1,7 +1,7 @@
 """The sweep: every configuration's row under one SLO (sim.plan.config_search holds one row's
 search and its figures, docs/PLAN.md). Configurations are independent, so `search` hands them to
 an executor (sim.plan.executors: inline, a process pool, or Ray tasks) and collects rows as they
-finish.
+finish; then, the executor still open, the best row's rate interval by replay (sim.plan.rate_interval).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def search(workload: Workload, configs: list[Scenario], options: SearchOptions, 
         except KeyboardInterrupt:
             cancelled = True
             ex.cancel()
-    if not cancelled:  # the best row's rate interval by replay (sim.plan.rate_interval)
-        refine_best([rows[i] for i in sorted(rows)], workload, options, probe, best_by)
+        if not cancelled:  # the best row's rate interval by replay (sim.plan.rate_interval), its ends on the pool
+            refine_best([rows[i] for i in sorted(rows)], workload, options, probe, best_by, ex.ends())
     return SearchResult([rows[i] for i in sorted(rows)], options.slo.text(), options.target_rate, cancelled,
                         len(configs), chosen.note, options.tolerance, best_by)
