@@ -81,6 +81,8 @@ def engine_meta(guess: EngineGuess, served_model: str, max_model_len: int | None
     kv_cache = {k: cache[k] for k in ("num_gpu_blocks", "block_size", "enable_prefix_caching",
                                       "gpu_memory_utilization", "kv_cache_memory_bytes", "num_cpu_blocks")
                 if cache.get(k) is not None}
+    if "prefix_cache_retention_interval" in cache:  # None is a setting here (every block), not a gap
+        kv_cache["prefix_cache_retention_interval"] = cache["prefix_cache_retention_interval"]
     if not cache:
         assumed["kv_cache"] = "the server has no vllm:cache_config_info in /metrics (not vLLM, or metrics off)"
     cache_dtype = str(cache.get("cache_dtype") or "auto")

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.fidelity.run_retention import RetentionError, run_retention
 from sim.guard.files import read_limited
 from sim.trace.model import TraceError
 
@@ -64,6 +65,8 @@ class EngineConfig:
     gpu: str | None = None  # kvsim GPU catalog name when the run names it (hardware.gpu); else from device_name
     # engine_kwargs.async_scheduling (vLLM's EngineArgs field) when the run records it; None: vLLM's default
     async_scheduling: bool | None = None
+    # prefix_cache_retention_interval: recorded, else the run's version's default (sim/fidelity/run_retention.py)
+    retention_interval: int | None = 0
 
 
 @dataclass
@@ -200,7 +203,15 @@ def parse_engine(meta: Any, where: str) -> EngineConfig:
         weight_dtype=weight, kv_dtype=kv_dtype, vllm_version=str(meta.get("vllm_version", "")), gpu=gpu or None,
         gpu_mem_util=_util(kv.get("gpu_memory_utilization", 0.9), where),
         async_scheduling=_async(kw.get("async_scheduling"), where),
+        retention_interval=_retention(kv, kw, str(meta.get("vllm_version", "")), where),
     )
+
+
+def _retention(kv: dict[str, Any], kw: dict[str, Any], version: str, where: str) -> int | None:
+    try:
+        return run_retention(kv, kw, version, where)
+    except RetentionError as exc:
+        raise RunError(str(exc)) from None
 
 
 def _async(value: Any, where: str) -> bool | None:

@@ -124,11 +124,18 @@ def run_scenario(run: MeasuredRun, profile: str | None = None, **overrides: Any)
         model=model, gpu=gpu.name, tp=e.tp, weight_dtype=e.weight_dtype, kv_dtype=e.kv_dtype,
         block_size=e.block_size, prefix_caching=e.prefix_caching,
         max_num_seqs=e.max_num_seqs, max_batched_tokens=e.max_batched_tokens, max_model_len=e.max_model_len,
-        chunked_prefill=True, async_scheduling=e.async_scheduling, profile=profile)
+        chunked_prefill=True, async_scheduling=e.async_scheduling, profile=profile,
+        prefix_cache_retention_interval=_retention(e.retention_interval, spec))
     values.update(overrides)
     if values.get("kv_budget_gib") is None:
         values["kv_budget_gib"] = _pool_gib(Scenario(**values), spec, e.num_gpu_blocks)
     return Scenario(**values)
+
+
+def _retention(interval: int | None, spec: Any) -> int | None:
+    """The run's retention interval; 0 for a model with no sliding-window or state group, where it
+    changes nothing (vLLM refuses N > 0 there, and so does kvsim: sim/run/deployment.py)."""
+    return interval if any(g.kind in ("sliding", "state") for g in spec.groups) else 0
 
 
 def _pool_gib(scenario: Scenario, spec: Any, num_gpu_blocks: int) -> float:
