@@ -139,6 +139,35 @@ def test_a_measured_run_carries_its_setting():
         parse_engine(meta, "meta.json")
 
 
+def test_observe_records_it_and_validate_replays_with_it():
+    """`sim observe --no-async-scheduling` writes it into meta.json (the server does not report it;
+    unset, it is named as assumed); `sim validate --no-async-scheduling` overrides a run's; either
+    way the replayed scenario carries it."""
+    from sim.cli.run_source import add_run_args, overrides
+    from sim.fidelity.observe_record import EngineGuess, engine_meta
+    from sim.fidelity.run_record import apply_overrides, load_run_dir
+    from sim.fidelity.validate import run_scenario
+
+    cache = {"num_gpu_blocks": 100, "block_size": 16}
+    told = engine_meta(EngineGuess(gpu="h100-sxm", async_scheduling=False), "m", 4096, cache, "0.32.0")
+    assert told["engine_kwargs"]["async_scheduling"] is False and "async_scheduling" not in told["assumed"]
+    unset = engine_meta(EngineGuess(gpu="h100-sxm"), "m", 4096, cache, "0.32.0")
+    assert "async_scheduling" not in unset["engine_kwargs"] and "async_scheduling" in unset["assumed"]
+    assert parse_engine(told, "meta.json").async_scheduling is False
+    assert parse_engine(unset, "meta.json").async_scheduling is None
+
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_run_args(p)
+    assert overrides(p.parse_args(["--no-async-scheduling"]))["async_scheduling"] is False
+    assert overrides(p.parse_args([]))["async_scheduling"] is None
+    assert apply_overrides(unset, {"async_scheduling": False}, "x")["engine_kwargs"]["async_scheduling"] is False
+    run = load_run_dir("samples/vllm_run")
+    assert run_scenario(run).async_scheduling is None
+    assert run_scenario(load_run_dir("samples/vllm_run", {"async_scheduling": False})).async_scheduling is False
+
+
 def test_a_startup_log_says_it_where_vllm_logs_it():
     """vLLM logs the user's flag in "non-default args" and a warning where it turns the default off;
     a default start logs neither (the lines as vLLM 0.32's format strings print them)."""

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from sim.cli.common import print_json
-from sim.cli.scenario_args import add_trace_args, trace_from_args
+from sim.cli.scenario_args import add_async_scheduling_arg, add_trace_args, trace_from_args
 from sim.fidelity.observe_record import DTYPES
 
 
@@ -41,6 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--max-num-seqs", type=int, help="the server's max_num_seqs (default: vLLM's for the GPU)")
     g.add_argument("--max-batched-tokens", type=int, help="max_num_batched_tokens (default: vLLM's for the GPU)")
     g.add_argument("--weight-dtype", choices=tuple(DTYPES), help="model dtype (default bf16)")
+    add_async_scheduling_arg(g)
     p.add_argument("--json", action="store_true", help="print the run's counts as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -62,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     trace = trace_from_args(args)
     out = args.out or f"observe-{datetime.datetime.now(datetime.UTC):%Y%m%d-%H%M%S}"
     guess = EngineGuess(model=args.model_config, gpu=args.gpu, tp=args.tp, max_num_seqs=args.max_num_seqs,
-                        max_batched_tokens=args.max_batched_tokens, weight_dtype=args.weight_dtype)
+                        max_batched_tokens=args.max_batched_tokens, weight_dtype=args.weight_dtype,
+                        async_scheduling=args.async_scheduling)
     opts = ObserveOptions(args.url, args.model, speedup=args.speedup, max_concurrency=args.max_concurrency,
                           request_timeout_s=args.timeout_s, seed=args.seed, guess=guess,
                           scrape_interval_s=args.scrape_interval_s)

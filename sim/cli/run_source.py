@@ -12,6 +12,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from sim.cli.scenario_args import add_async_scheduling_arg
+
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine of the run (replaces or completes what its files say)")
@@ -24,6 +26,7 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-gpu-blocks", dest="run_num_gpu_blocks", type=int, metavar="N", help="KV blocks")
     g.add_argument("--block-size", dest="run_block_size", type=int, metavar="N", help="tokens per KV block")
     g.add_argument("--prefix-caching", dest="run_prefix_caching", choices=("on", "off"))
+    add_async_scheduling_arg(g, dest="run_async_scheduling")
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -27,10 +27,10 @@ def retention_interval(text: str) -> int | None:
     return int(text)
 
 
-def add_async_scheduling_arg(g: Any) -> None:
+def add_async_scheduling_arg(g: Any, dest: str = "async_scheduling") -> None:
     """--async-scheduling / --no-async-scheduling, vLLM's flag (Scenario.async_scheduling); also
-    `sim capacity`'s, for the start-up line."""
-    g.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction,
+    `sim capacity`'s (the start-up line), `sim observe`'s and `sim validate`'s (a run's engine)."""
+    g.add_argument("--async-scheduling", dest=dest, action=argparse.BooleanOptionalAction,
                    default=Scenario.async_scheduling, help="vLLM's async scheduling (default: vLLM's, on for a GPU): two batches in flight, "
                    "so a sliding or chunked group's admission cap and the start-up 'Maximum concurrency' "
                    "count 2 x max-batched-tokens, 1 x with --no-async-scheduling (kvsim's steps stay synchronous)")

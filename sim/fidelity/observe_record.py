@@ -44,6 +44,7 @@ class EngineGuess:
     max_num_seqs: int | None = None
     max_batched_tokens: int | None = None
     weight_dtype: str | None = None
+    async_scheduling: bool | None = None  # vLLM's --(no-)async-scheduling: the server does not report it
 
 
 def vllm_defaults(gpu_hbm_bytes: int | None) -> tuple[int, int, str]:
@@ -76,6 +77,8 @@ def engine_meta(guess: EngineGuess, served_model: str, max_model_len: int | None
         assumed["tensor_parallel_size"] = "1 (--tp to set)"
     if guess.weight_dtype is None:
         assumed["dtype"] = "bfloat16 (--weight-dtype to set)"
+    if guess.async_scheduling is None:
+        assumed["async_scheduling"] = "vLLM's default, on for a GPU (--no-async-scheduling to set)"
     if gpu is None:
         assumed["gpu"] = "none: the server's device is not reported; give --gpu here or to sim validate"
     kv_cache = {k: cache[k] for k in ("num_gpu_blocks", "block_size", "enable_prefix_caching",
@@ -93,6 +96,7 @@ def engine_meta(guess: EngineGuess, served_model: str, max_model_len: int | None
             "tensor_parallel_size": guess.tp or 1, "max_num_seqs": guess.max_num_seqs or seqs,
             "max_num_batched_tokens": guess.max_batched_tokens or batched, "max_model_len": max_model_len,
             "dtype": DTYPES.get(guess.weight_dtype or "bf16", "bfloat16"), "kv_cache_dtype": cache_dtype,
+            **({} if guess.async_scheduling is None else {"async_scheduling": guess.async_scheduling}),
         },
         "kv_cache": kv_cache,
         "hardware": {"device_name": gpu.name if gpu else "unknown", "gpu": gpu.name if gpu else None},

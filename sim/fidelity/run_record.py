@@ -347,7 +347,7 @@ def _str(value: Any, key: str, where: str) -> str:
 # --- what the user says about a run that its files do not ----------------------------------------
 
 OVERRIDABLE = ("model", "gpu", "tp", "max_num_seqs", "max_batched_tokens", "max_model_len", "num_gpu_blocks",
-               "block_size", "prefix_caching")
+               "block_size", "prefix_caching", "async_scheduling")
 
 
 # where each override goes in meta.json
@@ -356,7 +356,8 @@ OVERRIDE_KEYS = {"model": ("engine_kwargs", "model"), "gpu": ("hardware", "gpu")
                  "max_batched_tokens": ("engine_kwargs", "max_num_batched_tokens"),
                  "max_model_len": ("engine_kwargs", "max_model_len"),
                  "num_gpu_blocks": ("kv_cache", "num_gpu_blocks"), "block_size": ("kv_cache", "block_size"),
-                 "prefix_caching": ("kv_cache", "enable_prefix_caching")}
+                 "prefix_caching": ("kv_cache", "enable_prefix_caching"),
+                 "async_scheduling": ("engine_kwargs", "async_scheduling")}
 
 
 def apply_overrides(meta: dict[str, Any], overrides: dict[str, Any], source: str) -> dict[str, Any]:
