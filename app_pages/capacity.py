@@ -21,7 +21,7 @@ from ui.capacity_view import (
 from ui.defaults import DEFAULT_SCENARIO
 from ui.glossary import show_glossary
 from ui.page_errors import stop_on_error
-from ui.scenario_form import uploaded_model
+from ui.scenario_form import ASYNC, uploaded_model
 
 BIND = "query-params"
 
@@ -44,6 +44,10 @@ with st.sidebar:
                                 key="cap_w", bind=BIND)
     tp = st.selectbox("Tensor parallel", TP_CHOICES, key="cap_tp", bind=BIND)
     util = bounded.number(st, "GPU memory utilisation", 0.5, 1.0, 0.9, step=0.01, key="cap_util", slider=True)
+    bounded.choice("cap_async", list(ASYNC))
+    async_scheduling = ASYNC[st.selectbox("Async scheduling", list(ASYNC), key="cap_async", bind=BIND,
+                                          help="vLLM's: sets how many batches' tokens a sliding-window layer "
+                                               "counts in the start-up 'Maximum concurrency' line below")]
     st.subheader("GPUs required")
     users = bounded.number(st, "Concurrent users", 1, 10_000_000, 100, key="cap_users")
     context = bounded.number(st, "Tokens per user (context)", 1, 1 << 21, 8192, step=1024, key="cap_ctx")
@@ -80,7 +84,8 @@ with stop_on_error():
                          weight_dtype=weight_dtype, kv_dtype=first["kv dtype"])
 st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")
 pool_sentence, pool_terms = vllm_pool_view(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
-                                           weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], context=int(context))
+                                           weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], context=int(context),
+                                           async_scheduling=async_scheduling)
 st.markdown("**vLLM's own pool (num_gpu_blocks)**: " + pool_sentence)
 if not pool_terms.empty:
     st.dataframe(pool_terms, hide_index=True, key="cap-vllm-pool")

@@ -134,3 +134,28 @@ def test_planner_tables_resolve_each_budget_once(monkeypatch):
     budget = real(spec, get_gpu("h100-sxm"), kv_dtype="fp8")
     row = table[(table["model"] == "llama-3-8b") & (table["kv dtype"] == "fp8")].iloc[0]
     assert row["sequences at 8K"] == cap.max_concurrent(budget, 8192, spec)
+
+
+def test_async_scheduling_moves_the_startup_line():
+    """gpt-oss-20b on an H100: vLLM 0.32's 'Maximum concurrency' counts its sliding layers' window
+    plus 2 x max_num_batched_tokens with async scheduling (the default) and 1 x with it off, the
+    figures `sim capacity` gives (tests/test_async_scheduling.py checks them by hand)."""
+    import re
+
+    from sim.memory.capacity import capacity_table
+    from sim.memory.vllm_profile import add_vllm_pool
+    from sim.run.deployment import Sizing
+    from sim.scenario import Scenario
+
+    sizing = Sizing.of(Scenario(model="gpt-oss-20b", gpu="h100-sxm"))  # as `sim capacity` sizes it
+    spec, gpu = sizing.spec, sizing.gpu
+    shown, want = {}, {}
+    for label, setting in (("vLLM's default (on for a GPU)", None), ("off", False)):
+        at = page(cap_models="gpt-oss-20b", cap_gpus="h100-sxm", **({} if setting is None else {"cap_async": label}))
+        assert not at.exception and not at.error
+        text = " ".join(m.value for m in at.markdown)
+        shown[setting] = re.search(r"tokens per request: ([0-9.]+)x", text).group(1)
+        table = capacity_table(spec, gpu, [8192], budget=sizing.budget, **sizing.budget_args())
+        a = add_vllm_pool(table, spec, gpu, async_scheduling=setting)["assumptions"]
+        want[setting] = f"{a['vllm_logged_max_concurrency']['concurrency']:.2f}"
+    assert shown == want and shown[None] != shown[False]

@@ -112,14 +112,15 @@ def group_parts(model: str, context: int, *, kv_dtype: str, tp: int) -> dict[str
 
 
 def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str,
-                   context: int) -> tuple[str, pd.DataFrame]:
+                   context: int, async_scheduling: bool | None = None) -> tuple[str, pd.DataFrame]:
     """(one sentence, the terms table) of the pool vLLM itself would size: num_gpu_blocks beside the
-    budget pie, from sim.memory.vllm_profile (its default version's accounting)."""
+    budget pie, from sim.memory.vllm_profile (its default version's accounting; `async_scheduling`
+    sets the start-up line's window count, None = vLLM's GPU default)."""
     from sim.memory.vllm_profile import add_vllm_pool
 
     sizing = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util)
     table = capacity_table(sizing.spec, sizing.gpu, [context], budget=sizing.budget, **sizing.budget_args())
-    add_vllm_pool(table, sizing.spec, sizing.gpu)
+    add_vllm_pool(table, sizing.spec, sizing.gpu, async_scheduling=async_scheduling)
     a, row = table["assumptions"], table["rows"][0]
     v = a["vllm_memory"]
     if a["num_gpu_blocks"] is None:
