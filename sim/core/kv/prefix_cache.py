@@ -27,9 +27,11 @@ from __future__ import annotations
 import itertools
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from itertools import repeat
-from operator import itemgetter
+from itertools import compress
+from operator import not_
 from typing import Protocol
+
+from sim.core.kv.parked_lru import ParkedLRU
 
 _ROOT_KEY = 0x5EED  # parent key of block 0; any fixed int
 # Keys computed lately, by (id of the prefix_hashes, block size, hash block size), the hashes kept
@@ -57,7 +59,7 @@ class PrefixCache:
         self._key_to_block: dict[int, int] = {}  # the block a lookup returns (cached first)
         self._dups: dict[int, list[int]] = {}  # further blocks with the same key, in caching order
         self._block_to_key: dict[int, int] = {}
-        self._lru: OrderedDict[int, None] = OrderedDict()  # cached free blocks, LRU first
+        self._lru = ParkedLRU()  # cached free blocks, LRU first
         self._memo_hashes: Sequence[int] | None = None
         self._memo_keys: list[int] = []
         self.evictions = 0
@@ -124,21 +126,22 @@ class PrefixCache:
         return True
 
     def register_many(self, keys: Sequence[int], blocks: Sequence[int]) -> None:
-        """`register(key, block)` for each pair in order (one call: the hot path registers runs)."""
-        b2k, k2b, setdefault = self._block_to_key, self._key_to_block, self._key_to_block.setdefault
-        if not b2k.keys().isdisjoint(blocks):  # rare: a block already keyed keeps its key
-            for key, block in zip(keys, blocks, strict=True):
-                self.register(key, block)
-            return
+        """`register(key, block)` for each pair in order, for blocks that hold no key yet: the paged
+        pool registers only blocks past a table's registered count, which came clean from its free
+        list or an eviction. That is checked by the map's size after the update (a probe per block
+        before it cost ~3% of a tiered replay); a block already keyed raises (register() says why)."""
         if len(keys) != len(blocks):
             raise ValueError(f"register_many: {len(keys)} keys for {len(blocks)} blocks")
-        before = len(k2b)
-        firsts = list(map(setdefault, keys, blocks))  # one probe a key: the block each key resolves to
+        b2k, k2b = self._block_to_key, self._key_to_block
+        before_b, before = len(b2k), len(k2b)
+        b2k.update(zip(blocks, keys, strict=True))
+        if len(b2k) - before_b != len(blocks):
+            raise ValueError("register_many: a block already holds a key (or is given twice)")
+        firsts = list(map(k2b.setdefault, keys, blocks))  # one probe a key: the block each key resolves to
         if len(k2b) - before != len(keys):  # rare: a key cached already (or twice here): a duplicate
             for key, block, first in zip(keys, blocks, firsts, strict=True):
                 if first != block:
                     self._dups.setdefault(key, []).append(block)
-        b2k.update(zip(blocks, keys, strict=True))
         self.registrations += len(blocks)
 
     def _forget_duplicated(self, key: int, block: int) -> None:
@@ -159,51 +162,44 @@ class PrefixCache:
         b2k = self._block_to_key
         return [b for b in blocks if b in b2k]
 
-    # --- LRU of cached free blocks ---------------------------------------------------------------
+    # --- LRU of cached free blocks (a queue of runs: sim/core/kv/parked_lru.py) ---------------------
     def park(self, block: int) -> None:
         """A keyed block's last user left: keep it, most recently used at the end."""
-        self._lru[block] = None
+        self._lru.park([block])
 
     def park_many(self, blocks: Sequence[int]) -> None:
         """`park(block)` for each block in order."""
-        self._lru.update(dict.fromkeys(blocks))
+        self._lru.park(list(dict.fromkeys(blocks)))
 
     def park_keyed(self, blocks: Sequence[int]) -> list[int]:
-        """`park` the blocks that hold a key, in order; returns the others (clean), in order: a freed
-        table in one loop with no call per block (two method calls per block cost more than the rest)."""
-        lru, b2k, clean = self._lru, self._block_to_key, []
-        for block in blocks:
-            if block in b2k:
-                lru[block] = None
-            else:
-                clean.append(block)
-        return clean
+        """`park` the blocks that hold a key (distinct), in order, as one run; returns the others
+        (clean), in order. The keyed test and both splits are C loops: no Python step per block."""
+        keyed = list(map(self._block_to_key.__contains__, blocks))
+        if all(keyed):
+            self._lru.park(list(blocks))
+            return []
+        self._lru.park(list(compress(blocks, keyed)))
+        return list(compress(blocks, map(not_, keyed)))
 
     def unpark(self, block: int) -> None:
         """A hit takes a parked block back into use."""
-        del self._lru[block]
+        self._lru.unpark(block)
 
     def is_parked(self, block: int) -> bool:
-        return block in self._lru
+        return block in self._lru.contents
 
     def count_parked(self, blocks: Sequence[int]) -> int:
         """How many of `blocks` are parked (one C loop: admission asks this of every hit run)."""
-        return sum(map(self._lru.__contains__, blocks))
+        return sum(map(self._lru.contents.__contains__, blocks))
 
     def unpark_parked(self, blocks: Sequence[int]) -> list[int]:
         """`unpark` the parked ones of `blocks`; returns the others (in use), in order."""
-        lru, live = self._lru, []
-        for block in blocks:
-            if block in lru:
-                del lru[block]
-            else:
-                live.append(block)
-        return live
+        return self._lru.unpark_present(blocks)
 
     def evict(self, count: int) -> list[int]:
         """Forget the `count` least recently used parked blocks and hand them out as clean."""
         lru, b2k, k2b, dups = self._lru, self._block_to_key, self._key_to_block, self._dups
-        out = list(map(itemgetter(0), map(lru.popitem, repeat(False, count))))  # C loops: a block per entry
+        out = lru.evict(count)
         keys = list(map(b2k.pop, out))
         if dups and not dups.keys().isdisjoint(keys):  # rare: another block may still hold a key
             gone = []
@@ -227,8 +223,8 @@ class PrefixCache:
 
     def lru_head(self, count: int) -> set[int]:
         """The `count` parked blocks `evict(count)` would take now (no side effects)."""
-        return set(itertools.islice(self._lru, count))
+        return set(itertools.islice(self._lru.order(), count))
 
     def parked_blocks(self) -> list[int]:
         """Parked blocks, least recently used first (for tests and invariant checks)."""
-        return list(self._lru)
+        return list(self._lru.order())
