@@ -332,3 +332,27 @@ def test_prefill_step_in_one_call_is_the_general_formula_bit_for_bit():
         for shape in shapes:
             general = float(cm._times(*(float(v) for v in shape), max))
             assert cm.step_time(*shape) == general, shape
+
+
+@pytest.mark.parametrize("model_name", ["llama-3-8b", "gpt-oss-20b"])
+def test_step_shape_without_pairs_times_the_same_where_pairs_are_not_read(model_name):
+    """The executor leaves a plan's attention pairs uncounted when the cost model does not read them
+    (`reads_prefill_pairs` False: the plain measured table times prompt chunks from tokens and cached
+    prefix): the step time is the very float of the full shape's, with and without decoders and with
+    several chunks; a table with attention groups reads them and keeps the count."""
+    from sim.core.step_types import StepPlan
+
+    cm = cost_of(Scenario(model=model_name, gpu="h100-sxm", cost_source="measured-db"))
+    assert cm.reads_prefill_pairs == (model_name == "gpt-oss-20b")
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        d = int(rng.integers(0, 64))
+        ctx = rng.integers(1, 30_000, size=d).astype(np.int64)
+        n = int(rng.integers(0, 4))
+        plan = StepPlan(0.0, np.arange(d, dtype=np.int64), ctx, prefill_ids=list(range(100, 100 + n)),
+                        prefill_context=[int(x) for x in rng.integers(0, 50_000, size=n)],
+                        prefill_tokens=[int(x) for x in rng.integers(0, 4096, size=n)])
+        full, short = plan.step_shape(), plan.step_shape(with_pairs=False)
+        assert short[:4] == full[:4] and short[5] == full[5] and short[4] == 0
+        if not cm.reads_prefill_pairs and full[0] + full[2]:
+            assert cm.step_time(*short) == cm.step_time(*full), full

@@ -101,10 +101,13 @@ class StepPlan:
     def is_pure_decode(self) -> bool:
         return not self.prefill_ids and not self.swap_in_bytes and not self.swap_out_bytes
 
-    def step_shape(self) -> tuple[int, int, int, int, int, int]:
+    def step_shape(self, with_pairs: bool = True) -> tuple[int, int, int, int, int, int]:
         """(decode_seqs, decode_kv, prefill_tokens, prefill_kv, prefill_pairs, prefill_seqs) for
-        CostModel.step_time (sim/timing/cost_model.py defines them)."""
+        CostModel.step_time (sim/timing/cost_model.py defines them). with_pairs=False: prefill_pairs
+        left 0, the sums taken in C (for a cost model that reads no pairs: `reads_prefill_pairs`)."""
         kd = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
+        if not with_pairs:
+            return int(self.decode_ids.size), kd, sum(self.prefill_tokens), sum(self.prefill_context), 0, len(self.prefill_ids)
         kp = pairs = p = 0
         for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
             kp += s

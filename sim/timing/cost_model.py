@@ -113,6 +113,13 @@ class CostModel:
                  and not t.roofline_allreduce)
         object.__setattr__(self, "_table_prefill", plain)
 
+    @property
+    def reads_prefill_pairs(self) -> bool:
+        """Whether step_time reads `prefill_pairs`: not on the plain measured table, whose prompt
+        chunks are timed by MeasuredTable.prefill_step from their tokens and cached prefix (and a
+        step without prompt tokens has no pairs), so the executor need not count them."""
+        return not self._table_prefill
+
     @classmethod
     def from_scenario(cls, spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs, **overrides: Any) -> CostModel:
         """The step-time source for a scenario: its profile when set, else measured kernels where
