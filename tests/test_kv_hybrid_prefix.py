@@ -448,3 +448,29 @@ def test_keyed_only_takes_the_blocks_inside_the_keeps_runs(seed):
     runs = keep.runs(positions[0], positions[-1] + 1)
     inside = [(b, p) for b, p in zip(blocks, positions, strict=True) if any(a <= p < e for a, e in runs)]
     assert HybridPrefixAllocator._keyed_only(keep, blocks, positions) == ([b for b, _ in inside], [p for _, p in inside])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_longest_hit_on_a_row_is_longest_hit_by_lookups(seed):
+    """Each manager's `longest_hit_row` (the hit search's C scans over a row of found blocks)
+    answers as its `longest_hit` with a lookup per position, rows dense, sparse and empty."""
+    from sim.core.kv.group_managers import (
+        AlignStateManager,
+        ChunkedLocalAttentionManager,
+        FullAttentionManager,
+        SlidingWindowManager,
+    )
+
+    rng = random.Random(seed)
+    managers = [FullAttentionManager("full", BS, 1, 1), ChunkedLocalAttentionManager(4 * BS, "chunk", BS, 1, 1),
+                AlignStateManager("state", BS, 0, 1, state_bytes=1)]
+    managers += [SlidingWindowManager(w, f"sw{w}", BS, 1, 1) for w in (1, 2, BS, BS + 1, 8 * BS, 8 * BS + 1, 19 * BS)]
+    for _ in range(300):
+        n = rng.randrange(0, 60)
+        p_miss = rng.choice([0.0, 0.02, 0.1, 0.4, 1.0])
+        row = [None if rng.random() < p_miss else 1000 + i for i in range(n)]
+        max_blocks = rng.randrange(0, n + 4)
+        for m in managers:
+            want = m.longest_hit(row.__getitem__, range(len(row)), max_blocks)
+            got = m.longest_hit_row(row, max_blocks)
+            assert got == want, (m.label, row, max_blocks)

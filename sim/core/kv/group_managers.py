@@ -134,9 +134,20 @@ class GroupManager:
         blocks = cast(list[int], list(takewhile(_is_cached, map(lookup, keys[:max_blocks]))))  # C-level scan
         return len(blocks), 0, blocks
 
+    def longest_hit_row(self, row: list[int | None], max_blocks: int) -> tuple[int, int, list[int]]:
+        """`longest_hit` on a row of lookups already made (the cached block or None at each of the
+        request's positions from 0: sim/core/kv/run_cache.py `row`)."""
+        return self.longest_hit(row.__getitem__, range(len(row)), max_blocks)
+
 
 class FullAttentionManager(GroupManager):
     kind = "full"
+
+    def longest_hit_row(self, row: list[int | None], max_blocks: int) -> tuple[int, int, list[int]]:
+        """The cached run from block 0: the row up to its first None (one C scan, no lookups)."""
+        part = row[:max(max_blocks, 0)]
+        n = part.index(None) if None in part else len(part)
+        return n, 0, cast(list[int], part[:n])
 
 
 class SlidingWindowManager(GroupManager):
@@ -183,6 +194,23 @@ class SlidingWindowManager(GroupManager):
             if run >= need:
                 return i + run, i, _cached(lookup, keys[i : i + run])
         return run, 0, _cached(lookup, keys[:run])
+
+    def longest_hit_row(self, row: list[int | None], max_blocks: int) -> tuple[int, int, list[int]]:
+        """`longest_hit` on a row: the rightmost window of `need` cached blocks, each miss found by
+        a C scan of the window (a window holding a miss moves its end to that miss), else the
+        cached run from block 0."""
+        need = -(-(self.window - 1) // self.block_size)
+        if need < 1:
+            return super().longest_hit_row(row, max_blocks)
+        part = row[:max(min(max_blocks, len(row)), 0)]
+        end = len(part)
+        while end >= need:
+            window = part[end - need:end]
+            if None not in window:
+                return end, end - need, cast(list[int], window)
+            end -= 1 + window[::-1].index(None)  # the window's last miss: a hit window ends at or before it
+        n = part.index(None) if None in part else len(part)
+        return n, 0, cast(list[int], part[:n])
 
 
 class ChunkedLocalAttentionManager(GroupManager):

@@ -189,7 +189,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         while True:
             start = length
             for g, m in enumerate(self.managers):
-                n, first, blocks = m.longest_hit(rows[g].__getitem__, range(len(rows[g])), length)
+                n, first, blocks = m.longest_hit_row(rows[g], length)
                 found[g] = (first, blocks)
                 length = min(length, n)
                 longest = max(longest, length)

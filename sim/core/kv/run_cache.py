@@ -23,6 +23,7 @@ collisions, as for the chained keys themselves).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import chain, repeat
 
 import numpy as np
 
@@ -75,11 +76,8 @@ class RunPrefixCache:
     # --- lookup ----------------------------------------------------------------------------------
     def row(self, nodes: Sequence[int], count: int) -> list[int | None]:
         """The cached block (or None) at each of a request's first `count` blocks (whole hash blocks)."""
-        out: list[int | None] = []
-        get, none = self._nodes.get, self._none
-        for key in nodes[: -(-count // self.per)]:
-            out += get(key) or none
-        return out
+        heads = nodes[: -(-count // self.per)]
+        return list(chain.from_iterable(map(self._nodes.get, heads, repeat(self._none, len(heads)))))  # in C
 
     def holds(self, nodes: Sequence[int], position: int, block: int) -> bool:
         """Whether `block` is cached for a request's block `position` (first or duplicate)."""
