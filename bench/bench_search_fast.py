@@ -50,9 +50,11 @@ def timed(workload: Workload, options: SearchOptions, workers: int) -> dict:
     result = search(workload, configs, options, workers=workers)
     return {"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(cpu_now() - c0, 2), "workers": workers,
             "probes": sum(r["probes"] for r in result.rows), "rates": [r["max_rate_per_s"] for r in result.rows],
-            # the best rows' rate intervals, re-simulated after the search in this process (sim.plan.rate_interval)
+            # the best row's rate interval, re-simulated after the search, its two ends side by side on the
+            # workers (sim.plan.rate_interval): its runs, their CPU (in the workers) and the bounds
             "interval_runs": sum(r.get("rate_interval_probes") or 0 for r in result.rows),
             "interval_cpu_s": round(sum(r.get("rate_interval_cpu_s") or 0.0 for r in result.rows), 2),
+            "intervals": [r["max_rate_interval"] for r in result.rows if r.get("rate_interval_source") == "re-simulated"],
             "configs": [f"{r['gpu']} tp{r['tp']} {r['kv_dtype']}" for r in result.rows]}
 
 
