@@ -258,6 +258,11 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
             if ids and step[2] and a._peak_by_events:  # run_peak's events against the grid, blocks shared
                 i, n1 = np.array(ids), np.array(new)
                 assert HybridPagedAllocator._blocks_to_grow(a, i, n1) == a._peak_grid(i, n1, a._ntok[i], step[2])
+            if ids and not a.state_align_block:  # a run's bounds in plain ints against the numpy step need
+                i, n1 = np.array(ids), np.array(new)
+                _, f_ints, e_ints = a._run_need(i, n1)
+                _, f_np, e_np = HybridPagedAllocator._run_need(a, i, n1)
+                assert f_ints == [list(map(int, f)) for f in f_np] and e_ints == [list(map(int, e)) for e in e_np]
             if need <= free_before:
                 (a.grow_by(ids, step[2]) if step[2] % 2 else a.grow_many(ids, new))
                 tokens.update(zip(ids, new, strict=True))

@@ -285,10 +285,13 @@ class HybridPagedAllocator(KVAllocator):
             raise AllocationError("grow_many: a request cannot shrink")
         if self.blocks_to_grow(ids, new) > self._free_pages:
             raise AllocationError("grow_many: not enough free pages (check blocks_to_grow first)")
-        # the last step of each request starts from new - 1 computed tokens (or stays put)
-        last = np.where(new > self._ntok[ids], new - 1, self._ntok[ids])
-        net, firsts, ends = self._step_need(ids, last, new)
-        self._apply(ids, new, net, firsts, ends)
+        self._apply(ids, new, *self._run_need(ids, new))
+
+    def _run_need(self, ids: np.ndarray, new: np.ndarray) -> tuple[int, list, list]:
+        """(net pages, new firsts, new ends) of a decode run taking each request to `new` tokens:
+        its last step starts from new - 1 computed tokens (or it stays put)."""
+        n = self._ntok[ids]
+        return self._step_need(ids, np.where(new > n, new - 1, n), new)
 
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
         self._version += 1
