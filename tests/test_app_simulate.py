@@ -298,3 +298,12 @@ def test_the_async_scheduling_setting_in_the_sidebar_reaches_the_run():
     at = page(SIMULATE)
     assert at.selectbox(key="async").value == "vLLM's default (on for a GPU)"
     assert scenario_digest(at) == DEFAULT_SCENARIO.digest()
+
+
+def test_a_deployment_vllm_would_not_start_is_named():
+    """llama-3.1-8b on an RTX 4090 at max_model_len 131,072: one request needs 16 GiB of KV, the card
+    leaves ~5 GiB; kvsim's pool still runs the short trace, and the page says vLLM would refuse."""
+    at = page(SIMULATE, model="llama-3.1-8b", max_len="131072")
+    assert not at.exception and not at.error
+    refusal = [w.value for w in at.warning if w.value.startswith("vLLM would not start")]
+    assert len(refusal) == 1 and "estimated maximum model length is" in refusal[0]

@@ -132,6 +132,8 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
                 f"{a['num_gpu_blocks_range'][1]:,} (compile scratch is charged to its profile). "
                 f"Its start-up log would say 'Maximum concurrency for {log['max_model_len']:,} tokens per request: "
                 f"{log['concurrency']:.2f}x': {log['why_it_differs']}")
+    if not a["vllm_startup"]["starts"]:  # sim/memory/vllm_startup_check.py
+        sentence += f" **{a['vllm_startup']['message']}**"
     terms = [("CUDA total x utilisation", v["requested_bytes"], v["cuda_total_source"]),
              ("weights", -v["weights_bytes"], "parameter bytes / tp"),
              ("profile-run peak", -v["transient_peak_bytes"], v["sources"]["forward_peak"]),

@@ -48,6 +48,9 @@ def show_verdicts(snap: Snapshot, apply_fix: Callable[[dict[str, Any]], None] | 
     beyond = context_warning(summary)
     if beyond:
         st.warning(beyond, icon=":material/straighten:")
+    startup = summary.get("vllm_startup") or {}
+    if startup.get("starts") is False:  # kvsim's pool ran it; vLLM's would refuse (sim/memory/vllm_startup_check.py)
+        st.warning(f"{startup['message']} (kvsim's own pool served this run.)", icon=":material/power_off:")
     line, fix = not_served(summary), rejection_fix(summary)
     if fix is not None:
         st.warning(f"{line} {fix.text}", icon=":material/block:")

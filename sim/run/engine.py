@@ -316,7 +316,7 @@ class Simulation:
             kv_group_breakdown_mean=self.group_breakdown_mean(),
             async_scheduling=scenario_async_scheduling(s.scenario), max_in_flight_tokens=scenario_in_flight_tokens(s.scenario),
             **eviction_summary(s.scenario.kv_eviction),
-            **scenario_vllm_pool(s.scenario, s.deployment.spec, s.deployment.gpu),
+            **scenario_vllm_pool(s.scenario, s.deployment.spec, s.deployment.gpu, s.deployment.max_model_len),
         )
         steps = self.rec.frame()
         info.update(verdict.load_summary(s.table.arrival_s, s.table.admitted_s, s.table.status == REJECTED,
