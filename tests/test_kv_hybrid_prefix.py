@@ -364,9 +364,16 @@ def test_quiet_appends_keep_the_books_of_the_full_path(seed, prefix):
             gone = live.pop(rng.randrange(len(live)))
             fast.free(gone)
             slow.free(gone)
+        elif live and rng.random() < 0.08:  # a decode run: the requests' books change, their quiet bounds go
+            ids = sorted(rng.sample(live, rng.randint(1, len(live))))
+            new = [fast.num_tokens(x) + rng.randint(1, 20) for x in ids]
+            if fast.blocks_to_grow(ids, new) <= fast.num_free_blocks:
+                fast.grow_many(ids, new)
+                slow.grow_many(ids, new)
         elif live and rng.random() < 0.8:
             who, k = rng.choice(live), rng.choice([0, 1, 1, 1, 2, 3])
             quiet += fast._append_quiet(who, k)
+            assert fast._append_quiet(who, k) == fast._append_quiet_groups(who, k)  # the bounds against the groups
             assert fast.append(who, k) == slow.append(who, k)
         else:
             n, hashes = rng.randint(1, 40), PREFIXES[rng.randrange(len(PREFIXES))] if prefix else None
@@ -383,7 +390,7 @@ def test_quiet_appends_keep_the_books_of_the_full_path(seed, prefix):
             assert fast.cache.parked() == slow.cache.parked() and fast.cached_bytes == slow.cached_bytes
             assert (fast.cache.evictions, fast.cache.registrations) == (slow.cache.evictions, slow.cache.registrations)
             fast.check_invariants()
-    assert quiet > 50  # the shortcut was taken
+    assert quiet > 30  # the shortcut was taken
     if prefix:
         assert fast.cache.registrations > 0 and sum(fast.hit_blocks.values()) > 0
 

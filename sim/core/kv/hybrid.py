@@ -70,6 +70,9 @@ class HybridPagedAllocator(KVAllocator):
         self._grow_memo: tuple[object, int] = (None, 0)  # the last blocks_to_grow question and answer
         self._drop_memo: tuple[object, int] = (None, 0)  # the same for steps_until_free_rises
         self._peak_by_events = handles(self.managers)  # no state group: run_peak's events, not the grid
+        # groups of ceil(tokens / block) blocks (no state group): a quiet append is read off per-request bounds
+        self._bounded = all(type(m).blocks_for is GroupManager.blocks_for and not m.gapped for m in self.managers)
+        self._quiet: dict[int, tuple[int, int]] = {}  # request -> _quiet_bounds, dropped when its books change
 
     # --- sizing --------------------------------------------------------------------------------
     def pages_for(self, num_tokens: int, computed_tokens: int = 0, capped: bool = False) -> int:
@@ -130,6 +133,7 @@ class HybridPagedAllocator(KVAllocator):
             end[req_id], first[req_id] = int(m.blocks_for(num_tokens)), self._fresh_first(m, num_tokens, computed_tokens)
         self._free_pages -= need
         self._version += 1
+        self._quiet.pop(req_id, None)
         self._ntok[req_id] = num_tokens
         self._active[req_id] = True
         return 0
@@ -183,7 +187,30 @@ class HybridPagedAllocator(KVAllocator):
     def _append_quiet(self, r: int, k: int) -> bool:
         """Whether appending k tokens to request r leaves every group's [first, end) as it is (no
         block to take, none to drop), so `append` need only move the token count: what
-        `_step_need_one` then `_apply` would do, checked in plain ints. False when unsure."""
+        `_step_need_one` then `_apply` would do. Attention groups: two compares against the
+        request's bounds (`_quiet_bounds`, kept until its books change); else `_append_quiet_groups`."""
+        if not self._bounded:
+            return self._append_quiet_groups(r, k)
+        q = self._quiet.get(r)
+        if q is None:
+            q = self._quiet[r] = self._quiet_bounds(r)
+        n = int(self._ntok[r])
+        return n + k <= q[0] and (not k or n <= q[1])
+
+    def _quiet_bounds(self, r: int) -> tuple[int, int]:
+        """(most tokens request r may reach, most computed tokens a step of it may start from)
+        with no block taken or dropped: blocks_for(tokens) <= end, i.e. tokens <= end x block, and
+        skipped_blocks(computed) <= first, i.e. computed below the group's first_drop_computed."""
+        most = start = UNBOUNDED
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+            most = min(most, int(end[r]) * m.block_size)
+            at = m.first_drop_computed(int(first[r]))
+            if at is not None:
+                start = min(start, int(at) - 1)
+        return most, start
+
+    def _append_quiet_groups(self, r: int, k: int) -> bool:
+        """_append_quiet group by group, in plain ints (any manager). False when unsure."""
         n = int(self._ntok[r])
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
             if int(m.blocks_for(n + k)) > int(end[r]) or (k and int(m.skipped_blocks(n)) > int(first[r])):
@@ -295,6 +322,7 @@ class HybridPagedAllocator(KVAllocator):
 
     def _apply(self, ids: np.ndarray, new: np.ndarray, net: int, firsts: list, ends: list) -> None:
         self._version += 1
+        self._books_change(ids)
         if len(ids) == 1:  # one request: scalar stores are cheaper than fancy indexing
             r = int(ids[0])
             for first, end, f1, e1 in zip(self._first, self._end, firsts, ends, strict=True):
@@ -310,6 +338,7 @@ class HybridPagedAllocator(KVAllocator):
     def free(self, req_id: int) -> None:
         self._check(req_id)
         self._version += 1
+        self._quiet.pop(req_id, None)
         self._free_pages += self._held_pages(req_id)
         for first, end in zip(self._first, self._end, strict=True):
             first[req_id] = end[req_id] = 0
@@ -382,6 +411,13 @@ class HybridPagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id} is already allocated")
         if need > self._free_pages:
             raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
+
+    def _books_change(self, ids: np.ndarray) -> None:
+        """The requests' [first, end) (or keyed counts) are about to change: drop their quiet bounds."""
+        quiet = self._quiet
+        if quiet:
+            for r in ids.tolist():
+                quiet.pop(r, None)
 
     def _check(self, req_id: int) -> None:
         if req_id < 0 or req_id >= len(self._active) or not self._active[req_id]:

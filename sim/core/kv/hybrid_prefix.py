@@ -304,6 +304,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._register(req_id)
             if self.state_align_block:
                 self._key_state(req_id, tokens, num_tokens)
+        self._quiet.pop(req_id, None)
         return tokens
 
     # --- growth --------------------------------------------------------------------------------
@@ -374,6 +375,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         ones (cached ones park); (2) blocks filled and left behind within this run are cached
         and parked at once (`_park_new`); (3) take the new blocks that stay."""
         self._version += 1
+        self._books_change(ids)
         rows = self._moves(ids, new, firsts, ends)
         states = self._state_moves(ids, firsts, ends) if self.state_align_block else []
         for g, r, f1, _ in states:  # the state blocks left behind go first (pages for the takes below)
@@ -449,10 +451,24 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                 first[r], end[r] = f1, e1
             i = j
 
-    def _append_quiet(self, r: int, k: int) -> bool:
+    def _quiet_bounds(self, r: int) -> tuple[int, int]:
+        """The parent's bounds, and no block of the request's hashed range fills up (nothing to
+        register): with reg blocks keyed in a group whose hashed range goes further, tokens stay
+        below (reg + 1) x block (`_append_quiet_groups`' test, solved for the tokens)."""
+        most, start = super()._quiet_bounds(r)
+        nodes = self._gkeys.get(r)
+        if nodes is not None:
+            per, bs = self.cache.per, self.block_size
+            for keys, nreg in zip(nodes, self._nreg, strict=True):
+                reg = nreg.get(r, 0)
+                if len(keys) * per > reg:
+                    most = min(most, (reg + 1) * bs - 1)
+        return most, start
+
+    def _append_quiet_groups(self, r: int, k: int) -> bool:
         """The parent's test, and no block of the request's hashed range fills up (nothing to
         register): `_moves` would list no row, so `_apply` only moves the token count."""
-        if not super()._append_quiet(r, k):
+        if not super()._append_quiet_groups(r, k):
             return False
         nodes = self._gkeys.get(r)
         if nodes is None:
@@ -502,6 +518,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._keep[g].pop(req_id, None)
             self._first[g][req_id] = self._end[g][req_id] = 0
         self._gkeys.pop(req_id, None)
+        self._quiet.pop(req_id, None)
         self._prompt.pop(req_id, None)
         self._junction.pop(req_id, None)
         self._ntok[req_id] = 0
