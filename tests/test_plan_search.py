@@ -89,6 +89,25 @@ def test_deployment_that_does_not_fit_is_a_row_not_an_error():
     assert tiny.to_dict()["best"] is None
 
 
+def test_a_deployment_vllm_would_not_start_is_no_answer(capsys):
+    """llama-3.1-8b at max_model_len 131,072: one request needs 16 GiB of KV per GPU. On an RTX 4090
+    vLLM refuses to start it (kvsim's pool still runs the short requests), on an H100 it starts. The
+    4090 is cheaper per hour, so without the check it would be the answer."""
+    workload = Workload.from_ref("synthetic:n=40,rate=2")
+    configs = expand(Scenario(model="llama-3.1-8b", max_model_len=131072), parse_grid({"gpu": "rtx-4090,h100-sxm"}))
+    out = search(workload, configs, SearchOptions(parse_slo("e2e_p99=120"))).to_dict()
+    refused, ok = out["rows"]
+    assert refused["max_rate_per_s"] > 0 and "vLLM would not start" in refused["vllm_would_not_start"]
+    assert ok["vllm_would_not_start"] is None and out["best"]["row"] == 1
+    assert best_row([refused]) is None
+    from sim.cli.search import format_table
+
+    assert "rtx-4090: not a candidate: vLLM would not start" in format_table(out)
+    # vLLM's pool (kv_pool='vllm'): the refused deployment is a does_not_fit row, and the search goes on
+    pooled = search(workload, [configs[0].replace(kv_pool="vllm")], SearchOptions(parse_slo("e2e_p99=120"))).rows
+    assert pooled[0]["binding"] == "does_not_fit" and "vLLM would not start" in pooled[0]["missed_above"][0]
+
+
 @pytest.mark.slow
 def test_pool_gives_the_inline_rows():
     workload = Workload.from_ref("synthetic:preset=sharegpt-like,n=200,rate=10")

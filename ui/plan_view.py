@@ -197,6 +197,9 @@ def show_plan(plan: dict[str, Any], key: str = "plan") -> dict[str, Any]:
             st.markdown("\n".join(f"- {line}" for line in answer_lines(answer)[1:]))
     if plan.get("cancelled"):
         st.warning(f"Stopped: {plan['completed']} of {plan['configs']} configurations finished.")
+    refused = [(row_label(r, varied_fields(rows)), r["vllm_would_not_start"]) for r in rows if r.get("vllm_would_not_start")]
+    if refused:  # simulated on kvsim's pool, but no answer (sim.plan.rank.best_row skips them)
+        st.warning("Not candidates: " + " ".join(f"{label}: {why}" for label, why in refused), icon=":material/power_off:")
     if any(r["max_rate_per_s"] > 0 for r in rows):
         st.plotly_chart(pareto_figure(rows, plan.get("pareto", [])), key=f"{key}-pareto")
     st.dataframe(plan_table(plan), hide_index=True, key=f"{key}-table",

@@ -152,6 +152,8 @@ def format_table(out: dict[str, Any]) -> str:
     if any(r["capped"] for r in rows):
         lines.append("> met the SLO at every rate tried (x16384 the start): the workload has too few requests to "
                      "load this deployment; use a larger n or a longer trace")
+    lines += [f"{label}: not a candidate: {row['vllm_would_not_start']}"
+              for label, row in zip(labels, rows, strict=True) if row.get("vllm_would_not_start")]
     if out.get("step_times"):
         lines.append(out["step_times"])
     best = out["best"]

@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from models.spec import SpecError
+from sim.errors import DoesNotFit
 from sim.fleet.layout import fleet_gpus
 from sim.fleet.replay import simulate
+from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.plan.bracket import largest_passing
 from sim.plan.early_stop import ProbeMissed, simulate_or_stop
 from sim.plan.guided import guided_largest_passing
@@ -111,7 +113,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     small steps (sim.plan.bracket); else at the workload's start level, doubling."""
     try:
         dep = Deployment.resolve(scenario)  # once: every probe runs this deployment
-    except SpecError as exc:
+    except (SpecError, DoesNotFit) as exc:
         return unfit_row(scenario, options, str(exc))
     run = lambda level: probe(workload, dep, level, options.slo, options.early_stop)  # noqa: E731
     start, floor = near or workload.start_level, workload.min_level
@@ -162,9 +164,18 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "slo_summary": slo_summary(s, options.slo) if met else None,  # what the SLO read at the max rate
         "probes": len(found.probes),
         "step_time_source": dep.cost.source,
+        "vllm_would_not_start": vllm_refusal(dep),
         "scenario": scenario.to_dict(),
     })
     return row
+
+
+def vllm_refusal(dep: Deployment) -> str | None:
+    """vLLM's start-up error for this deployment when it would refuse it (sim/memory/vllm_startup_check.py:
+    the pool cannot hold one request at max_model_len), else None. A kv_pool='vllm' row never gets
+    here (it is a does_not_fit row); kvsim's own pool ran this one, but vLLM would not."""
+    startup = scenario_vllm_pool(dep.scenario, dep.spec, dep.gpu, dep.max_model_len).get("vllm_startup") or {}
+    return None if startup.get("starts", True) else str(startup["message"])
 
 
 def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str, Any]:
@@ -176,7 +187,7 @@ def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str,
                 "binding": "does_not_fit", "binding_shares": {}, "slo_met_at_max": False, "capped": False,
                 "ttft_p99_s": None, "tpot_p99_s": None, "e2e_p99_s": None, "num_preemptions": 0,
                 "kv_usage_peak": None, "missed_above": [why], "slo_summary": None, "probes": 0, "step_time_source": None,
-                "scenario": scenario.to_dict()})
+                "vllm_would_not_start": None, "scenario": scenario.to_dict()})
     return row
 
 

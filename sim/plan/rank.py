@@ -4,7 +4,8 @@ best: by one named criterion (CRITERIA; the answer says which): "cost" (the defa
 rate is the fewest dollars per hour to serve it (GPUs needed x price; GPUs needed when a price is
 missing), without one the lowest cost per million output tokens, else the most tokens/s per GPU;
 "gpus" the fewest GPUs for the target (without one: per request/s served); "rate" the most
-requests/s per GPU. Pareto: rows that meet the SLO somewhere (max rate > 0) and that no other
+requests/s per GPU. A row vLLM would refuse to start (`vllm_would_not_start`: its pool cannot hold
+one request at max_model_len, sim/memory/vllm_startup_check.py) is never best. Pareto: rows that meet the SLO somewhere (max rate > 0) and that no other
 row beats on both tokens/s per GPU and tokens/s per user (aiconfigurator's two axes).
 """
 
@@ -51,8 +52,8 @@ def best_row(rows: list[dict[str, Any]], target_rate: float | None = None, by: s
     """The best row by `by` (a CRITERIA key), with "criterion" saying what best meant."""
     if by not in CRITERIA:
         raise ValueError(f"best by {by!r}: choose one of {', '.join(CRITERIA)}")
-    fit = [i for i, r in enumerate(rows) if r["max_rate_per_s"] > 0]
-    if not fit:
+    fit = [i for i, r in enumerate(rows) if r["max_rate_per_s"] > 0 and not r.get("vllm_would_not_start")]
+    if not fit:  # a row vLLM would refuse to start is no answer, however fast it simulated
         return None
     i = min(fit, key=lambda j: _by(rows[j], target_rate, by))
     return {"row": i, "criterion": criterion_words(by, target_rate),

@@ -26,7 +26,7 @@ from sim.core.kv.registry import (
     make_group_allocator,
     needs_group_pools,
 )
-from sim.errors import ScenarioError
+from sim.errors import DoesNotFit, ScenarioError
 from sim.memory.capacity import (
     DEFAULT_RUNTIME_OVERHEAD,
     GiB,
@@ -163,10 +163,10 @@ def vllm_pool_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> tuple
         raise ScenarioError(f"scenario: kv_pool='vllm': vLLM's pool is not modelled for {scenario.model} "
                             f"({pool['vllm_memory'].get('skipped', 'unknown layout')}); use kv_pool='kvsim'")
     if n < 1:
-        raise ScenarioError(f"scenario: kv_pool='vllm': vLLM's accounting leaves no KV blocks for {scenario.model} "
+        raise DoesNotFit(f"scenario: kv_pool='vllm': vLLM's accounting leaves no KV blocks for {scenario.model} "
                             f"on {scenario.gpu} x tp={scenario.tp}")
     if not pool["vllm_startup"]["starts"]:  # vLLM refuses to start (sim/memory/vllm_startup_check.py)
-        raise ScenarioError(f"scenario: kv_pool='vllm': {pool['vllm_startup']['message']}")
+        raise DoesNotFit(f"scenario: kv_pool='vllm': {pool['vllm_startup']['message']}")
     budget = pool_budget_bytes(scenario, spec, n)
     return budget, {"kv_budget_bytes": budget, "num_gpu_blocks": n, "source": "vllm", "vllm_memory": pool["vllm_memory"]}
 
