@@ -650,9 +650,12 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
 
     @staticmethod
     def _keyed_only(keep: SlidingKeep, blocks: list[int], positions: Sequence[int]) -> tuple[list[int], list[int]]:
-        """The blocks (at ascending positions) that `keep` keys: a slice per keyed run (bisected)."""
+        """The blocks (at ascending positions) that `keep` keys: a slice per keyed run (bisected);
+        none when they all lie past the keep's last keyed block (most of a decode run's drops)."""
         if not positions:
             return blocks, list(positions)
+        if positions[0] >= keep.top:
+            return [], []
         out_b: list[int] = []
         out_p: list[int] = []
         for a, b in keep.runs(positions[0], positions[-1] + 1):

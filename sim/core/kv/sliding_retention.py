@@ -32,7 +32,7 @@ the next turn finds them. The trace's stand-in is the last whole hash block's en
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Run = tuple[int, int]  # block indices [start, end)
 
@@ -72,6 +72,13 @@ class SlidingKeep:
     hit_end: int  # blocks of the request's prefix-cache hit
     tails: tuple[Run, ...]  # the boundary tails, sorted
     per_segment: int = 0  # blocks per retention interval (0: none)
+    top: int = field(init=False, repr=False, compare=False)  # no block at or past it is keyed (see __post_init__)
+
+    def __post_init__(self) -> None:
+        """`top`: without an interval, one past the last keyed block (a decode run's drops lie past
+        it: `runs` is empty there); with one, every segment keys blocks, so no such bound."""
+        top = max([self.hit_end, *(b for _, b in self.tails)]) if not self.per_segment else 1 << 62
+        object.__setattr__(self, "top", top)
 
     @classmethod
     def of(cls, need: int, block_size: int, boundaries: tuple[int, ...], hit_end: int,
