@@ -258,6 +258,11 @@ def run_ops(a: HybridPrefixAllocator, ops) -> None:
             if ids and step[2] and a._peak_by_events:  # run_peak's events against the grid, blocks shared
                 i, n1 = np.array(ids), np.array(new)
                 assert HybridPagedAllocator._blocks_to_grow(a, i, n1) == a._peak_grid(i, n1, a._ntok[i], step[2])
+            if ids and any(a._shared):  # a run's shared drops in plain ints against the numpy firsts
+                i, n1 = np.array(ids), np.array(new)
+                last = np.where(n1 > a._ntok[i], n1 - 1, a._ntok[i])
+                firsts = [np.maximum(f[i], m.skipped_blocks(last)) for m, f in zip(a.managers, a._first, strict=True)]
+                assert a._run_shared_drops(i, n1) == a._shared_drops(i, firsts)
             if ids and not a.state_align_block:  # a run's bounds in plain ints against the numpy step need
                 i, n1 = np.array(ids), np.array(new)
                 _, f_ints, e_ints = a._run_need(i, n1)

@@ -359,9 +359,23 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         need = super()._blocks_to_grow(ids, new)
         if not any(self._shared):
             return need
-        last = np.where(new > self._ntok[ids], new - 1, self._ntok[ids])
-        firsts = [np.maximum(f[ids], m.skipped_blocks(last)) for m, f in zip(self.managers, self._first, strict=True)]
-        return need + self._shared_drops(ids, firsts)
+        return need + self._run_shared_drops(ids, new)
+
+    def _run_shared_drops(self, ids: np.ndarray, new: np.ndarray) -> int:
+        """`_shared_drops` of a decode run to `new` tokens (its last step starts from new - 1
+        computed tokens), in plain ints per request: a run is ~12 requests."""
+        pages, extra = 0, self._blocks.extra
+        n0s, n1s = self._ntok[ids].tolist(), new.tolist()
+        for g, m in enumerate(self.managers):
+            if not self._shared[g]:
+                continue
+            tables = self._tables[g]
+            for r, f0, e0, n0, n1 in zip(ids.tolist(), self._first[g][ids].tolist(), self._end[g][ids].tolist(),
+                                         n0s, n1s, strict=True):
+                stop = min(max(f0, m.skipped_blocks(n1 - 1 if n1 > n0 else n0)), e0)
+                if stop > f0:
+                    pages += m.pages * sum(1 for b in tables[r][f0:stop] if b >= 0 and b in extra)
+        return pages
 
     def _growth_ceiling(self, count: int, tokens: int) -> int:
         """The parent's, plus a bound on the shared blocks dropped (each one held by at most
