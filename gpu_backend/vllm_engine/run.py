@@ -21,6 +21,7 @@ from gpu_backend.vllm_engine.cpu_rules import KV_DTYPE
 from gpu_backend.vllm_engine.model_dir import model_dir
 from gpu_backend.vllm_engine.protocol import StepRecord
 from gpu_backend.vllm_engine.trace_requests import engine_requests
+from models.kv_groups import max_in_flight_tokens
 from sim.core.step_types import BREAKDOWN_FIELDS
 from sim.run import metrics, verdict
 
@@ -126,6 +127,9 @@ def run_vllm(trace, scenario, *, num_blocks: int, offline: bool = False, max_ste
         max_model_len=cfg.max_model_len, kv_budget_terms=None, num_steps=len(got.steps), sim_events=len(got.steps),
         cost_model="measured", engine="vllm", vllm_version=got.vllm_version, device="cpu", model_dtype="fp32",
         kv_dtype=KV_DTYPE, offline=offline, measured_by="vLLM", engine_start_s=start_s,
+        # what the engine resolved (its hello; vLLM on CPU turns it off), and the tokens a window counts
+        async_scheduling=bool(got.async_scheduling),
+        max_in_flight_tokens=max_in_flight_tokens(cfg.max_num_batched_tokens, bool(got.async_scheduling)),
         # what vLLM's pool really had (the worker's override; vLLM adds its null block), not a prediction
         num_gpu_blocks=cfg.num_blocks + 1, vllm_memory={"skipped": "measured: the pool was set by num_gpu_blocks_override"},
         intervals=None, interval_method=None)  # a measurement carries no prediction interval
