@@ -164,7 +164,7 @@ def vllm_pool_budget(scenario: Scenario, spec: ModelSpec, gpu: GPUSpec) -> tuple
                             f"({pool['vllm_memory'].get('skipped', 'unknown layout')}); use kv_pool='kvsim'")
     if n < 1:
         raise DoesNotFit(f"scenario: kv_pool='vllm': vLLM's accounting leaves no KV blocks for {scenario.model} "
-                            f"on {scenario.gpu} x tp={scenario.tp}")
+                         f"on {scenario.gpu} x tp={scenario.tp}")
     if not pool["vllm_startup"]["starts"]:  # vLLM refuses to start (sim/memory/vllm_startup_check.py)
         raise DoesNotFit(f"scenario: kv_pool='vllm': {pool['vllm_startup']['message']}")
     budget = pool_budget_bytes(scenario, spec, n)
