@@ -108,6 +108,19 @@ def test_a_deployment_vllm_would_not_start_is_no_answer(capsys):
     assert pooled[0]["binding"] == "does_not_fit" and "vLLM would not start" in pooled[0]["missed_above"][0]
 
 
+def test_each_pd_pool_is_checked_at_its_own_tp():
+    """llama-3.1-8b at max_model_len 131,072 on RTX 4090s: a TP2 replica holds one request's 8 GiB per
+    GPU, a TP1 replica not its 16 GiB. The check follows each pool's TP, not the scenario's `tp`."""
+    from sim.plan.config_search import vllm_refusal
+    from sim.run.deployment import Deployment
+
+    base = Scenario(model="llama-3.1-8b", gpu="rtx-4090", tp=2, max_model_len=131072, pd="1:1")
+    assert vllm_refusal(Deployment.resolve(base)) is None
+    refusal = vllm_refusal(Deployment.resolve(base.replace(prefill_tp=1)))
+    assert refusal.startswith("the prefill pool: vLLM would not start")
+    assert vllm_refusal(Deployment.resolve(base.replace(decode_tp=1))).startswith("the decode pool:")
+
+
 @pytest.mark.slow
 def test_pool_gives_the_inline_rows():
     workload = Workload.from_ref("synthetic:preset=sharegpt-like,n=200,rate=10")

@@ -21,7 +21,7 @@ from typing import Any
 
 from models.spec import SpecError
 from sim.errors import DoesNotFit
-from sim.fleet.layout import fleet_gpus
+from sim.fleet.layout import fleet_gpus, pools_of
 from sim.fleet.replay import simulate
 from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.plan.bracket import largest_passing
@@ -115,6 +115,9 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         dep = Deployment.resolve(scenario)  # once: every probe runs this deployment
     except (SpecError, DoesNotFit) as exc:
         return unfit_row(scenario, options, str(exc))
+    refusal = vllm_refusal(dep)
+    if refusal and scenario.kv_pool == "vllm":  # a P/D pool at another TP than the one resolved here
+        return unfit_row(scenario, options, f"scenario: kv_pool='vllm': {refusal}")
     run = lambda level: probe(workload, dep, level, options.slo, options.early_stop)  # noqa: E731
     start, floor = near or workload.start_level, workload.min_level
     if options.guided:
@@ -164,18 +167,22 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "slo_summary": slo_summary(s, options.slo) if met else None,  # what the SLO read at the max rate
         "probes": len(found.probes),
         "step_time_source": dep.cost.source,
-        "vllm_would_not_start": vllm_refusal(dep),
+        "vllm_would_not_start": refusal,
         "scenario": scenario.to_dict(),
     })
     return row
 
 
 def vllm_refusal(dep: Deployment) -> str | None:
-    """vLLM's start-up error for this deployment when it would refuse it (sim/memory/vllm_startup_check.py:
-    the pool cannot hold one request at max_model_len), else None. A kv_pool='vllm' row never gets
-    here (it is a does_not_fit row); kvsim's own pool ran this one, but vLLM would not."""
-    startup = scenario_vllm_pool(dep.scenario, dep.spec, dep.gpu, dep.max_model_len).get("vllm_startup") or {}
-    return None if startup.get("starts", True) else str(startup["message"])
+    """vLLM's start-up error when it would refuse any pool of this fleet (sim/memory/vllm_startup_check.py:
+    a replica's KV cannot hold one request at max_model_len; each P/D pool at its own TP), else None."""
+    pools = pools_of(dep.scenario)
+    for pool in pools:
+        sc = dep.scenario if pool.tp == dep.scenario.tp else dep.scenario.replace(tp=pool.tp)
+        startup = scenario_vllm_pool(sc, dep.spec, dep.gpu, dep.max_model_len).get("vllm_startup") or {}
+        if startup.get("starts") is False:
+            return str(startup["message"]) if len(pools) == 1 else f"the {pool.role} pool: {startup['message']}"
+    return None
 
 
 def unfit_row(scenario: Scenario, options: SearchOptions, why: str) -> dict[str, Any]:
