@@ -121,6 +121,15 @@ def test_each_pd_pool_is_checked_at_its_own_tp():
     assert vllm_refusal(Deployment.resolve(base.replace(decode_tp=1))).startswith("the decode pool:")
 
 
+def test_pd_pools_with_their_own_tp_ignore_the_base_tp():
+    """llama-3-70b does not fit one H100, but a P/D fleet of TP4 pools never runs a TP1 replica."""
+    workload = Workload.from_ref("synthetic:n=30,rate=1")
+    sc = Scenario(model="llama-3-70b", pd="1:1", prefill_tp=4, decode_tp=4)
+    row = search(workload, [sc], SearchOptions(parse_slo("e2e_p99=60"))).rows[0]
+    assert row["binding"] != "does_not_fit" and row["max_rate_per_s"] > 0 and row["gpus"] == 8
+    assert row["tp"] == 1  # the row shows the scenario as given
+
+
 @pytest.mark.slow
 def test_pool_gives_the_inline_rows():
     workload = Workload.from_ref("synthetic:preset=sharegpt-like,n=200,rate=10")

@@ -112,7 +112,7 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
     `near`: a level close to the answer (a similar configuration's): the bracket starts there with
     small steps (sim.plan.bracket); else at the workload's start level, doubling."""
     try:
-        dep = Deployment.resolve(scenario)  # once: every probe runs this deployment
+        dep = Deployment.resolve(_runnable(scenario))  # once: every probe runs this deployment
     except (SpecError, DoesNotFit) as exc:
         return unfit_row(scenario, options, str(exc))
     refusal = vllm_refusal(dep)
@@ -171,6 +171,15 @@ def search_config(workload: Workload, scenario: Scenario, options: SearchOptions
         "scenario": scenario.to_dict(),
     })
     return row
+
+
+def _runnable(scenario: Scenario) -> Scenario:
+    """A P/D scenario whose pools both name their TP runs no replica at `tp` (sim/fleet/layout.py
+    pools_of): resolve it at the decode pool's, so a `tp` too small for the weights is not a
+    does_not_fit row for a fleet that never uses it."""
+    if scenario.pd and scenario.prefill_tp and scenario.decode_tp and scenario.tp != scenario.decode_tp:
+        return scenario.replace(tp=scenario.decode_tp)
+    return scenario
 
 
 def vllm_refusal(dep: Deployment) -> str | None:
