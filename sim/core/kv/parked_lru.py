@@ -1,9 +1,9 @@
 """The paged prefix cache's LRU of parked blocks (cached, free) as a queue of runs.
 
-The same book as the KV tiers' LRUTier (sim/core/tiers/lru.py): each park is one run (a list of
-blocks), and a dict maps each parked block to the serial of the run holding its live entry. A
-freed table parks hundreds of blocks at once and an eviction takes hundreds from the head, so an
-OrderedDict's linked-list node per block (made at each park, freed at each `popitem`) was the
+The KV tiers' book (sim/core/run_queue.py, shared with sim/core/tiers/lru.py's LRUTier): each park is
+one run (a list of blocks), and a dict maps each parked block to the serial of the run holding its
+live entry. A freed table parks hundreds of blocks at once and an eviction takes hundreds from the
+head, so an OrderedDict's linked-list node per block (made at each park, freed at each `popitem`) was the
 dearer half of that traffic. A hit's unpark deletes the block's dict entry; its entry in the run
 goes stale and is passed over when the head reaches it. The order of live entries is the order of
 parks, exactly as in the OrderedDict it replaced (a block parked again while parked keeps its place;
@@ -17,8 +17,10 @@ from collections.abc import Iterator, Sequence
 from itertools import repeat
 from typing import Any
 
+from sim.core.run_queue import RunQueue
 
-class ParkedLRU:
+
+class ParkedLRU(RunQueue):
     """Parked blocks, least recently parked first."""
 
     def __init__(self) -> None:
@@ -42,11 +44,7 @@ class ParkedLRU:
         """Park `blocks` (distinct; the list is kept as the run) in order, the last most recent. A
         block parked already keeps its place (its entry here is stale: its serial is older)."""
         if blocks:
-            serial = self._serial
-            self._serial += 1
-            deque(map(self._where.setdefault, blocks, repeat(serial)), maxlen=0)
-            self._runs.append([serial, blocks, 0])
-            self._entries += len(blocks)
+            deque(map(self._where.setdefault, blocks, repeat(self._run(blocks))), maxlen=0)
             self._compact_if_stale()
 
     def unpark(self, block: int) -> None:
@@ -70,42 +68,8 @@ class ParkedLRU:
         """Take the `n` least recently parked blocks out (oldest first)."""
         if n > len(self._where):
             raise KeyError(f"cannot evict {n} of {len(self._where)} parked blocks")
-        where, runs, out = self._where, self._runs, []
-        pop = where.pop
-        while n > 0:
-            run = runs[0]
-            serial, blocks, i = run
-            part = blocks[i : i + n]
-            at = list(map(pop, part, repeat(None)))
-            if at.count(serial) == len(part):  # every entry live (the common case)
-                live = part
-            else:  # stale entries: blocks unparked since (put back any parked again later)
-                live = [b for b, a in zip(part, at, strict=True) if a == serial]
-                where.update((b, a) for b, a in zip(part, at, strict=True) if a is not None and a != serial)
-            out += live
-            n -= len(live)
-            self._entries -= len(part)
-            if i + len(part) == len(blocks):
-                runs.popleft()
-            else:
-                run[2] = i + len(part)
-        return out
+        return self._evict(n)
 
     def order(self) -> Iterator[int]:
         """Parked blocks, least recently parked first."""
-        where = self._where
-        return (b for serial, blocks, i in self._runs for b in blocks[i:] if where.get(b) == serial)
-
-    def _compact_if_stale(self) -> None:
-        """Rewrite the queue as one run of the live blocks once stale entries outnumber live ones
-        twice over (a pool that never runs short would otherwise keep every unparked entry)."""
-        if self._entries <= 2 * len(self._where) + 4096:
-            return
-        live = list(self.order())
-        self._runs.clear()
-        self._entries = 0
-        serial = self._serial
-        self._serial += 1
-        self._where.update(zip(live, repeat(serial)))
-        self._runs.append([serial, live, 0])
-        self._entries = len(live)
+        return self._live()

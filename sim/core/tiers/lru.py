@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any, Protocol
 
+from sim.core.run_queue import RunQueue
+
 
 class TierContents(Protocol):
     """What a TierStack reads and writes of one tier's contents: LRUTier (chunks of one size) or
@@ -39,13 +41,11 @@ class TierContents(Protocol):
 
 
 @dataclass
-class LRUTier:
-    """Keys in LRU order as a queue of runs: each batch of keys written or touched together is one
-    run (a list of distinct keys), and a dict maps each held key to the serial of the run that
-    holds its live entry. A key touched again joins a newer run and its older entry goes stale
-    (passed over when the queue's head reaches it). A batch costs one dict operation per key and
-    an eviction one more, both in C loops: an OrderedDict took a membership test, an insertion
-    with a linked-list node, and a pop that looked the key up again."""
+class LRUTier(RunQueue):
+    """Keys in LRU order as a queue of runs (sim/core/run_queue.py): each batch of keys written or
+    touched together is one run, and a key touched again joins a newer run (its older entry goes
+    stale, passed over when the queue's head reaches it). An OrderedDict took a membership test,
+    an insertion with a linked-list node, and a pop that looked the key up again."""
 
     name: str
     capacity_chunks: int
@@ -71,14 +71,6 @@ class LRUTier:
 
     def __len__(self) -> int:
         return len(self._where)
-
-    def _run(self, keys: list[int]) -> int:
-        """Queue `keys` (distinct) as the most recent run; returns its serial (the caller enters them)."""
-        serial = self._serial
-        self._serial += 1
-        self._runs.append([serial, keys, 0])
-        self._entries += len(keys)
-        return serial
 
     def touch(self, key: int) -> None:
         """A hit: most recently used now."""
@@ -138,39 +130,6 @@ class LRUTier:
         self._compact_if_stale()
         return stored, out
 
-    def _evict(self, n: int) -> list[int]:
-        """Drop the `n` least recently used keys (the live entries at the queue's head); returns them."""
-        where, runs, out = self._where, self._runs, []
-        pop = where.pop
-        while n:
-            run = runs[0]
-            serial, keys, i = run
-            part = keys[i : i + n]
-            at = list(map(pop, part, repeat(None)))
-            if at.count(serial) == len(part):  # every entry live (the common case)
-                live = part
-            else:  # stale entries (keys touched since, or gone): put back any held elsewhere
-                live = [k for k, a in zip(part, at, strict=True) if a == serial]
-                where.update((k, a) for k, a in zip(part, at, strict=True) if a is not None and a != serial)
-            out += live
-            n -= len(live)
-            self._entries -= len(part)
-            if i + len(part) == len(keys):
-                runs.popleft()
-            else:
-                run[2] = i + len(part)
-        return out
-
-    def _compact_if_stale(self) -> None:
-        """Rewrite the queue as one run of the live keys once stale entries outnumber live ones
-        twice over (a tier that never fills would otherwise keep every touch)."""
-        if self._entries <= 2 * len(self._where) + 4096:
-            return
-        live = self.lru_order()
-        self._runs.clear()
-        self._entries = 0
-        self._where.update(zip(live, repeat(self._run(live))))
-
     def resize(self, capacity_chunks: int) -> list[int]:
         """Change the capacity (swapped-out KV taking room, giving it back); returns the keys evicted."""
         self.capacity_chunks = max(int(capacity_chunks), 0)
@@ -185,5 +144,4 @@ class LRUTier:
 
     def lru_order(self) -> list[int]:
         """Keys, least recently used first (tests)."""
-        where = self._where
-        return [k for serial, keys, i in self._runs for k in keys[i:] if where.get(k) == serial]
+        return list(self._live())
