@@ -10,7 +10,7 @@ TEST_WORKERS ?= 2
 # 127.0.0.1: this machine only. ADDRESS=0.0.0.0 shares the dashboard on the network (docs/DASHBOARD.md).
 ADDRESS ?= 127.0.0.1
 
-.PHONY: run test lint bench screenshots browser-deps vllm-env clean gpu-bundle gpu-bundle-check
+.PHONY: run test native lint bench screenshots browser-deps vllm-env clean gpu-bundle gpu-bundle-check
 
 
 # vLLM V1 for `gpu_backend run --engine vllm` and `gpu_backend conform`, in its own venv (its pins
@@ -23,7 +23,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 
 $(VLLM_STAMP):
 	@$(PYTHON) -m venv $(VLLM_VENV) || { echo "error: '$(PYTHON) -m venv' failed; on Debian run: apt-get install python3-venv"; exit 1; }
-	$(VLLM_VENV)/bin/pip install -qq $(VLLM_PKG)
+	$(VLLM_VENV)/bin/pip install -qq $(VLLM_PKG) mypy-extensions==1.2.0
 	$(VLLM_VENV)/bin/pip uninstall -qq -y torchvision torchaudio torchcodec
 	@touch $(VLLM_STAMP)
 
@@ -34,15 +34,21 @@ $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip install -qq -r requirements-dev.txt
 	@touch $(STAMP)
 
+# The simulator's hot modules compiled with mypyc (sim/native: ~30% less CPU, the same results); a no-op
+# when they are current. Without a C compiler the simulator runs as source. `make run` goes on if the build fails.
+native: $(STAMP)
+	$(PY) sim/native/build.py
+
 run: $(STAMP)
+	-@$(PY) sim/native/build.py
 	@case "$(ADDRESS)" in 127.*|localhost|::1) ;; *) echo "warning: serving on $(ADDRESS):$(PORT): anyone who can reach it can open the dashboard, read public snapshots and follow links (docs/DASHBOARD.md)";; esac
 	$(VENV)/bin/streamlit run app.py --server.port $(PORT) --server.address $(ADDRESS)
 
-test: $(STAMP) $(VLLM_STAMP)
+test: $(STAMP) $(VLLM_STAMP) native
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	KVSIM_REQUIRE_VLLM=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	KVSIM_REQUIRE_VLLM=1 KVSIM_REQUIRE_NATIVE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) gpu-bundle-check
 
 # Wheels bench/gpu_suite.py needs beyond torch + transformers, for the GPU machine's Python 3.12 (docs/GPU_BACKEND.md).
@@ -72,4 +78,5 @@ browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium chromium-driver; }
 
 clean:
+	-$(PY) sim/native/build.py --clean
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis .venv-gpu-check gpu_bundle gpu_suite_out

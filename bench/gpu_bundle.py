@@ -21,7 +21,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 # What the suite imports beyond torch/transformers (and their own dependencies), with pandas' needs.
-PACKAGES = ("simpy", "pandas", "python-dateutil", "tzdata", "scipy", "nvidia-ml-py")
+PACKAGES = ("simpy", "pandas", "python-dateutil", "tzdata", "scipy", "nvidia-ml-py", "mypy-extensions")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64")
 LIMIT_BYTES = 64 << 20

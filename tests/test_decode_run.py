@@ -4,7 +4,7 @@ what stepping one by one does (tables, KV books, times, counters); whole replays
 
 from __future__ import annotations
 
-import copy
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -42,12 +42,39 @@ def queued(prompts, outputs, blocks: int, **cfg) -> Scheduler:
     return sched
 
 
-def decoding(sched: Scheduler, now: float = 0.0) -> float:
+class Twins:
+    """Two schedulers built alike and driven alike: `check_run_equals_steps` takes a run on one
+    and steps the other (a scheduler compiled by sim/native cannot be deep-copied). Reads go to
+    the first; `add_request` and `step` act on both."""
+
+    def __init__(self, make: Callable[[], Scheduler]) -> None:
+        self.run, self.stepped = make(), make()
+
+    def __getattr__(self, name: str):
+        return getattr(self.run, name)
+
+    def both(self) -> tuple[Scheduler, Scheduler]:
+        return self.run, self.stepped
+
+    def add_request(self, r: int) -> None:
+        for s in self.both():
+            s.add_request(r)
+
+    def step(self, now: float, end: float) -> None:
+        for s in self.both():
+            plan = s.schedule(now)
+            if plan is not None:
+                s.complete_step(plan, end)
+
+
+def decoding(sched: Scheduler | Twins, now: float = 0.0) -> float:
     """Step `sched` until every running request decodes (its prompts are in); returns the clock."""
     while sched.decode_batch() is None:
-        plan = sched.schedule(now)
+        if isinstance(sched, Twins):
+            sched.step(now, now + 1.0)
+        else:
+            sched.complete_step(sched.schedule(now), now + 1.0)
         now += 1.0
-        sched.complete_step(plan, now)
     return now
 
 
@@ -59,10 +86,10 @@ def kv_books(alloc) -> tuple:
             tuple(sorted((k, tuple(v.items())) for k, v in alloc.group_breakdown().items())))
 
 
-def check_run_equals_steps(sched: Scheduler, k: int, now: float) -> None:
+def check_run_equals_steps(twins: Twins, k: int, now: float) -> None:
     """Taking k <= decode_run_limit() steps in one go == k schedule + complete_step calls, each
     of which must be a pure decode step of the same batch with no finish before the last."""
-    twin = copy.deepcopy(sched)  # its own table and allocator
+    sched, twin = twins.both()  # each its own table and allocator, in the same state
     run = sched.running_ids().tolist()
     finished_stepping: list[int] = []
     for j in range(k):
@@ -82,7 +109,7 @@ def check_run_equals_steps(sched: Scheduler, k: int, now: float) -> None:
 
 # --- when a run may be taken ---------------------------------------------------------------------
 def test_a_run_ends_at_the_first_finish():
-    sched = queued([40, 40, 40], [30, 12, 50], 100)
+    sched = Twins(lambda: queued([40, 40, 40], [30, 12, 50], 100))
     t, now = sched.t, decoding(sched)
     k = sched.decode_run_limit()
     assert k == int((t.output[[0, 1, 2]] - t.generated[[0, 1, 2]]).min()) == 11
@@ -93,7 +120,7 @@ def test_a_run_ends_at_the_first_finish():
 def test_a_run_ends_before_a_block_shortage():
     """Two requests of 40 tokens in a pool of 7 blocks of 16: 6 blocks held, one free. The run
     stops at the last step that fits; the step after it must preempt (general path)."""
-    sched = queued([40, 40], [100, 100], 7)
+    sched = Twins(lambda: queued([40, 40], [100, 100], 7))
     now = decoding(sched)
     assert sched.alloc.num_free_blocks == 1
     k = sched.decode_run_limit()
@@ -121,7 +148,7 @@ def test_a_blocked_queue_does_not_stop_a_run(why):
     """A waiting head that cannot be admitted (no seat, or no blocks for its whole prompt) leaves
     the batch decoding; the run is as long as if nobody waited."""
     seqs, blocks = (2, 100) if why == "max_num_seqs" else (8, 9)
-    sched = queued([40, 40, 100], [60, 60, 10], blocks, max_num_seqs=seqs)
+    sched = Twins(lambda: queued([40, 40, 100], [60, 60, 10], blocks, max_num_seqs=seqs))
     now = decoding(sched)
     assert sched.running == [0, 1] and list(sched.waiting) == [2]
     k = sched.decode_run_limit()
@@ -134,12 +161,14 @@ def test_a_run_stops_where_a_sliding_window_releases_blocks():
     for room, the run ends at the step before the first release, so the admission that the
     freed blocks may allow happens when stepping would do it."""
     sc = Scenario(model="gpt-oss-20b", gpu="h100-sxm", kv_budget_gib=0.05, max_num_seqs=512)  # 136 pages
-    sched = build(synthetic(2, rate=1.0, input="fixed:value=200", output="fixed:value=400", seed=0), sc).replicas[0].sched
-    sched.t.prompt[1] = 1750  # its whole prompt (110 full + 9 sliding pages) fits only an empty pool
+    trace = synthetic(2, rate=1.0, input="fixed:value=200", output="fixed:value=400", seed=0)
+    sched = Twins(lambda: build(trace, sc).replicas[0].sched)
+    for s in sched.both():
+        s.t.prompt[1] = 1750  # its whole prompt (110 full + 9 sliding pages) fits only an empty pool
     sched.add_request(0)
     now = decoding(sched)
     while sched.alloc.steps_until_free_rises(sched.running_ids()) < 2:  # a release a few steps ahead
-        sched.complete_step(sched.schedule(now), now + 1)
+        sched.step(now, now + 1)
         now += 1
     free_rises = sched.alloc.steps_until_free_rises(sched.running_ids())
     assert free_rises < sched.decode_batch().min_remaining
@@ -215,7 +244,7 @@ def test_every_run_limit_is_a_run_of_pure_decode_steps(kind, seed, max_seqs):
     sc = SCHEDULERS[kind][0].replace(max_num_seqs=max_seqs)
     trace = synthetic(40, rate=4.0, input="lognormal:mean=400:sigma=0.8", output="lognormal:mean=60:sigma=0.8",
                       seed=seed)
-    sched = build(trace, sc).replicas[0].sched
+    sched = Twins(lambda: build(trace, sc).replicas[0].sched)
     rng = np.random.default_rng(seed)
     arrivals = np.flatnonzero(sched.t.status != 4).tolist()  # not rejected
     now, runs = 0.0, 0
@@ -229,10 +258,8 @@ def test_every_run_limit_is_a_run_of_pure_decode_steps(kind, seed, max_seqs):
             check_run_equals_steps(sched, take, now)
             now, runs = now + take, runs + 1
             continue
-        plan = sched.schedule(now)
+        sched.step(now, now + 1.0)
         now += 1.0
-        if plan is not None:
-            sched.complete_step(plan, now)
     assert runs > 0
 
 

@@ -53,6 +53,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.core import decode_run, interfaces, remote_kv
 from sim.core.decode_run import DecodeBatch
@@ -69,6 +70,12 @@ _NO_IDS.flags.writeable = False
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
+def _no_hashes(r: int) -> Sequence[int] | None:
+    """A scheduler's prefix hashes when none are given: no request has any."""
+    return None
+
+
+@mypyc_attr(native_class=False)  # a plain class when compiled: copy.deepcopy restores frozen fields
 @dataclass(frozen=True)
 class SchedulerConfig:
     max_num_seqs: int = 256
@@ -86,8 +93,9 @@ class SchedulerConfig:
     hold_kv_on_finish: bool = False
 
 
-class Scheduler(interfaces.Scheduler):
-    """Continuous batching over one allocator. Requests are row ids of `table`.
+class Scheduler:
+    """Continuous batching over one allocator. Requests are row ids of `table`. It implements
+    sim.core.interfaces.Scheduler structurally (a class compiled by sim/native cannot subclass a Protocol).
 
     API: add_request(r) when a request arrives; schedule(now) -> StepPlan | None (None: nothing to
     run); complete_step(plan, t_end) -> finished ids. has_work / num_running / num_waiting for
@@ -107,7 +115,7 @@ class Scheduler(interfaces.Scheduler):
         self.t = table
         self.alloc = allocator
         self.cfg = config
-        self.prefix_hashes = prefix_hashes or (lambda r: None)
+        self.prefix_hashes = prefix_hashes or _no_hashes
         self._keyed = prefix_hashes is not None  # else every request's hashes are None (no call per admission)
         self.waiting: deque[int] = deque()
         self.swapped: deque[int] = deque()
@@ -576,8 +584,13 @@ class Scheduler(interfaces.Scheduler):
 
     # --- skip-ahead over runs of decode steps: the machinery and its contract are in decode_run --
     # (bound as methods, not wrapped: the engine asks for the limit before every step)
-    decode_run_limit = decode_run.run_limit  # how many next steps may be taken in one go (0: none)
-    decode_context_tokens = decode_run.context_tokens  # summed K/V tokens of the running batch
+    def decode_run_limit(self) -> int:
+        """How many next steps may be taken in one go (0: none)."""
+        return decode_run.run_limit(self)
+
+    def decode_context_tokens(self) -> int:
+        """Summed K/V tokens of the running batch."""
+        return decode_run.context_tokens(self)
 
     def advance_decode(self, k: int, t_end: float) -> list[int]:
         """Apply k pure-decode steps at once (k <= decode_run_limit()); returns finished ids."""

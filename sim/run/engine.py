@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import simpy
+from mypy_extensions import mypyc_attr
 
 from sim.core import decode_run
 from sim.core.interfaces import Allocator, Executor
@@ -189,6 +190,7 @@ def eviction_summary(text: str | None) -> dict[str, Any]:
     return {"kv_eviction": {"policy": text, "note": QUALITY_NOTE}}
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Simulation:
     """Runs one Setup on a SimPy clock (see the module docstring)."""
 

@@ -92,8 +92,8 @@ class TableDecodeTimer:
                 x = g0
             if not lo <= x < hi:
                 i = self._segment(x)
-                lo, hi = grid[i], (grid[i + 1] if i < self.last else INF)
-                a, g, span, rise = values[i], grid[i], spans[i], values[i + 1] - values[i]
+                lo, hi = float(grid[i]), (float(grid[i + 1]) if i < self.last else INF)
+                a, g, span, rise = values[i], float(grid[i]), float(spans[i]), values[i + 1] - values[i]
             t += base + (a + (x - g) / span * rise)
             append(t)
             if t >= horizon:
