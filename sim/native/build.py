@@ -11,11 +11,13 @@ results.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -56,12 +58,24 @@ def current() -> bool:
             and all(extension_path(m).exists() for m in NATIVE_MODULES) and bool(group_libraries()))
 
 
+def _missing_toolchain() -> str:
+    """What a build would lack on this machine ('' if nothing): a C compiler, Python's headers, mypyc."""
+    if shutil.which(os.environ.get("CC", "cc")) is None and shutil.which("gcc") is None:
+        return "no C compiler found"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return "no Python.h (the python3-dev headers) found"
+    if importlib.util.find_spec("mypyc") is None:
+        return "mypyc (part of mypy) is not installed"
+    return ""
+
+
 def build() -> int:
     if current():
         print("native: the compiled simulator is current")
         return 0
-    if shutil.which(os.environ.get("CC", "cc")) is None and shutil.which("gcc") is None:
-        print("native: no C compiler found: the simulator runs as Python source (slower, the same results)")
+    missing = _missing_toolchain()
+    if missing:
+        print(f"native: {missing}: the simulator runs as Python source (slower, the same results)")
         return 0
     clean()
     paths = [str(source_path(m).relative_to(ROOT)) for m in NATIVE_MODULES]
