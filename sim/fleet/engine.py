@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from sim.core import decode_run
 from sim.core.routing.registry import ROUTERS
@@ -34,10 +36,11 @@ from sim.run.engine import Replica, Setup, Simulation, next_event
 from sim.trace.model import Trace
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # sim/plan/early_stop.py's StoppingFleetSimulation
 class FleetSimulation(Simulation):
     """engine.Simulation with a router in the loop (module docstring)."""
 
-    routes_the_trace = True  # False: arrivals come from elsewhere (P/D handoffs); feeds start empty
+    routes_the_trace: ClassVar[bool] = True  # False: arrivals come from elsewhere (P/D handoffs); feeds start empty
 
     def __init__(self, setup: Setup, trace: Trace, *, skip_ahead: bool = True, step_limit: int | None = None,
                  progress: Callable[[float], None] | None = None) -> None:
@@ -130,7 +133,7 @@ class FleetSimulation(Simulation):
         self.events += 1
 
     # --- the engine process of one replica: sim/run/engine.py's, with two hooks of its own ---------
-    plain_engine_for_pre_split = True  # a pool whose replicas wait on other pools sets False
+    plain_engine_for_pre_split: ClassVar[bool] = True  # a pool whose replicas wait on other pools sets False
 
     @property
     def _plain(self) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,10 +38,11 @@ class Slot:
     run: DecodeRun | None = None
     run_ids: np.ndarray | None = None
     mode: str = ""  # "idle", "run" (may be cut), "" (a general step or nothing to wake)
-    wake: object = None  # a simpy Event while the engine sleeps idle (woken by it)
-    done: object = None  # a simpy Event the engine waits on during a run: its end timer fired
-    timer: object = None  # the run's end timer armed last (a cut arms an earlier one)
-    headroom: object = UNSET  # the run's sorted token headroom once a view asked for it
+    # (Any, not object: mypyc's compiled dataclass cannot annotate a field with `object`)
+    wake: Any = None  # a simpy Event while the engine sleeps idle (woken by it)
+    done: Any = None  # a simpy Event the engine waits on during a run: its end timer fired
+    timer: Any = None  # the run's end timer armed last (a cut arms an earlier one)
+    headroom: Any = UNSET  # the run's sorted token headroom once a view asked for it
     # Routed here, no first token yet: appended to in place, replaced by a new list when pruned (the
     # ReplicaView.prefilling contract), pruned lazily at the first look after the engine ran.
     prefilling: list[int] = field(default_factory=list)
@@ -53,7 +54,7 @@ class Slot:
     def timer_fired(self, timer: object) -> None:
         """A run's end timer callback: only the timer armed last ends the run."""
         if timer is self.timer:
-            self.done.succeed()  # type: ignore[attr-defined]
+            self.done.succeed()
 
 
 class LiveView:
@@ -107,7 +108,7 @@ class LiveView:
             headroom = slot.headroom = _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids])
         if headroom is None:
             return int(self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps))
-        return _growth_at(headroom, steps, self.block_size)  # type: ignore[arg-type]
+        return _growth_at(headroom, steps, self.block_size)
 
     def used_blocks(self) -> int:
         alloc = self.rep.alloc

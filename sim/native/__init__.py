@@ -34,6 +34,14 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sim.core.kv.paged",
     "sim.run.engine",
     "sim.run.metrics",
+    # The fleet (issue 25): its engine and live views, the routers (sim/fleet/pd.py's pools stay
+    # interpreted subclasses of the compiled FleetSimulation: tests wrap their methods per instance).
+    "sim.fleet.engine",
+    "sim.fleet.live_view",
+    "sim.fleet.fleet_metrics",
+    "sim.core.routing.view",
+    "sim.core.routing.prefill_book",
+    "sim.core.routing.routers",
 )
 GROUP = "kvsim_native"  # mypyc's shared library: <GROUP>__mypyc<suffix> at the repository root
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -6,9 +6,11 @@ description is the policy's docstring, so the docs say where each comes from.
 
 from __future__ import annotations
 
+import ast
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from models.registry import Registry
@@ -24,6 +26,7 @@ from sim.core.routing.routers import (
     RouterParams,
     SessionAffinity,
 )
+from sim.native import source_path
 
 
 @dataclass(frozen=True)
@@ -36,8 +39,19 @@ class RouterKind:
 
 
 def _kind(name: str, cls: Any) -> tuple[str, RouterKind]:
-    doc = " ".join((inspect.getdoc(cls) or name).split())
+    doc = " ".join((inspect.getdoc(cls) or _source_docs(cls.__module__).get(cls.__name__) or name).split())
     return name, RouterKind(name, cls, bool(cls.state_free), doc, bool(getattr(cls, "uses_kv_weight", False)))
+
+
+@cache
+def _source_docs(module: str) -> dict[str, str]:
+    """Class name -> docstring, read from the module's source: a class compiled by mypyc (sim/native)
+    keeps no docstring of its own, and the registry's descriptions are the policies' docstrings."""
+    try:
+        tree = ast.parse(source_path(module).read_text())
+    except (OSError, SyntaxError):
+        return {}
+    return {node.name: ast.get_docstring(node) or "" for node in tree.body if isinstance(node, ast.ClassDef)}
 
 
 ROUTERS: Registry[RouterKind] = Registry("router", (

@@ -14,9 +14,10 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.core.routing.prefill_book import PrefillBook
 from sim.core.routing.view import ReplicaView, RoutedRequest, outstanding
@@ -33,7 +34,8 @@ class RouterParams:
 
 
 class Router(Protocol):
-    state_free: bool
+    state_free: bool  # a ClassVar in each router: the registry reads it from the class (compiled by
+    # mypyc, a plain class attribute would be an instance attribute's default, absent from the class)
 
     def choose(self, req: RoutedRequest, views: Sequence[ReplicaView]) -> int: ...
 
@@ -41,7 +43,7 @@ class Router(Protocol):
 class RoundRobin:
     """Replica i mod n for the i-th request (vLLM's and Dynamo's default; today's --replicas split)."""
 
-    state_free = True
+    state_free: ClassVar[bool] = True
 
     def __init__(self, p: RouterParams) -> None:
         self.n, self.next = p.replicas, 0
@@ -55,7 +57,7 @@ class RoundRobin:
 class Random:
     """A uniform draw per request (seeded numpy generator: Dynamo's `--router-mode random`)."""
 
-    state_free = True
+    state_free: ClassVar[bool] = True
 
     def __init__(self, p: RouterParams) -> None:
         self.n, self.rng = p.replicas, np.random.default_rng(p.seed)
@@ -70,7 +72,7 @@ class SessionAffinity:
     round-robin. Sticky-session routing as in llm-d's session-affinity scorer and the vLLM
     production-stack router's session routing; it ignores load entirely."""
 
-    state_free = True
+    state_free: ClassVar[bool] = True
 
     def __init__(self, p: RouterParams) -> None:
         self.n, self.fallback = p.replicas, RoundRobin(p)
@@ -87,7 +89,7 @@ class LeastOutstanding:
     """Fewest requests routed and not finished (waiting + running): Envoy's LEAST_REQUEST and
     llm-d's queue scorer, without their randomisation."""
 
-    state_free = False
+    state_free: ClassVar[bool] = False
 
     def __init__(self, p: RouterParams) -> None:
         pass
@@ -100,7 +102,7 @@ class LeastKVLoad:
     """Lowest KV load: blocks in use plus the blocks its prefill backlog will take, as a share of
     the pool (llm-d's kv-cache-utilization scorer; vLLM's production-stack KV-usage routing)."""
 
-    state_free = False
+    state_free: ClassVar[bool] = False
 
     def __init__(self, p: RouterParams) -> None:
         pass
@@ -113,7 +115,7 @@ class PowerOfTwo:
     """Two distinct replicas drawn at random, the one with fewer outstanding requests wins (ties:
     the first drawn). Mitzenmacher, "The Power of Two Choices in Randomized Load Balancing" (2001)."""
 
-    state_free = False
+    state_free: ClassVar[bool] = False
 
     def __init__(self, p: RouterParams) -> None:
         self.n, self.rng = p.replicas, np.random.default_rng(p.seed)
@@ -125,6 +127,7 @@ class PowerOfTwo:
         return b if outstanding(views[b]) < outstanding(views[a]) else a
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # routers registered from outside may build on it
 class KVAwarePrecise:
     """Lowest cost = w x prefill blocks + decode blocks, NVIDIA Dynamo's KV router cost in its units
     (lib/llm/src/kv_router/scheduler.rs: logit = overlap_score_weight x potential_prefill_block +
@@ -139,8 +142,8 @@ class KVAwarePrecise:
     llm-d's precise prefix-cache scorer). A block found in a lower KV tier counts as its TIERS
     entry's hit_cost of a recomputed block."""
 
-    state_free = False
-    uses_kv_weight = True  # w: the registry entry's kv_weighted, the forms' "KV-aware weight w"
+    state_free: ClassVar[bool] = False
+    uses_kv_weight: ClassVar[bool] = True  # w: the registry entry's kv_weighted, the forms' "KV-aware weight w"
 
     def __init__(self, p: RouterParams) -> None:
         self.w = p.kv_weight
@@ -154,7 +157,10 @@ class KVAwarePrecise:
         if not lower:
             return missing / v.block_size
         missing -= sum(lower.values())
-        return (missing + sum(TIERS.lookup(n).hit_cost * t for n, t in lower.items())) / v.block_size
+        tiers = 0.0  # sum()'s additions in its order, typed float for the compiled code (sim/native)
+        for n, t in lower.items():
+            tiers += TIERS.lookup(n).hit_cost * t
+        return (missing + tiers) / v.block_size
 
     def decode_blocks(self, req: RoutedRequest, v: ReplicaView) -> int:
         """Blocks its outstanding requests hold or will hold, with this prompt's (Dynamo's
