@@ -34,6 +34,10 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sim.core.kv.paged",
     "sim.run.engine",
     "sim.run.metrics",
+    # the single replica's step: the plan, its executor and the cost model's step time
+    "sim.core.step_types",
+    "sim.run.modelled_step",
+    "sim.timing.cost_model",
     # The fleet (issue 25): its engine and live views, the routers (sim/fleet/pd.py's pools stay
     # interpreted subclasses of the compiled FleetSimulation: tests wrap their methods per instance).
     "sim.fleet.engine",

@@ -2,20 +2,20 @@
 
 Swap traffic (preempted K/V out to host memory, resumed K/V back) is charged at the GPU's host
 link bandwidth on top. The GPU backend's Executor (gpu_backend/executor.py) runs the same plans
-through a real model instead; both implement `sim.core.interfaces.Executor`.
+through a real model instead; both implement `sim.core.interfaces.Executor` (structurally: a compiled
+class cannot subclass a Protocol, sim/native).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.core import interfaces
 from sim.core.step_types import StepPlan
 from sim.timing.cost_model import CostModel
 
 
 @dataclass(frozen=True)
-class ModelledExecutor(interfaces.Executor):
+class ModelledExecutor:
     cost: CostModel
     host_link_bandwidth: float  # bytes/s, for swap in and out
 
