@@ -24,7 +24,10 @@ from sim.core.request import FINISHED, RUNNING, WAITING, RequestTable
 from sim.core.step_types import StepPlan
 
 
-class StaticBatchScheduler(interfaces.Scheduler):
+class StaticBatchScheduler:
+    """Implements sim.core.interfaces.Scheduler structurally: its SkipAhead part is a compiled trait
+    (sim/native), which an interpreted class cannot subclass."""
+
     def __init__(self, table: RequestTable, allocator: interfaces.Allocator, batch_size: int,
                  prefix_hashes: Callable[[int], Sequence[int] | None] | None = None) -> None:
         self.t = table
