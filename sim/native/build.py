@@ -11,6 +11,7 @@ results.
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import importlib.util
 import json
 import os
@@ -42,8 +43,13 @@ def group_libraries() -> list[Path]:
 
 
 def clean() -> None:
+    """Every compiled module under sim/, registered or not (one dropped from the list must not linger:
+    the group's library would still hold its old code), the group's libraries and the manifest."""
     for m in NATIVE_MODULES:
         extension_path(m).unlink(missing_ok=True)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        for lingering in (ROOT / "sim").rglob(f"*{suffix}"):
+            lingering.unlink()
     for lib in group_libraries():
         lib.unlink()
     MANIFEST.unlink(missing_ok=True)
