@@ -153,8 +153,9 @@ class FullAttentionManager(GroupManager):
 class SlidingWindowManager(GroupManager):
     kind = "sliding"
 
-    def __init__(self, window: int, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, window: int, label: str, block_size: int, bytes_per_token: int, pages: int,
+                 state_bytes: int = 0) -> None:  # named: mypyc's super().__init__(*args) passes the tuple
+        super().__init__(label, block_size, bytes_per_token, pages, state_bytes)
         self.window = window
 
     def skipped_blocks(self, computed: Any) -> Any:
@@ -216,8 +217,9 @@ class SlidingWindowManager(GroupManager):
 class ChunkedLocalAttentionManager(GroupManager):
     kind = "chunked"
 
-    def __init__(self, chunk: int, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, chunk: int, label: str, block_size: int, bytes_per_token: int, pages: int,
+                 state_bytes: int = 0) -> None:  # named: mypyc's super().__init__(*args) passes the tuple
+        super().__init__(label, block_size, bytes_per_token, pages, state_bytes)
         self.chunk = chunk
 
     def skipped_blocks(self, computed: Any) -> Any:
