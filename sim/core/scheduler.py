@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from mypy_extensions import mypyc_attr
@@ -596,3 +597,7 @@ class Scheduler:
         """Apply k pure-decode steps at once (k <= decode_run_limit()); returns finished ids."""
         decode_run.grow(self, k)
         return self._finish_done(t_end)
+
+
+if TYPE_CHECKING:  # mypy checks the protocol here, where the class is written (it cannot subclass it: sim/native)
+    _implements: type[interfaces.Scheduler] = Scheduler

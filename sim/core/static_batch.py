@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -155,3 +156,7 @@ class StaticBatchScheduler:
         self.peak_used_blocks = max(self.peak_used_blocks, self.alloc.num_used_blocks)
         t.computed[b] = new_len
         return self._sampled(k, t_end)
+
+
+if TYPE_CHECKING:  # mypy checks the protocol here, where the class is written (it cannot subclass it: sim/native)
+    _implements: type[interfaces.Scheduler] = StaticBatchScheduler

@@ -66,9 +66,14 @@ def source_hash(module: str) -> str:
     return hashlib.sha256(source_path(module).read_bytes()).hexdigest()
 
 
+def compiled_modules() -> list[str]:
+    """The registered modules with a compiled extension beside their source."""
+    return [m for m in NATIVE_MODULES if extension_path(m).exists()]
+
+
 def stale_modules() -> list[str]:
     """Compiled modules present whose source changed since the build (or with no record of it)."""
-    present = [m for m in NATIVE_MODULES if extension_path(m).exists()]
+    present = compiled_modules()
     if not present:
         return []
     try:
@@ -92,7 +97,7 @@ class _SourceFinder:
 
 def use_compiled_where_current() -> bool:
     """Arrange imports so that compiled modules run only when all are current; True if they do."""
-    present = [m for m in NATIVE_MODULES if extension_path(m).exists()]
+    present = compiled_modules()
     if not present:
         return False
     pure = os.environ.get(PURE_ENV, "") not in ("", "0")

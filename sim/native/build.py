@@ -45,8 +45,6 @@ def group_libraries() -> list[Path]:
 def clean() -> None:
     """Every compiled module under sim/, registered or not (one dropped from the list must not linger:
     the group's library would still hold its old code), the group's libraries and the manifest."""
-    for m in NATIVE_MODULES:
-        extension_path(m).unlink(missing_ok=True)
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         for lingering in (ROOT / "sim").rglob(f"*{suffix}"):
             lingering.unlink()
@@ -92,7 +90,7 @@ def build() -> int:
         cmd = [sys.executable, str(setup), "build_ext", "--inplace", "--build-temp", str(Path(tmp) / "temp"),
                "--build-lib", str(Path(tmp) / "lib"), "--paths", ",".join(paths)]
         print(f"native: compiling {len(paths)} modules with mypyc (about a minute) ...", flush=True)
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "MYPYC_OPT_LEVEL": "3"})
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     shutil.rmtree(ROOT / "build", ignore_errors=True)  # mypyc's generated C
     if out.returncode != 0:
         clean()

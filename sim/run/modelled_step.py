@@ -9,6 +9,7 @@ class cannot subclass a Protocol, sim/native).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sim.core.step_types import StepPlan
 from sim.timing.cost_model import CostModel
@@ -25,3 +26,8 @@ class ModelledExecutor:
         if plan.swap_in_bytes or plan.swap_out_bytes:
             dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.host_link_bandwidth
         return t_start + dt
+
+
+if TYPE_CHECKING:  # mypy checks the protocol here, where the class is written (it cannot subclass it: sim/native)
+    from sim.core.interfaces import Executor
+    _implements: type[Executor] = ModelledExecutor
