@@ -16,7 +16,7 @@ __all__ = ["BREAKDOWN_FIELDS", "PEAK_GRID_LIMIT", "Ids", "KVBreakdown", "Retenti
 
 Ids = Sequence[int] | np.ndarray  # request ids or token counts: a list or an int array
 
-BREAKDOWN_FIELDS = ("token_states", "reserved", "internal_frag", "external_frag", "free")
+BREAKDOWN_FIELDS: tuple[str, ...] = ("token_states", "reserved", "internal_frag", "external_frag", "free")
 
 
 @dataclass(frozen=True)

@@ -22,19 +22,19 @@ import pandas as pd
 from sim.core.step_types import BREAKDOWN_FIELDS
 from sim.run.distribution import distribution
 
-REQUEST_COLUMNS = ("req_id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "input_tokens",
+REQUEST_COLUMNS: tuple[str, ...] = ("req_id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "input_tokens",
                    "output_tokens", "queue_s", "ttft_s", "tpot_s", "e2e_s", "num_preemptions",
                    "prefix_cache_hit_tokens")
-COUNTERS = ("num_steps", "prefill_tokens", "decode_tokens", "num_preemptions")
-GAUGES = ("batch_size", "num_running", "num_waiting", "token_states_bytes", "reserved_bytes",
+COUNTERS: tuple[str, ...] = ("num_steps", "prefill_tokens", "decode_tokens", "num_preemptions")
+GAUGES: tuple[str, ...] = ("batch_size", "num_running", "num_waiting", "token_states_bytes", "reserved_bytes",
           "internal_frag_bytes", "external_frag_bytes", "free_bytes", "capacity_bytes", "blocks_in_use",
           "kv_cache_usage_perc")
-STEP_COLUMNS = ("t_s", "duration_s", "num_steps", "batch_size", "prefill_tokens", "decode_tokens",
+STEP_COLUMNS: tuple[str, ...] = ("t_s", "duration_s", "num_steps", "batch_size", "prefill_tokens", "decode_tokens",
                 "num_running", "num_waiting", "token_states_bytes", "reserved_bytes", "internal_frag_bytes",
                 "external_frag_bytes", "free_bytes", "capacity_bytes", "blocks_in_use", "kv_cache_usage_perc",
                 "num_preemptions")
 PART_COLUMNS = tuple(f"{name}_bytes" for name in BREAKDOWN_FIELDS)
-LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
+LATENCIES: tuple[str, ...] = ("ttft_s", "tpot_s", "e2e_s", "queue_s")
 
 
 @dataclass
