@@ -307,7 +307,9 @@ class PagedAllocator(KVAllocator):
         else:
             self._grow_tracked_far(k, lo)
             passed = []
-        total = sum(map(len, passed))
+        total = 0
+        for row in passed:  # a plain loop: compiled, sum(map(len, ..)) is two calls through Python
+            total += len(row)
         if total:
             free = self._free  # tracked: no prefix caching, so the free blocks are the clean stack
             if total > len(free):
@@ -326,14 +328,17 @@ class PagedAllocator(KVAllocator):
         """The blocks of a growth of k > block_size ticks from row lo: every row is passed k //
         block_size times, the first k % block_size rows from lo once more."""
         bs, rows = self.block_size, self._rows
-        q, rem = divmod(k, bs)
-        order = [(rows[(lo + j) % bs], q + (j < rem)) for j in range(bs)]
-        total = sum(len(row) * times for row, times in order)
+        q, rem = k // bs, k % bs
+        order = [rows[(lo + j) % bs] for j in range(bs)]  # row j is passed q + 1 times if j < rem, else q
+        total = 0
+        for j in range(bs):
+            total += len(order[j]) * (q + 1 if j < rem else q)
         if total > len(self._free):
             raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
         tables, blocks, pos = self._tables, self._take(total), 0
-        for row, times in order:
-            for r in row:
+        for j in range(bs):
+            times = q + 1 if j < rem else q
+            for r in order[j]:
                 tables[r].extend(blocks[pos:pos + times])
                 pos += times
 
@@ -387,7 +392,7 @@ class PagedAllocator(KVAllocator):
         self._ntok[req_id] = self._cap[req_id] = 0
         if not self.prefix_caching:  # no keys, no shared blocks (those come from prefix hits only)
             self._written -= n
-            self._free.extend(reversed(table))
+            self._free += table[::-1]  # a reversed copy is one C loop; extending by reversed() iterates
             return
         self._keys.pop(req_id, None)
         self._nkeys[req_id] = self._nreg[req_id] = 0
