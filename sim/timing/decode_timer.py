@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
-INF = float("inf")
+INF: Final = float("inf")
 
 
 class DecodeTimer(Protocol):
@@ -45,7 +45,7 @@ class FormulaDecodeTimer:
         """End times of up to k steps from t (step j reads kv + j x b), stopping at the first
         end that reaches `horizon`."""
         b, time, out = self.b, self.time, []
-        for _ in range(k):
+        for _step in range(k):  # (named: compiled, `_` is an object and each index would be boxed)
             t += time(b, kv)
             out.append(t)
             if t >= horizon:
@@ -58,11 +58,12 @@ class TableDecodeTimer:
     """The measured table's decode step of b sequences: base + the row interpolated at the mean
     context kv / b (CostModel._table_decode's scalar branch, the same operations in the same order)."""
 
-    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last")
+    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last", "points")
 
     def __init__(self, b: int, base: float, grid: Sequence[int], row: Sequence[float]) -> None:
         self.b, self.d, self.base = b, float(b), base
         self.grid, self.values = grid, [float(v) for v in row]
+        self.points = [float(v) for v in grid]  # the grid as floats in a list (compiled: read unboxed)
         self.last = len(grid) - 2
         self.spans = [grid[i + 1] - grid[i] for i in range(self.last + 1)]
 
@@ -81,21 +82,21 @@ class TableDecodeTimer:
     def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
         """FormulaDecodeTimer.ends for this source, the segment kept across steps (the mean
         context only grows along a run)."""
-        b, d, base, grid, values, spans = self.b, self.d, self.base, self.grid, self.values, self.spans
-        g0, lo, hi = float(grid[0]), INF, -INF  # empty segment: the first step looks it up
+        b, d, base, points, values, spans = self.b, self.d, self.base, self.points, self.values, self.spans
+        g0, lo, hi = points[0], INF, -INF  # empty segment: the first step looks it up
         a = g = span = rise = 0.0
         out: list[float] = []
-        append, kvf = out.append, float(kv)  # kvf += b is exact (integers far below 2**53): float(kv) each step
-        for _ in range(k):
+        kvf = float(kv)  # kvf += b is exact (integers far below 2**53): float(kv) each step
+        for _step in range(k):  # (named: compiled, `_` is an object and each index would be boxed)
             x = kvf / d
             if x < g0:
                 x = g0
             if not lo <= x < hi:
                 i = self._segment(x)
-                lo, hi = float(grid[i]), (float(grid[i + 1]) if i < self.last else INF)
-                a, g, span, rise = values[i], float(grid[i]), float(spans[i]), values[i + 1] - values[i]
+                lo, hi = points[i], (points[i + 1] if i < self.last else INF)
+                a, g, span, rise = values[i], points[i], float(spans[i]), values[i + 1] - values[i]
             t += base + (a + (x - g) / span * rise)
-            append(t)
+            out.append(t)  # (compiled, a bound `append` kept in a local would be a call through Python)
             if t >= horizon:
                 break
             kvf += b
@@ -137,7 +138,7 @@ class GroupedTableDecodeTimer:
     def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
         """FormulaDecodeTimer.ends with this timer's steps."""
         b, out = self.b, []
-        for _ in range(k):
+        for _step in range(k):  # (named: compiled, `_` is an object and each index would be boxed)
             t += self(kv)
             out.append(t)
             if t >= horizon:
