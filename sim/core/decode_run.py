@@ -90,7 +90,7 @@ class DecodeCost(Protocol):
 
 
 # --- the all-decoding batch -------------------------------------------------------------------
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # __init__ written out: compiled, a dataclass's generated one runs as Python
 class DecodeBatch:
     """The running batch while every member is decoding (computes one token per step).
 
@@ -111,6 +111,10 @@ class DecodeBatch:
     # table mid-run there): a member's table entry is its computed minus `clock`, written true
     # when it leaves or the batch is released (`release`), so a step writes no per-member array.
     lazy: bool = False
+
+    def __init__(self, run: np.ndarray, context: int, clock: int, finishes: list[tuple[int, int]],
+                 lazy: bool = False) -> None:
+        self.run, self.context, self.clock, self.finishes, self.lazy = run, context, clock, finishes, lazy
 
     @classmethod
     def of(cls, run: np.ndarray, remaining: list[int], context: int, lazy: bool = False) -> DecodeBatch:
@@ -315,12 +319,15 @@ def _grow_past_releases(sched: DecodeRunHost, run: np.ndarray, k: int, offset: i
 
 
 # --- the engine's side: the run's step times and its books -------------------------------------
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)  # (__init__ written out, as DecodeBatch's)
 class DecodeRun:
     """len(ends) pure-decode steps of `batch` sequences, step j ending at ends[j]."""
 
     batch: int
     ends: list[float]
+
+    def __init__(self, batch: int, ends: list[float]) -> None:
+        self.batch, self.ends = batch, ends
 
     def early_steps(self, bucket: Callable[[float], int]) -> int:
         """Steps whose counters are booked at the second-to-last end (0: all at the last end).

@@ -241,11 +241,8 @@ class Scheduler:
         if run.size:
             batch = self.decode_batch() if run.size <= budget else None
             if batch is not None and self.alloc.fits_growth(run, 1):
-                c = t.computed[run]  # a fresh array (a gather): the lazy offset is added in place (cheaper)
-                if batch.lazy and batch.clock:
-                    c += batch.clock
-                self.alloc.grow_by(run, 1)
-                plan.decode_ids, plan.decode_context, plan.decode_kv = run, c, batch.context
+                self.alloc.grow_by(run, 1)  # (a gather of computed, its lazy offset added when read)
+                plan.set_decoders(run, t.computed[run], batch.clock if batch.lazy else 0, batch.context)
                 budget -= run.size
             else:
                 self._drop_batch()  # the per-request path reads (and preempts) every member

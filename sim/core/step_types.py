@@ -7,7 +7,7 @@ needs another for a type (the import contracts count type-only imports too).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -59,7 +59,6 @@ class KVBreakdown:
         return {name: getattr(self, name) for name in BREAKDOWN_FIELDS}
 
 
-@dataclass(slots=True)  # one per general step: slots make it cheaper to build and read
 class StepPlan:
     """What one step computes. Token counts are per request; arrays are aligned.
 
@@ -67,19 +66,54 @@ class StepPlan:
     decode_context: their K/V tokens before the step.
     prefill_ids / prefill_context / prefill_tokens: prompt (or recompute) chunks: tokens already
     in K/V (cached or computed) and tokens computed now; prefill_end: K/V tokens after the step.
+
+    One is built per general step, so it is a plain class with its own __init__ (compiled by
+    sim/native, a dataclass's generated __init__ would run as Python), and `decode_context` may be
+    given as a gather plus an offset that is added when it is first read (`set_decoders`): the
+    simulator's executor reads `decode_kv` only, and numpy's in-place add on a small array costs
+    more than the rest of a decode batch's step.
     """
 
-    now: float
-    decode_ids: np.ndarray
-    decode_context: np.ndarray
-    prefill_ids: list[int] = field(default_factory=list)
-    prefill_context: list[int] = field(default_factory=list)
-    prefill_tokens: list[int] = field(default_factory=list)
-    prefill_end: list[int] = field(default_factory=list)
-    preempted: list[int] = field(default_factory=list)
-    swap_out_bytes: int = 0
-    swap_in_bytes: int = 0
-    decode_kv: int | None = None  # sum of decode_context when the scheduler already knows it
+    def __init__(self, now: float, decode_ids: np.ndarray, decode_context: np.ndarray,
+                 prefill_ids: list[int] | None = None, prefill_context: list[int] | None = None,
+                 prefill_tokens: list[int] | None = None, prefill_end: list[int] | None = None,
+                 preempted: list[int] | None = None, swap_out_bytes: int = 0, swap_in_bytes: int = 0,
+                 decode_kv: int | None = None) -> None:
+        self.now = now
+        self.decode_ids = decode_ids
+        self._context = decode_context
+        self._context_offset = 0  # added to every entry of _context when decode_context is read
+        self.prefill_ids: list[int] = [] if prefill_ids is None else prefill_ids
+        self.prefill_context: list[int] = [] if prefill_context is None else prefill_context
+        self.prefill_tokens: list[int] = [] if prefill_tokens is None else prefill_tokens
+        self.prefill_end: list[int] = [] if prefill_end is None else prefill_end
+        self.preempted: list[int] = [] if preempted is None else preempted
+        self.swap_out_bytes = swap_out_bytes
+        self.swap_in_bytes = swap_in_bytes
+        self.decode_kv = decode_kv  # sum of decode_context when the scheduler already knows it
+
+    @property
+    def decode_context(self) -> np.ndarray:
+        if self._context_offset:
+            self._context = self._context + self._context_offset
+            self._context_offset = 0
+        return self._context
+
+    @decode_context.setter
+    def decode_context(self, value: np.ndarray) -> None:
+        self._context, self._context_offset = value, 0
+
+    def set_decoders(self, ids: np.ndarray, context: np.ndarray, offset: int, kv: int | None) -> None:
+        """The decoders of the step: their ids, their K/V tokens as `context` + `offset` (added
+        when decode_context is first read) and the sum of those (None: unknown)."""
+        self.decode_ids, self._context, self._context_offset, self.decode_kv = ids, context, offset, kv
+
+    def __repr__(self) -> str:
+        return (f"StepPlan(now={self.now!r}, decode_ids={self.decode_ids!r}, decode_context={self.decode_context!r}, "
+                f"prefill_ids={self.prefill_ids!r}, prefill_context={self.prefill_context!r}, "
+                f"prefill_tokens={self.prefill_tokens!r}, prefill_end={self.prefill_end!r}, "
+                f"preempted={self.preempted!r}, swap_out_bytes={self.swap_out_bytes!r}, "
+                f"swap_in_bytes={self.swap_in_bytes!r}, decode_kv={self.decode_kv!r})")
 
     @property
     def num_decode_tokens(self) -> int:

@@ -21,8 +21,8 @@ class ModelledExecutor:
     host_link_bandwidth: float  # bytes/s, for swap in and out
 
     def execute(self, plan: StepPlan, t_start: float) -> float:
-        shape = plan.step_shape(self.cost.reads_prefill_pairs)  # (decode seqs, .., prefill tokens, ..): step_time's arguments
-        dt = self.cost.step_time(*shape) if shape[0] + shape[2] else 0.0
+        d, kd, p, kp, pairs, seqs = plan.step_shape(self.cost.reads_prefill_pairs)  # step_time's arguments
+        dt = self.cost.step_time(d, kd, p, kp, pairs, seqs) if d + p else 0.0  # (named: *shape is a call through Python)
         if plan.swap_in_bytes or plan.swap_out_bytes:
             dt += (plan.swap_in_bytes + plan.swap_out_bytes) / self.host_link_bandwidth
         return t_start + dt
