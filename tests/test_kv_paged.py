@@ -160,7 +160,11 @@ def test_fits_growth_agrees_with_the_exact_count():
 
 
 def _books(a: PagedAllocator, ids) -> tuple:
-    return ([a.num_tokens(r) for r in ids], [len(a.block_table(r)) for r in ids], a.num_free_blocks, a.breakdown())
+    """Counts, tables, free blocks, breakdown and the token headroom a fleet's live view reads (read
+    from a tracked batch's rows without untracking it: the next grow_by asserts it stayed tracked)."""
+    tokens = [a.num_tokens(r) for r in ids]
+    headroom = a.token_headroom(np.array(ids, dtype=np.int64), np.array(tokens, dtype=np.int64)).tolist()
+    return (tokens, [len(a.block_table(r)) for r in ids], a.num_free_blocks, a.breakdown(), headroom)
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -129,7 +129,8 @@ class Scheduler:
         self.peak_used_blocks = 0
         self._decode_batch: DecodeBatch | None = None
         # Decode batches keep `computed` lazily too (DecodeBatch.lazy): only where nothing outside
-        # this scheduler reads the table mid-run (the single-replica replay sets it; settle() at the end).
+        # this scheduler reads the table mid-run but knows the lag (the single-replica replay and the
+        # aggregated fleet set it, the fleet's live views add DecodeBatch.offset; settle() at the end).
         self.lazy_computed = False
         self.remote = RemoteKV()  # requests whose KV arrives from elsewhere (sim/core/remote_kv.py)
         self.tiers: TierStack | None = None  # KV tiers below the GPU pool (sim/core/tiers/)
@@ -169,7 +170,7 @@ class Scheduler:
 
     def _track(self, run: np.ndarray, joined: list[int] | None) -> None:
         """Tell the allocator the decode batch it will be asked to grow (Allocator.track_batch):
-        the single-replica replay only (lazy_computed), whose finished requests are freed."""
+        the lazy replays only (lazy_computed), whose finished requests are freed."""
         if self.lazy_computed and not self.cfg.hold_kv_on_finish:
             self.alloc.track_batch(run, joined)
 

@@ -15,6 +15,9 @@ requests frame and router inputs at every arrival; the steps frame's gauges of s
 sampled at one replica's step ends, so they may differ (as for `--replicas N`: tests/test_engine.py).
 A cut only moves the run's end timer (`_arm`): the engine sleeps on one event per run and resumes
 once, at the run's end, however often it was cut.
+The replicas keep the single replica's lazy books (`Scheduler.lazy_computed`: a decode batch's
+`computed` kept minus its clock, the paged allocator's tracked batch); the live views add a run's
+lag (`Slot.lag`) where they read the table. P/D pools (pd.py) run eager.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from sim.core import decode_run
 from sim.core.routing.registry import ROUTERS
 from sim.core.routing.routers import RouterParams
 from sim.core.routing.view import RoutedRequest
+from sim.core.scheduler import Scheduler
 from sim.fleet import fleet_metrics
 from sim.fleet.live_view import UNSET, LiveView, Slot
 from sim.run import metrics
@@ -176,6 +180,7 @@ class FleetSimulation(Simulation):
         if t_event is not None:
             run = _cut(run, t_event)
         slot.run, slot.run_ids, slot.mode, slot.headroom = run, _running_ids(sched), "run", UNSET
+        slot.lag = _computed_lag(sched)
         slot.done = done = self.env.event()
         self._arm(slot, run.ends[-1])
         rep.epoch += 1
@@ -196,6 +201,9 @@ class FleetSimulation(Simulation):
         super().record_idle(rep, t_wake)
 
     def run(self) -> None:
+        for rep in self.s.replicas:  # the single replica's lazy books: the views add a run's lag (Slot.lag)
+            if isinstance(rep.sched, Scheduler):
+                rep.sched.lazy_computed = True
         if not self.state_free:
             self.env.process(self.router_process())
         super().run()
@@ -210,6 +218,14 @@ def _running_ids(sched: Any) -> Any:
     """The running batch's ids (both schedulers keep them; the static batch as `batch`)."""
     f = getattr(sched, "running_ids", None)
     return f() if f is not None else getattr(sched, "batch", None)
+
+
+def _computed_lag(sched: Any) -> int:
+    """What the table's `computed` of the running batch lacks (a lazy decode batch's clock; 0 else)."""
+    if not isinstance(sched, Scheduler) or not sched.lazy_computed:
+        return 0
+    batch = sched.decode_batch()
+    return batch.offset() if batch is not None else 0
 
 
 def _earliest(a: float | None, b: float | None) -> float | None:

@@ -43,6 +43,7 @@ class Slot:
     done: Any = None  # a simpy Event the engine waits on during a run: its end timer fired
     timer: Any = None  # the run's end timer armed last (a cut arms an earlier one)
     headroom: Any = UNSET  # the run's sorted token headroom once a view asked for it
+    lag: int = 0  # what the table's `computed` of the run's members lacks (a lazy decode batch's clock)
     # Routed here, no first token yet: appended to in place, replaced by a new list when pruned (the
     # ReplicaView.prefilling contract), pruned lazily at the first look after the engine ran.
     prefilling: list[int] = field(default_factory=list)
@@ -105,9 +106,9 @@ class LiveView:
             steps = len(ends)
         headroom = slot.headroom
         if headroom is UNSET:  # once per run (a cut keeps the batch and its tokens at the start)
-            headroom = slot.headroom = _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids])
+            headroom = slot.headroom = _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids] + slot.lag)
         if headroom is None:
-            return int(self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + steps))
+            return int(self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + (slot.lag + steps)))
         return _growth_at(headroom, steps, self.block_size)
 
     def used_blocks(self) -> int:

@@ -206,10 +206,18 @@ class PagedAllocator(KVAllocator):
         """Token slots each request holds beyond `num_tokens` (its blocks x block_size minus it).
         Every request holds whole blocks, so blocks_to_grow(ids, num_tokens + s) is the sum over
         requests of max(0, ceil((s - headroom) / block_size)): a fleet's live view reads a decode
-        run's growth at any step from one array (sim/fleet/live_view.py)."""
-        self._untrack()
+        run's growth at any step from one array (sim/fleet/live_view.py). A tracked batch stays
+        tracked: a member's slots are read from its row (as _untrack writes them)."""
         ids, n = self._as_arrays(req_ids, num_tokens)
-        return self._cap[ids] - n
+        cap = self._cap[ids]
+        members = self._members
+        if members:
+            clock, bs, ntok = self._clock, self.block_size, self._ntok
+            for i, r in enumerate(ids.tolist()):
+                rho = members.get(r)
+                if rho is not None:
+                    cap[i] = clock + (rho - clock - 1) % bs + ntok.item(r)
+        return cap - n
 
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` now, i.e. blocks_to_grow(req_ids, their
