@@ -79,6 +79,15 @@ class MeasuredTable:
     # sequences, a prompt chunk's size and cached prefix), kept as computed: a replay asks for the
     # same few thousand values again and again. Same floats as computing them (pure functions).
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
+    # prefill_step's own memos, typed (compiled, a key of one float needs no tuple and the values
+    # come back unboxed): other ops and all-reduces by tokens, a chunk's attention by (tokens,
+    # cached, chunks), the logits by sequences sampled, the decode-attention rows by sequences.
+    _by_tokens: dict[float, tuple[float, float]] = field(default_factory=dict, init=False, compare=False, repr=False)
+    _by_chunk: dict[tuple[float, float, float], float] = field(default_factory=dict, init=False, compare=False,
+                                                               repr=False)
+    _by_seqs: dict[float, float] = field(default_factory=dict, init=False, compare=False, repr=False)
+    _rows: dict[float, tuple[float, list[float], list[float]]] = field(default_factory=dict, init=False, compare=False,
+                                                                         repr=False)
 
     def decode_parts(self, d: float) -> tuple[float, np.ndarray | None]:
         """A pure-decode step of d sequences: (GPU seconds apart from decode attention, the decode
@@ -155,14 +164,19 @@ class MeasuredTable:
     def prefill_step(self, d: float, kd: float, p: float, kp: float, np_: float) -> float:
         """step_seconds(d, kd, p, kp, pp, np_, max) for p > 0 on a table without attention groups,
         with measured decode attention and all-reduces: the same float operations in the same order,
-        the memo read inline and the decode attention's per-batch-size half kept (`_gen_row`)."""
-        memo = self._memo
+        each piece memoised by the integer it depends on (typed memos) and the decode attention's
+        per-batch-size half kept (`_gen_row`)."""
         t = d + p
-        pair = memo.get((True, t))
-        other, comm = pair if pair is not None else self._other_comm(t, True)
-        attn = memo.get((p, kp, np_))
+        pair = self._by_tokens.get(t)
+        if pair is None:
+            pair = (float(_interp1_scalar(TOKENS, self.ctx_other, t)), float(_interp1_scalar(TOKENS, self.ctx_comm, t)))
+            _bounded(self._by_tokens)[t] = pair
+        other, comm = pair
+        key = (p, kp, np_)
+        attn = self._by_chunk.get(key)
         if attn is None:
-            attn = self._prefill_attention(p, kp, 0.0, np_, max)
+            attn = float(self._prefill_attention(p, kp, 0.0, np_, max))
+            _bounded(self._by_chunk)[key] = attn
         if d > 0:  # _interp2_scalar(SEQS, CONTEXTS, gen_attn, d, kd / d) with d's bracket kept
             wx, row0, row1 = self._gen_row(d)
             y = max(kd / d, CONTEXTS[0])
@@ -175,20 +189,22 @@ class MeasuredTable:
         s = d + np_
         logits = 0.0
         if s > 0:
-            got = memo.get(("logits", s))
-            logits = got if got is not None else self._logits(s)
+            got = self._by_seqs.get(s)
+            if got is None:
+                got = float(self._logits(s))
+                _bounded(self._by_seqs)[s] = got
+            logits = got
         return other + attn + logits + comm
 
     def _gen_row(self, d: float) -> tuple[float, list[float], list[float]]:
         """_interp2_scalar's half that depends on d over (SEQS, CONTEXTS): (wx, gen_attn rows i, i + 1)."""
-        key = ("gen", d)
-        got = self._memo.get(key)
+        got = self._rows.get(d)
         if got is None:
             assert self.gen_attn is not None  # prefill_step's condition
             i = min(max(bisect_right(SEQS, d) - 1, 0), len(SEQS) - 2)
             wx = (d - SEQS[i]) / (SEQS[i + 1] - SEQS[i])
             got = (wx, self.gen_attn[i].tolist(), self.gen_attn[i + 1].tolist())
-            self._remember(key, got)
+            _bounded(self._rows)[d] = got
         return got
 
     def _other_comm(self, n: Any, prefill: bool) -> tuple[Any, Any]:
@@ -215,6 +231,13 @@ class MeasuredTable:
         if len(self._memo) >= MEMO_LIMIT:  # bounded (prefix-cached chunks make many keys): start over
             self._memo.clear()
         self._memo[key] = value
+
+
+def _bounded(memo: dict[Any, Any]) -> dict[Any, Any]:
+    """`memo`, emptied first when it holds MEMO_LIMIT entries (prefix-cached chunks make many keys)."""
+    if len(memo) >= MEMO_LIMIT:
+        memo.clear()
+    return memo
 
 
 # --- interpolation: identical float operations on scalars and arrays -------------------------------
