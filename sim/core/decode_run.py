@@ -118,7 +118,10 @@ class DecodeBatch:
 
     @classmethod
     def of(cls, run: np.ndarray, remaining: list[int], context: int, lazy: bool = False) -> DecodeBatch:
-        heap = list(zip(remaining, run.tolist(), strict=True))
+        ids = run.tolist()
+        if len(ids) != len(remaining):
+            raise ValueError(f"decode batch: {len(ids)} members but {len(remaining)} remaining counts")
+        heap = [(remaining[i], ids[i]) for i in range(len(ids))]  # (compiled, zip(strict=True) calls Python)
         heapq.heapify(heap)
         return cls(run, context, 0, heap, lazy)
 
@@ -146,15 +149,16 @@ class DecodeBatch:
     def leave(self, running: list[int]) -> list[int]:
         """Members whose last token has been sampled, in running order, taken out of the heap
         and out of `running` (changed in place); [] while nobody is done."""
-        if self.finishes[0][0] > self.clock:
+        heap, clock = self.finishes, self.clock
+        if heap[0][0] > clock:
             return []
-        heap, clock, gone = self.finishes, self.clock, set()
+        first = heapq.heappop(heap)[1]
+        if not heap or heap[0][0] > clock:  # the common case: one leaves, no set and no scan of the batch
+            running.remove(first)
+            return [first]
+        gone = {first}
         while heap and heap[0][0] <= clock:
             gone.add(heapq.heappop(heap)[1])
-        if len(gone) == 1:  # the common case: no scan of the batch in Python
-            done = list(gone)
-            running.remove(done[0])
-            return done
         done = [r for r in running if r in gone]
         running[:] = [r for r in running if r not in gone]
         return done

@@ -66,6 +66,7 @@ from sim.core.tiers import admission as tier_admission
 from sim.core.tiers.stack import TierStack
 
 _count = np.count_nonzero  # cheap on small batches
+_INT64 = np.dtype(np.int64)  # a dtype object: numpy need not convert the type on every call
 _NO_IDS = np.zeros(0, dtype=np.int64)  # a plan's empty decode ids and context (replaced, never written)
 _NO_IDS.flags.writeable = False
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
@@ -153,7 +154,7 @@ class Scheduler:
     def running_ids(self) -> np.ndarray:
         if self._run_arr is None:
             run = self.running  # rebuilt at each admission and finish: fromiter is ~25% cheaper than np.array here
-            self._run_arr = np.fromiter(run, np.int64, len(run))
+            self._run_arr = np.fromiter(run, _INT64, len(run))
         return self._run_arr
 
     def decode_batch(self) -> DecodeBatch | None:
@@ -462,7 +463,11 @@ class Scheduler:
         self._step_decoders(d, batch)
         all_done = not plan.preempted and (batch is not None or len(self.running) == len(plan.prefill_ids))
         status, computed, prompt, generated, first = t.status, t.computed, t.prompt, t.generated, t.first_token_s
-        for r, end in zip(plan.prefill_ids, plan.prefill_end, strict=True):  # Python scalars: .item reads
+        ids, ends = plan.prefill_ids, plan.prefill_end
+        if len(ids) != len(ends):
+            raise ValueError(f"step plan: {len(ids)} prefill ids but {len(ends)} prefill ends")
+        for i in range(len(ids)):  # indexed (compiled, zip(.., strict=True) is a call through Python); .item reads
+            r, end = ids[i], ends[i]
             if status.item(r) != RUNNING:  # preempted later in the same step (not possible today)
                 all_done = False
                 continue

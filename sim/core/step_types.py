@@ -138,16 +138,19 @@ class StepPlan:
     def step_shape(self, with_pairs: bool = True) -> tuple[int, int, int, int, int, int]:
         """(decode_seqs, decode_kv, prefill_tokens, prefill_kv, prefill_pairs, prefill_seqs) for
         CostModel.step_time (sim/timing/cost_model.py defines them). with_pairs=False: prefill_pairs
-        left 0, the sums taken in C (for a cost model that reads no pairs: `reads_prefill_pairs`)."""
+        left 0 (for a cost model that reads no pairs: `reads_prefill_pairs`)."""
         kd = int(self.decode_context.sum()) if self.decode_kv is None else self.decode_kv
-        if not with_pairs:
-            return int(self.decode_ids.size), kd, sum(self.prefill_tokens), sum(self.prefill_context), 0, len(self.prefill_ids)
+        ctx, tokens = self.prefill_context, self.prefill_tokens
+        if len(ctx) != len(tokens):
+            raise ValueError(f"step plan: {len(ctx)} prefill contexts but {len(tokens)} prefill token counts")
         kp = pairs = p = 0
-        for s, q in zip(self.prefill_context, self.prefill_tokens, strict=True):
+        for i in range(len(ctx)):  # indexed: compiled, zip(.., strict=True) and sum() are calls through Python
+            s, q = ctx[i], tokens[i]
             kp += s
             p += q
-            pairs += q * s + q * (q + 1) // 2
-        return int(self.decode_ids.size), kd, int(p), kp, pairs, len(self.prefill_ids)
+            if with_pairs:
+                pairs += q * s + q * (q + 1) // 2
+        return int(self.decode_ids.size), kd, p, kp, pairs, len(self.prefill_ids)
 
     def cost_args(self) -> tuple[int, int, int]:
         """(new_tokens, kv_read_tokens, attn_pairs) for CostModel.step_time."""

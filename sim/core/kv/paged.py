@@ -276,9 +276,10 @@ class PagedAllocator(KVAllocator):
                 raise AllocationError("grow_by: a request id is not allocated") from None
             if len(cross_list) > self.num_free_blocks:
                 raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-            for r, table, b in zip(cross_list, grown_tables, self._take(len(cross_list)), strict=True):
-                table.append(b)
-                cap[r] += bs
+            blocks = self._take(len(cross_list))
+            for i in range(len(cross_list)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+                grown_tables[i].append(blocks[i])
+                cap[cross_list[i]] += bs
         ntok[ids] = new
         self._written += k * len(ids)
 
