@@ -32,6 +32,16 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sim.core.decode_run",
     "sim.core.scheduler",
     "sim.core.kv.paged",
+    # the per-group pool with prefix caching (gpt-oss, llama-4) and its books; its state-group mixin
+    # (hybrid_state.py) stays interpreted: mypyc takes a mixin only as a trait
+    "sim.core.kv.hybrid",
+    "sim.core.kv.hybrid_prefix",
+    "sim.core.kv.block_refs",
+    "sim.core.kv.run_cache",
+    "sim.core.kv.run_lru",
+    "sim.core.kv.run_peak",
+    "sim.core.kv.sliding_retention",
+    "sim.core.kv.group_managers",
     "sim.run.engine",
     "sim.run.metrics",
     # the single replica's step: the plan, its executor and the cost model's step time

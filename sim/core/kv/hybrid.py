@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.group_managers import UNBOUNDED, GroupManager
@@ -42,6 +43,7 @@ from sim.core.step_types import (
 )
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native); tests subclass it
 class HybridPagedAllocator(KVAllocator):
     """One shared pool of pages; per-group block counts per request (see the module docstring)."""
 

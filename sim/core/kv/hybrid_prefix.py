@@ -53,6 +53,7 @@ from itertools import compress
 from typing import Protocol
 
 import numpy as np
+from mypy_extensions import mypyc_attr
 
 from sim.core.kv.base import AllocationError
 from sim.core.kv.block_refs import BlockRefs
@@ -82,8 +83,11 @@ _ROOT_KEY = 0x5EED  # parent key of hash block 0
 Hit = tuple[int, list[tuple[int, list[int]]]]  # (hit tokens, per group (first block index, hit blocks))
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native); tests subclass it
 class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     """The per-group paged allocator with prefix caching (see the module docstring)."""
+
+    _parked_pages: int  # declared here too: compiled, an attribute only the mixin declares is not found (mypyc 2.4)
 
     def __init__(self, managers: Sequence[GroupManager], num_pages: int, block_size: int, page_bytes: int,
                  prefix_block_size: int | None = None, retention_interval: int | None = 0, *,
@@ -325,10 +329,10 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             if not self._shared[g]:
                 continue
             tables, first = self._tables[g], self._first[g]
-            stop = np.minimum(firsts[g], self._end[g][ids])
-            for k in np.flatnonzero(stop > first[ids]).tolist():  # only requests that drop blocks
+            stops = np.minimum(firsts[g], self._end[g][ids])
+            for k in np.flatnonzero(stops > first[ids]).tolist():  # only requests that drop blocks
                 r = int(ids[k])
-                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stop[k])] if b >= 0 and b in extra)
+                pages += m.pages * sum(1 for b in tables[r][int(first[r]):int(stops[k])] if b >= 0 and b in extra)
         return pages
 
     def _step_need(self, ids: np.ndarray, computed: np.ndarray, new_tokens: np.ndarray) -> tuple[int, list, list]:
