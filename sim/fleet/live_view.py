@@ -42,7 +42,8 @@ class Slot:
     wake: Any = None  # a simpy Event while the engine sleeps idle (woken by it)
     done: Any = None  # a simpy Event the engine waits on during a run: its end timer fired
     timer: Any = None  # the run's end timer armed last (a cut arms an earlier one)
-    headroom: Any = UNSET  # the run's sorted token headroom once a view asked for it
+    headroom: Any = UNSET  # the run's sorted token headroom once a view asked for it (or its histogram:)
+    counted: bool = False  # headroom is PagedAllocator.headroom_counts (a tracked batch)
     lag: int = 0  # what the table's `computed` of the run's members lacks (a lazy decode batch's clock)
     # Routed here, no first token yet: appended to in place, replaced by a new list when pruned (the
     # ReplicaView.prefilling contract), pruned lazily at the first look after the engine ran.
@@ -106,7 +107,13 @@ class LiveView:
             steps = len(ends)
         headroom = slot.headroom
         if headroom is UNSET:  # once per run (a cut keeps the batch and its tokens at the start)
-            headroom = slot.headroom = _sorted_headroom(self.rep.alloc, ids, self.table.computed[ids] + slot.lag)
+            alloc = self.rep.alloc
+            counts = alloc.headroom_counts(ids) if isinstance(alloc, PagedAllocator) else None
+            slot.counted = counts is not None
+            headroom = slot.headroom = counts if counts is not None else \
+                _sorted_headroom(alloc, ids, self.table.computed[ids] + slot.lag)
+        if slot.counted:
+            return _growth_of_counts(headroom, steps, self.block_size)
         if headroom is None:
             return int(self.rep.alloc.blocks_to_grow(ids, self.table.computed[ids] + (slot.lag + steps)))
         return _growth_at(headroom, steps, self.block_size)
@@ -173,6 +180,17 @@ def _growth_at(headroom: list[int], steps: int, block_size: int) -> int:
         q, r = divmod(steps, block_size)
         return k * q + bisect_left(headroom, r)
     return sum(-(-(steps - h) // block_size) for h in headroom[:k])
+
+
+def _growth_of_counts(counts: list[int], steps: int, block_size: int) -> int:
+    """_growth_at from the histogram of headroom (counts[h]: members with h < block_size spare
+    slots, PagedAllocator.headroom_counts): the same sum, a term per headroom value."""
+    total = 0
+    for h in range(min(steps, block_size)):
+        c = counts[h]
+        if c:
+            total += c * ((steps - h + block_size - 1) // block_size)
+    return total
 
 
 SMALL = 32  # up to this many ids, Python beats numpy's per-call cost

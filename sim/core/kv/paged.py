@@ -219,6 +219,15 @@ class PagedAllocator(KVAllocator):
                     cap[i] = clock + (rho - clock - 1) % bs + ntok.item(r)
         return cap - n
 
+    def headroom_counts(self, req_ids: Ids) -> list[int] | None:
+        """For the tracked batch (`req_ids` is it): how many members have h spare token slots, for
+        h = 0 .. block_size - 1 (a member's slots are its row's next crossing: h = (row - clock - 1)
+        mod block_size); None for any other ids. token_headroom's histogram, read off the rows."""
+        if self._batch is None or req_ids is not self._batch:
+            return None
+        rows, bs, c = self._rows, self.block_size, self._clock + 1
+        return [len(rows[(h + c) % bs]) for h in range(bs)]
+
     def fits_growth(self, req_ids: Ids, num_new_tokens: int) -> bool:
         """Could every request grow by `num_new_tokens` now, i.e. blocks_to_grow(req_ids, their
         lengths + num_new_tokens) <= num_free_blocks? Growing by g tokens takes at most
