@@ -40,6 +40,18 @@ def test_state_dependent_routers_give_the_same_requests_with_and_without_skip_ah
     assert fast.summary["completed"] == len(trace)
 
 
+@pytest.mark.parametrize("router", ["kv-precise", "least-kv"])
+def test_one_replica_behind_a_state_dependent_router_is_the_single_replica_replay(router):
+    """One replica behind a router that reads views runs its router process on SimPy's clock (the
+    single replica's DirectClock drives one engine and nothing else: it crashed here) and serves
+    every request as the single-replica replay does."""
+    trace = small_trace()
+    sc = BASE.replace(replicas=1)
+    one, routed = simulate(trace, sc), fleet_simulate(trace, sc.replace(router=router))
+    pd.testing.assert_frame_equal(one.requests, routed.requests)
+    assert routed.summary["num_steps"] == one.summary["num_steps"]
+
+
 def test_kv_aware_routing_with_prefix_caching_is_exact_under_skip_ahead(samples_dir):
     trace = load_trace(samples_dir / "mooncake_small.jsonl")
     sc = BASE.replace(prefix_caching=True, kv_budget_gib=2.0, max_model_len=None, router="kv-precise", replicas=2)

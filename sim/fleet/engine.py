@@ -54,7 +54,8 @@ class FleetSimulation(Simulation):
         self.router_name = kind.name
         self.router = kind.make(RouterParams(len(setup.replicas), sc.seed, sc.router_kv_weight))
         self.state_free = kind.state_free
-        self.timed_events = self.timed_events or not self._plain  # P/D: remote KV loads and releases
+        # KV loads and releases due at set times: KV tiers (the base's test), P/D pools' remote KV
+        self.timed_events = self.timed_events or not self.plain_engine_for_pre_split
         self.slots = [Slot() for _ in setup.replicas]
         self.routing_done = False
         self.request_of = _request_source(trace, setup.table.prompt)
@@ -154,7 +155,9 @@ class FleetSimulation(Simulation):
         if self._plain:
             return (yield from super()._idle(rep))
         env, slot = self.env, self.slots[rep.index]
-        t_event = _earliest(next_event(rep.sched), self.next_arrival(rep))
+        t_event = self.next_arrival(rep)
+        if self.timed_events:
+            t_event = _earliest(next_event(rep.sched), t_event)
         if self.routing_done and t_event is None and not self.keeps_running(rep):
             return False
         slot.mode, slot.wake = "idle", env.event()
@@ -176,7 +179,7 @@ class FleetSimulation(Simulation):
         steps_left = None if self.step_limit is None else self.step_limit - self.total_steps
         run = decode_run.plan_run(sched, self.s.cost, rep.t, limit, next_sample=self.rec.next_grid,
                                   next_arrival=self.next_arrival(rep), max_steps=steps_left)
-        t_event = next_event(sched)
+        t_event = next_event(sched) if self.timed_events else None
         if t_event is not None:
             run = _cut(run, t_event)
         slot.run, slot.run_ids, slot.mode, slot.headroom = run, _running_ids(sched), "run", UNSET
@@ -204,9 +207,17 @@ class FleetSimulation(Simulation):
         for rep in self.s.replicas:  # the single replica's lazy books: the views add a run's lag (Slot.lag)
             if isinstance(rep.sched, Scheduler):
                 rep.sched.lazy_computed = True
-        if not self.state_free:
-            self.env.process(self.router_process())
-        super().run()
+        if self.state_free:
+            super().run()
+            return
+        # the router process beside the engines, on SimPy's clock even for one replica (the base's
+        # DirectClock drives a lone engine and nothing else)
+        reps, env = self.s.replicas, self.env
+        env.process(self.router_process())
+        for rep in reps:
+            env.process(self.engine(rep))
+        env.run()
+        self.close(max((rep.t for rep in reps), default=0.0))
 
     def result(self, trace_digest: str, wall_s: float, **overrides: Any) -> metrics.SimResult:
         res = super().result(trace_digest, wall_s, **{"routing": self.router_name, **overrides})
