@@ -111,10 +111,12 @@ class DecodeBatch:
     # table mid-run there): a member's table entry is its computed minus `clock`, written true
     # when it leaves or the batch is released (`release`), so a step writes no per-member array.
     lazy: bool = False
+    left_at: int = -1  # after `leave` took out one member: its index in `running` (else -1)
 
     def __init__(self, run: np.ndarray, context: int, clock: int, finishes: list[tuple[int, int]],
                  lazy: bool = False) -> None:
         self.run, self.context, self.clock, self.finishes, self.lazy = run, context, clock, finishes, lazy
+        self.left_at = -1
 
     @classmethod
     def of(cls, run: np.ndarray, remaining: list[int], context: int, lazy: bool = False) -> DecodeBatch:
@@ -150,11 +152,14 @@ class DecodeBatch:
         """Members whose last token has been sampled, in running order, taken out of the heap
         and out of `running` (changed in place); [] while nobody is done."""
         heap, clock = self.finishes, self.clock
+        self.left_at = -1
         if heap[0][0] > clock:
             return []
         first = heapq.heappop(heap)[1]
         if not heap or heap[0][0] > clock:  # the common case: one leaves, no set and no scan of the batch
-            running.remove(first)
+            i = running.index(first)
+            del running[i]
+            self.left_at = i
             return [first]
         gone = {first}
         while heap and heap[0][0] <= clock:
