@@ -257,10 +257,19 @@ def test_every_run_limit_is_a_run_of_pure_decode_steps(kind, seed, max_seqs):
             take = int(rng.integers(1, min(k, 40) + 1))
             check_run_equals_steps(sched, take, now)
             now, runs = now + take, runs + 1
+            check_running_ids(sched)
             continue
         sched.step(now, now + 1.0)
         now += 1.0
+        check_running_ids(sched)
     assert runs > 0
+
+
+def check_running_ids(twins: Twins) -> None:
+    """The ids array the scheduler keeps by cuts and appends (Scheduler.running_ids) is `running`."""
+    for s in twins.both():
+        ids = s.running_ids()
+        assert ids.dtype == np.int64 and ids.tolist() == s.running
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
