@@ -85,14 +85,15 @@ class PagedAllocator(KVAllocator):
         # A tracked decode batch (track_batch; never with prefix caching): its members' _ntok is
         # their count minus _clock, so growing the batch by k adds k to _clock. A member holds
         # whole blocks and at most block_size - 1 spare slots, so its count passes a block boundary
-        # once every block_size ticks, at the ticks of one residue mod block_size: _rows[rho] lists
-        # the members of residue rho, and a growth takes one block for each member of each row its
+        # once every block_size ticks, at the ticks of one residue mod block_size: _rows[rho] maps
+        # the members of residue rho to their block tables, in the order they joined (a dict: a
+        # leaver is cut out in O(1), order kept, and a growth appends to the tables it iterates), and a growth takes one block for each member of each row its
         # ticks pass. A member's _cap is not kept while tracked (its next crossing + its _ntok - 1,
         # written by _untrack; free zeroes it).
         self._batch: np.ndarray | None = None
         self._members: dict[int, int] = {}  # member -> its row (residue of its crossing ticks)
         self._clock = 0
-        self._rows: list[list[int]] = [[] for _ in range(self.block_size)]
+        self._rows: list[dict[int, list[int]]] = [{} for _ in range(self.block_size)]
         self.tiers: TierHooks | None = None  # KV tiers below this pool (sim/core/tiers/stack.py), if any
 
     # --- admission ---------------------------------------------------------------------------
@@ -301,6 +302,7 @@ class PagedAllocator(KVAllocator):
             self._untrack()
             joined = run.tolist()
         ntok, cap, clock, bs, rows, members = self._ntok, self._cap, self._clock, self.block_size, self._rows, self._members
+        tables = self._tables
         for r in joined:
             n = ntok.item(r) - clock
             d = cap.item(r) - n + 1  # the clock at which its count passes its slots
@@ -309,7 +311,7 @@ class PagedAllocator(KVAllocator):
                 return
             ntok[r] = n
             rho = members[r] = d % bs
-            rows[rho].append(r)
+            rows[rho][r] = tables[r]
         self._batch = run
 
     def _grow_tracked(self, k: int) -> None:
@@ -334,11 +336,11 @@ class PagedAllocator(KVAllocator):
                 raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
             blocks = free[-total:]  # _take's order: lowest id of the top first
             del free[-total:]
-            pos, tables = total, self._tables
+            pos = total
             for row in passed:
-                for r in row:
+                for table in row.values():
                     pos -= 1
-                    tables[r].append(blocks[pos])
+                    table.append(blocks[pos])
         self._clock = old + k
         self._written += k * len(self._members)
 
@@ -353,11 +355,11 @@ class PagedAllocator(KVAllocator):
             total += len(order[j]) * (q + 1 if j < rem else q)
         if total > len(self._free):
             raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-        tables, blocks, pos = self._tables, self._take(total), 0
+        blocks, pos = self._take(total), 0
         for j in range(bs):
             times = q + 1 if j < rem else q
-            for r in order[j]:
-                tables[r].extend(blocks[pos:pos + times])
+            for table in order[j].values():
+                table.extend(blocks[pos:pos + times])
                 pos += times
 
     def _untrack(self) -> None:
@@ -404,7 +406,7 @@ class PagedAllocator(KVAllocator):
         n = self._ntok.item(req_id)
         members = self._members
         if req_id in members:  # a tracked member leaves: its true count, out of its row
-            self._rows[members.pop(req_id)].remove(req_id)
+            del self._rows[members.pop(req_id)][req_id]
             n += self._clock
         self._active[req_id] = False
         self._ntok[req_id] = self._cap[req_id] = 0
