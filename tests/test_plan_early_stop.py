@@ -77,18 +77,44 @@ def test_running_tally_stops_where_the_full_check_does(ttfts, data, stat):
     """Requests finish in a random order, checked every few: the running totals say 'may stop'
     exactly when certain_misses stops (quantiles), or at least then (means, confirmed by it)."""
     slo = parse_slo(f"ttft_{stat}=1")
-    table = table_with([None] * len(ttfts))
-    tally = MissTally(slo, len(ttfts))
+    table = table_with([None] * len(ttfts), rejected=data.draw(st.integers(0, 5)))
+    tally = MissTally(slo, table)
     order = data.draw(st.permutations(range(len(ttfts))))
     every = data.draw(st.integers(1, 20))
+    new: list[int] = []  # finished since the last check, as the engine's finished_ids
     for k, i in enumerate(order, 1):
         table.first_token_s[i] = table.finish_s[i] = ttfts[i]
         table.status[i] = FINISHED
+        new.append(i)
         if k % every and k != len(order):
             continue
         full = certain_misses(slo, table) is not None
-        may = tally.may_stop(table)
+        may = tally.may_stop(table, np.array(new, dtype=np.intp))
+        new.clear()
         assert may == full if stat != "mean" else (may or not full)
+
+
+def test_the_engine_hands_the_check_every_finished_request_once():
+    """Simulation.check is called each time n_done reaches check_at, with finished_ids holding the
+    requests finished since the last call: together, every finished request once."""
+    from sim.run.deployment import Deployment
+    from sim.run.engine import Simulation, build
+
+    trace = Workload.from_ref("synthetic:preset=sharegpt-like,n=300,rate=8,seed=2").at(1.0)
+    sim = Simulation(build(trace, Deployment.resolve(Scenario(model="llama-3-8b", gpu="h100-sxm", kv_budget_gib=1.0))))
+    calls: list[tuple[int, list[int]]] = []
+
+    def check(done: int) -> int:
+        calls.append((done, list(sim.finished_ids)))
+        sim.finished_ids.clear()
+        return done + 7
+
+    sim.check, sim.check_at = check, 7
+    sim.run()
+    seen = [r for _, ids in calls for r in ids] + sim.finished_ids
+    finished = np.flatnonzero(np.isfinite(sim.s.table.finish_s))
+    assert len(calls) >= 300 // 7 - 1 and sorted(seen) == finished.tolist()
+    assert all(done >= 7 * (k + 1) for k, (done, _) in enumerate(calls))
 
 
 @pytest.mark.slow
@@ -169,7 +195,7 @@ def test_reused_starts_give_the_same_rates_within_tolerance():
 
 @pytest.mark.slow
 def test_a_fleet_behind_a_router_stops_early_with_the_same_rows(monkeypatch):
-    """Two replicas behind least-outstanding run through StoppingFleetSimulation."""
+    """Two replicas behind least-outstanding: the check hook on a FleetSimulation stops their misses."""
     stops = []
 
     def counted(slo, table):

@@ -40,7 +40,7 @@ from sim.run.engine import Replica, Setup, Simulation, next_event
 from sim.trace.model import Trace
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)  # sim/plan/early_stop.py's StoppingFleetSimulation
+@mypyc_attr(allow_interpreted_subclasses=True)  # sim/fleet/pd.py's pools
 class FleetSimulation(Simulation):
     """engine.Simulation with a router in the loop (module docstring)."""
 

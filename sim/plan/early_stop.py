@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
 
 import numpy as np
 
@@ -77,21 +76,24 @@ def certain_misses(slo: Slo, table: RequestTable) -> str | None:
 
 class MissTally:
     """certain_misses' test kept as running totals: the values of finished requests are final, so
-    each check reads only the requests finished since the last one (and counts N afresh) instead of
-    every value again. A quantile's count of values over the limit is exact; a mean's running sum may
-    differ from the one-pass sum in the last bits, so a stop is always confirmed by certain_misses."""
+    each check reads only the requests finished since the last one (the engine's finished_ids) and
+    counts N afresh, instead of every value again: O(new) per check but for N's count. A quantile's
+    count of values over the limit is exact; a mean's running sum may differ from the one-pass sum
+    in the last bits, so a stop is always confirmed by certain_misses."""
 
-    def __init__(self, slo: Slo, size: int) -> None:
+    def __init__(self, slo: Slo, table: RequestTable) -> None:
         self.slo = slo
-        self.seen = np.zeros(size, dtype=bool)
+        self.multi = table.output > 1  # outputs are fixed before the run: requests with a TPOT
+        self.num_multi = int(np.count_nonzero(self.multi))
         self.values = [0] * len(slo.targets)  # finite values so far, per objective
         self.over = [0] * len(slo.targets)  # of them over the limit (quantiles)
         self.sums = [0.0] * len(slo.targets)  # their sum (means)
 
-    def may_stop(self, table: RequestTable) -> bool:
-        new = np.isfinite(table.finish_s) & ~self.seen
-        self.seen |= new
-        can_finish = table.status != REJECTED
+    def may_stop(self, table: RequestTable, new: np.ndarray) -> bool:
+        """`new`: the ids of the requests finished since the last call."""
+        rejected = np.flatnonzero(table.status == REJECTED)  # N: the requests that can still yield a value
+        n_all = len(table) - rejected.size
+        n_multi = self.num_multi - int(np.count_nonzero(self.multi[rejected]))
         for i, (metric, stat, limit) in enumerate(self.slo.targets):
             v = _values(table, metric, new)
             v = v[np.isfinite(v)]
@@ -100,7 +102,7 @@ class MissTally:
                 self.sums[i] += float(v.sum())
             else:
                 self.over[i] += int(np.count_nonzero(v > limit))
-            n = int(np.count_nonzero(can_finish & (table.output > 1))) if metric == "tpot" else int(np.count_nonzero(can_finish))
+            n = n_multi if metric == "tpot" else n_all
             if n == 0 or self.values[i] == 0:
                 continue
             if stat == "mean":
@@ -111,40 +113,24 @@ class MissTally:
         return False
 
 
-class _StopMixin:
-    """Checks the bound as requests finish and raises ProbeMissed (see the module docstring)."""
+class StopCheck:
+    """The engine's check hook (Simulation.check): every ~1/CHECKS_PER_RUN of the requests
+    finishing, the bound on running totals; raises ProbeMissed once the SLO must miss (module doc)."""
 
-    slo: Slo
-    _next_check: int
-    _check_every: int
-    _tally: MissTally
+    def __init__(self, sim: Simulation, slo: Slo) -> None:
+        self.sim, self.slo = sim, slo
+        self.every = max(1, len(sim.s.table) // CHECKS_PER_RUN)
+        self.tally = MissTally(slo, sim.s.table)
 
-    def _finished(self, n: int) -> None:
-        super()._finished(n)  # type: ignore[misc]
-        done = self.n_done  # type: ignore[attr-defined]
-        if done < self._next_check:
-            return
-        self._next_check = done + self._check_every
-        table = self.s.table  # type: ignore[attr-defined]
-        if not self._tally.may_stop(table):
-            return
-        reason = certain_misses(self.slo, table)
-        if reason is not None:
-            raise ProbeMissed(reason)
-
-
-class StoppingSimulation(_StopMixin, Simulation):
-    def __init__(self, setup: Any, slo: Slo, **kw: Any) -> None:
-        super().__init__(setup, **kw)
-        self.slo, self._check_every = slo, max(1, len(setup.table) // CHECKS_PER_RUN)
-        self._next_check, self._tally = self._check_every, MissTally(slo, len(setup.table))
-
-
-class StoppingFleetSimulation(_StopMixin, FleetSimulation):
-    def __init__(self, setup: Any, trace: Any, slo: Slo, **kw: Any) -> None:
-        super().__init__(setup, trace, **kw)
-        self.slo, self._check_every = slo, max(1, len(setup.table) // CHECKS_PER_RUN)
-        self._next_check, self._tally = self._check_every, MissTally(slo, len(setup.table))
+    def __call__(self, done: int) -> int:
+        table, ids = self.sim.s.table, self.sim.finished_ids
+        new = np.array(ids, dtype=np.intp)
+        ids.clear()
+        if self.tally.may_stop(table, new):
+            reason = certain_misses(self.slo, table)
+            if reason is not None:
+                raise ProbeMissed(reason)
+        return done + self.every
 
 
 def simulate_or_stop(trace: Trace, dep: Deployment, slo: Slo) -> SimResult:
@@ -156,8 +142,10 @@ def simulate_or_stop(trace: Trace, dep: Deployment, slo: Slo) -> SimResult:
     setup = build(trace, dep)
     sim: Simulation
     if dep.scenario.replicas == 1 and dep.scenario.router == "round-robin":
-        sim = StoppingSimulation(setup, slo)
+        sim = Simulation(setup)
     else:
-        sim = StoppingFleetSimulation(setup, trace, slo)
+        sim = FleetSimulation(setup, trace)
+    check = StopCheck(sim, slo)
+    sim.check, sim.check_at = check, check.every
     sim.run()
     return sim.result(trace.digest(), time.perf_counter() - wall0)

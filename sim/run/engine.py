@@ -209,6 +209,13 @@ class Simulation:
         self.timed_events = setup.tiers is not None  # schedulers with KV loads or releases due at set times
         self._last_progress = 0.0
         self.n_done = setup.rejected
+        # a caller's check as requests finish (sim/plan/early_stop.py: a probe's SLO bound), called
+        # once n_done reaches check_at with n_done; it returns the next n_done to call it at, and
+        # reads (and clears) finished_ids, the requests finished since. A hook, not a subclass:
+        # compiled code calls it only at those counts, never per finish
+        self.check: Callable[[int], int] | None = None
+        self.check_at = 0
+        self.finished_ids: list[int] = []
         self._group_sums: dict[str, dict[str, int]] = {}
         self._tier_occupancy: list[tuple[float, dict[str, int]]] = []  # (t, bytes per tier instance)
         self._group_samples = 0
@@ -292,7 +299,7 @@ class Simulation:
         if self.rec.needs_sample(t_end):
             self.rec.sample_until(t_end, self.gauges())
         if finished:
-            self._finished(len(finished))
+            self._finished(finished)
 
     def close(self, end: float) -> None:
         """The run is over at `end`: last metrics sample and a final progress report."""
@@ -338,8 +345,12 @@ class Simulation:
         summary.update(run_intervals(summary, s.scenario.profile))
         return metrics.SimResult(requests, steps, summary, s.scenario, trace_digest)
 
-    def _finished(self, n: int) -> None:
-        self.n_done += n
+    def _finished(self, finished: list[int]) -> None:
+        self.n_done += len(finished)
+        if self.check is not None:
+            self.finished_ids.extend(finished)
+            if self.n_done >= self.check_at:
+                self.check_at = self.check(self.n_done)
         if self.progress is not None:
             now = time.perf_counter()
             if now - self._last_progress >= PROGRESS_EVERY_S:
@@ -424,7 +435,7 @@ class Simulation:
         if rec.needs_sample(t_end):
             rec.sample_until(t_end, self.gauges())
         if finished:
-            self._finished(len(finished))
+            self._finished(finished)
 
     def run(self) -> None:
         reps = self.s.replicas
