@@ -468,6 +468,11 @@ class PagedAllocator(KVAllocator):
             return len(self._free)
         return len(self._free) + self.cache.num_parked
 
+    def steps_until_free_rises(self, req_ids: Ids) -> int:
+        """KVAllocator's answer (full attention gives no block back while running), defined here so
+        that compiled code answers it: the decode path asks before every run."""
+        return 1 << 62
+
     @property
     def num_used_blocks(self) -> int:
         """num_blocks - num_free_blocks in one call (read after every step's growth)."""
