@@ -116,7 +116,8 @@ class Scheduler:
                  prefix_hashes: Callable[[int], Sequence[int] | None] | None = None) -> None:
         self.t = table
         self.alloc = allocator
-        self.cfg = config
+        self._cfg = config
+        self._hold_kv = config.hold_kv_on_finish  # read on every finish: kept natively (the cfg setter)
         self.prefix_hashes = prefix_hashes or _no_hashes
         self._keyed = prefix_hashes is not None  # else every request's hashes are None (no call per admission)
         self.waiting: deque[int] = deque()
@@ -180,10 +181,20 @@ class Scheduler:
             self._track(run, None)
         return self._decode_batch
 
+    @property
+    def cfg(self) -> SchedulerConfig:
+        return self._cfg
+
+    @cfg.setter
+    def cfg(self, config: SchedulerConfig) -> None:
+        """A new config (sim/fleet/pd.py's prefill pool holds KV on finish): its flag kept with it."""
+        self._cfg = config
+        self._hold_kv = config.hold_kv_on_finish
+
     def _track(self, run: np.ndarray, joined: list[int] | None) -> None:
         """Tell the allocator the decode batch it will be asked to grow (Allocator.track_batch):
         the lazy replays only (lazy_computed), whose finished requests are freed."""
-        if self.lazy_computed and not self.cfg.hold_kv_on_finish:
+        if self.lazy_computed and not self._hold_kv:
             self.alloc.track_batch(run, joined)
 
     def sync_generated(self) -> None:
@@ -545,7 +556,7 @@ class Scheduler:
         return done.tolist()
 
     def _free_finished(self, r: int) -> None:
-        if self.cfg.hold_kv_on_finish:
+        if self._hold_kv:
             self.remote.hold(r)
         else:
             self.alloc.free(r)

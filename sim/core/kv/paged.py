@@ -298,6 +298,9 @@ class PagedAllocator(KVAllocator):
         count minus the clock; one that leaves is freed (free writes its count true)."""
         if self.prefix_caching or not isinstance(run, np.ndarray):
             return
+        if joined is not None and not joined and self._batch is not None:
+            self._batch = run  # the batch carried after a leave: its members stay in their rows
+            return
         if joined is None or self._batch is None:
             self._untrack()
             joined = run.tolist()
