@@ -87,9 +87,10 @@ class PagedAllocator(KVAllocator):
         # whole blocks and at most block_size - 1 spare slots, so its count passes a block boundary
         # once every block_size ticks, at the ticks of one residue mod block_size: _rows[rho] maps
         # the members of residue rho to their block tables, in the order they joined (a dict: a
-        # leaver is cut out in O(1), order kept, and a growth appends to the tables it iterates), and a growth takes one block for each member of each row its
-        # ticks pass. A member's _cap is not kept while tracked (its next crossing + its _ntok - 1,
-        # written by _untrack; free zeroes it).
+        # leaver is cut out in O(1), order kept, and a growth appends to the tables it iterates),
+        # and a growth takes one block for each member of each row its ticks pass. A member's _cap
+        # is not kept while tracked (its next crossing + its _ntok - 1, written by _untrack; free
+        # zeroes it).
         self._batch: np.ndarray | None = None
         self._members: dict[int, int] = {}  # member -> its row (residue of its crossing ticks)
         self._clock = 0
