@@ -13,7 +13,7 @@ import numpy as np
 from gpu_backend.vllm_engine.protocol import EngineConfig, EngineRequest, StepRecord
 from gpu_backend.vllm_engine.trace_requests import block_content_ids
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
-from sim.core.interfaces import Allocator
+from sim.core.kv.base import KVAllocator
 from sim.core.kv.paged import PagedAllocator
 from sim.core.kv.registry import KVLayout
 from sim.core.request import RequestTable
@@ -37,7 +37,7 @@ def group_layout(cfg: EngineConfig, kv_dtype: str = "fp32") -> KVLayout:
 
 
 def build_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, sched_cfg: SchedulerConfig | None = None,
-                alloc: Allocator | None = None) -> tuple[Scheduler, RequestTable]:
+                alloc: KVAllocator | None = None) -> tuple[Scheduler, RequestTable]:
     """kvsim's scheduler and paged allocator configured like the vLLM engine of `cfg` (`alloc`: a
     pool built by the caller instead, e.g. the per-group pool of a model with several KV groups,
     keyed per KV block of cfg.block_size)."""
@@ -57,7 +57,7 @@ def build_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, sched_cfg: Schedul
 
 
 def replay_kvsim(reqs: list[EngineRequest], cfg: EngineConfig, *, sched_cfg: SchedulerConfig | None = None,
-                 max_steps: int | None = None, alloc: Allocator | None = None) -> list[StepRecord]:
+                 max_steps: int | None = None, alloc: KVAllocator | None = None) -> list[StepRecord]:
     """Step records of kvsim on `reqs`, with arrivals replayed as steps exactly as the worker does."""
     sched, table = build_kvsim(reqs, cfg, sched_cfg, alloc)
     name = [r.id for r in reqs]

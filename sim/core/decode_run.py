@@ -65,7 +65,7 @@ from sim.core.step_types import PEAK_GRID_LIMIT, Ids, SkipAhead
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection
 
-    from sim.core.interfaces import Allocator
+    from sim.core.kv.base import KVAllocator
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
 SHORT_RUN = 128  # decode steps summed in Python (timer.ends) before a run goes to numpy
@@ -227,7 +227,7 @@ class DecodeRunHost(Protocol):
     def t(self) -> RequestTable: ...
 
     @property
-    def alloc(self) -> Allocator: ...
+    def alloc(self) -> KVAllocator: ...
 
     @property
     def cfg(self) -> BatchLimits: ...
@@ -273,7 +273,7 @@ def run_limit(sched: DecodeRunHost) -> int:
     return largest_fitting_growth(alloc, run, k)
 
 
-def largest_fitting_growth(alloc: Allocator, run: Ids, k: int) -> int:
+def largest_fitting_growth(alloc: KVAllocator, run: Ids, k: int) -> int:
     """Largest j in [0, k) such that growing every member by j tokens fits (binary search; the
     caller knows k does not fit, and growth needs only rise with j)."""
     lo, hi = 0, k

@@ -58,6 +58,7 @@ from mypy_extensions import mypyc_attr
 
 from sim.core import decode_run, interfaces, remote_kv
 from sim.core.decode_run import DecodeBatch
+from sim.core.kv.base import KVAllocator
 from sim.core.kv.mamba_align import aligned_chunk
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
@@ -112,7 +113,7 @@ class Scheduler:
     question: `head_admissible`.
     """
 
-    def __init__(self, table: RequestTable, allocator: interfaces.Allocator, config: SchedulerConfig,
+    def __init__(self, table: RequestTable, allocator: KVAllocator, config: SchedulerConfig,
                  prefix_hashes: Callable[[int], Sequence[int] | None] | None = None) -> None:
         self.t = table
         self.alloc = allocator

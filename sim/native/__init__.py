@@ -31,6 +31,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "sim.timing.measured_table",
     "sim.core.decode_run",
     "sim.core.scheduler",
+    "sim.core.request",  # the request table: its columns read as native attributes
+    "sim.core.kv.base",  # the allocators' base: the scheduler calls a pool through its vtable
     "sim.core.kv.paged",
     # the per-group pool with prefix caching (gpt-oss, llama-4) and its books; its state-group mixin
     # (hybrid_state.py) stays interpreted: mypyc takes a mixin only as a trait

@@ -15,7 +15,7 @@ from typing import Any
 from models.gpus import GPUSpec, get_gpu
 from models.kv_groups import State, async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec, SpecError, load_spec
-from sim.core.interfaces import Allocator
+from sim.core.kv.base import KVAllocator
 from sim.core.kv.group_managers import pool_shape
 from sim.core.kv.registry import (
     ALLOCATORS,
@@ -122,7 +122,7 @@ class Deployment:
         """The KV pool's shape, what the allocator factories read."""
         return kv_layout(self.scenario, self.spec)
 
-    def make_allocator(self, prefix_block_size: int | None = None) -> Allocator:
+    def make_allocator(self, prefix_block_size: int | None = None) -> KVAllocator:
         """A fresh, empty KV pool for one replica (prefix_block_size: the trace's hash granularity)."""
         if self.grouped:
             return _group_allocator(self.scenario, self.spec, self.kv_budget_bytes, prefix_block_size)
@@ -242,7 +242,7 @@ def scenario_kv_bytes_per_token(scenario: Scenario, spec: ModelSpec) -> int:
     return scenario.tp * kv_bytes_per_token_per_gpu(spec, scenario.kv_dtype, scenario.tp)
 
 
-def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> Allocator:
+def _group_allocator(scenario: Scenario, spec: ModelSpec, budget: int, prefix_block_size: int | None = None) -> KVAllocator:
     """The per-group pool; with layer offload it holds only each group's kept layers (sim/timing/layer_offload.py)."""
     groups = split_groups(spec.groups, scenario.offload_layers)[0] if scenario.offload_layers else spec.groups
     try:

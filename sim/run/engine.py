@@ -33,8 +33,9 @@ import simpy
 from mypy_extensions import mypyc_attr
 
 from sim.core import decode_run
-from sim.core.interfaces import Allocator, Executor
+from sim.core.interfaces import Executor
 from sim.core.interfaces import Scheduler as SchedulerPolicy
+from sim.core.kv.base import KVAllocator
 from sim.core.kv.hybrid import HybridPagedAllocator
 from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
@@ -63,7 +64,7 @@ class Replica:
     """One data-parallel engine: its allocator, scheduler, arrival feed and clock."""
 
     index: int
-    alloc: Allocator
+    alloc: KVAllocator
     sched: SchedulerPolicy  # Scheduler or StaticBatchScheduler
     arrivals: list[int]  # request ids routed here, in arrival order
     times: list[float]  # their arrival times (plain lists: cheapest to walk one at a time)
@@ -97,7 +98,7 @@ class Setup:
     tiers: TierFleet | None = None  # KV tiers below the GPU pools (sim/run/tier_setup.py), if any
 
 
-def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: Allocator) -> np.ndarray:
+def _never_fits(table: RequestTable, reject: np.ndarray, dep: Deployment, probe: KVAllocator) -> np.ndarray:
     """Requests whose K/V could not fit an empty pool (rejected up front, as vLLM does)."""
     sc, bs, num_blocks = dep.scenario, dep.scenario.block_size, dep.num_blocks
     if dep.allocator.reserves_up_front and (dep.grouped or not sc.static_batch):

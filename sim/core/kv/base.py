@@ -17,16 +17,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from sim.core.interfaces import Allocator
+from mypy_extensions import mypyc_attr
+
 from sim.core.step_types import Ids, KVBreakdown, Retention
 
+if TYPE_CHECKING:
+    from sim.core.interfaces import Allocator
 
+
+@mypyc_attr(native_class=False)  # an exception: mypyc compiles it as a plain Python class
 class AllocationError(RuntimeError):
     """Raised for misuse (unknown request, double allocate); running out of space is not an error."""
 
 
-class KVAllocator(Allocator, ABC):
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native); contiguous.py subclasses it
+class KVAllocator(ABC):
     """The base class of the allocators: the `sim.core.interfaces.Allocator` protocol with its
     defaults (one KV group, no prefix cache, growth by the same k built on grow_many)."""
 
@@ -84,7 +91,7 @@ class KVAllocator(Allocator, ABC):
         grow_many's common case, which allocators may serve faster."""
         self.grow_many(req_ids, [self.num_tokens(int(r)) + num_new_tokens for r in req_ids])
 
-    def track_batch(self, run: Ids, joined: Sequence[int] | None) -> None:
+    def track_batch(self, run: Ids, joined: Sequence[int] | None) -> None:  # noqa: B027 (a hint: the default ignores it)
         """A hint that `run` is the decode batch grow_by will be given (Allocator.track_batch):
         ignored here; the paged pool grows a tracked batch lazily."""
 
@@ -138,3 +145,9 @@ class KVAllocator(Allocator, ABC):
     def breakdown(self, waiting_reserve_tokens: Sequence[int] = ()) -> KVBreakdown:
         """Five-way split of capacity now. `waiting_reserve_tokens` are the space needs (in
         tokens) of the waiting requests, for external fragmentation."""
+
+
+
+if TYPE_CHECKING:  # mypy checks the protocol here (a class compiled by sim/native cannot subclass a Protocol)
+    def _implements(allocator: KVAllocator) -> Allocator:
+        return allocator

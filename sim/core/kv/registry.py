@@ -1,7 +1,7 @@
 """Allocators by name, built from a resolved KV layout: one place the simulator and the GPU backend agree on.
 
-Adding an allocator = one file implementing sim.core.interfaces.Allocator (most subclass
-sim.core.kv.base.KVAllocator for its defaults) + one line in ALLOCATORS
+Adding an allocator = one file subclassing sim.core.kv.base.KVAllocator (the
+sim.core.interfaces.Allocator protocol with its defaults; the compiled scheduler calls it natively) + one line in ALLOCATORS
 (or `register_allocator` from outside); the CLI, the Scenario checks and the form then offer it.
 A factory takes (layout, num_blocks, bytes_per_token, prefix_block_size): `KVLayout` is the part of
 a scenario the pool's shape depends on (block size, prefix caching, placement; the KV dtype and TP
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from models.registry import Registry
-from sim.core.interfaces import Allocator
+from sim.core.kv.base import KVAllocator
 from sim.core.kv.contiguous import ContiguousAllocator
 from sim.core.kv.contiguous_groups import GroupedContiguousAllocator
 from sim.core.kv.group_managers import UNBOUNDED, GroupManager, align_mode, make_managers
@@ -44,12 +44,12 @@ class KVLayout:
     max_model_len: int = UNBOUNDED  # the cap's other bound
 
 
-AllocatorFactory = Callable[[KVLayout, int, int, "int | None"], Allocator]
+AllocatorFactory = Callable[[KVLayout, int, int, "int | None"], KVAllocator]
 # (layout, one manager per KV group, pool pages, page bytes, prefix_block_size) -> allocator
-GroupAllocatorFactory = Callable[[KVLayout, list[GroupManager], int, int, "int | None"], Allocator]
+GroupAllocatorFactory = Callable[[KVLayout, list[GroupManager], int, int, "int | None"], KVAllocator]
 
 
-def _paged(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
+def _paged(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
     return PagedAllocator(
         num_blocks,
         layout.block_size,
@@ -59,13 +59,13 @@ def _paged(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block
     )
 
 
-def _contiguous(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> Allocator:
+def _contiguous(layout: KVLayout, num_blocks: int, bytes_per_token: int, prefix_block_size: int | None) -> KVAllocator:
     # Contiguous regions cannot share blocks, so prefix caching does not apply to them.
     return ContiguousAllocator(num_blocks, layout.block_size, bytes_per_token, placement=layout.placement)
 
 
 def _paged_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int, page_bytes: int,
-                  prefix_block_size: int | None) -> Allocator:
+                  prefix_block_size: int | None) -> KVAllocator:
     if layout.prefix_caching:  # state groups in vLLM's align mode (the mode vLLM sets with prefix caching)
         return HybridPrefixAllocator([align_mode(m) for m in managers], num_pages, layout.block_size, page_bytes,
                                      prefix_block_size, layout.retention_interval,
@@ -75,7 +75,7 @@ def _paged_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int
 
 
 def _contiguous_groups(layout: KVLayout, managers: list[GroupManager], num_pages: int, page_bytes: int,
-                       prefix_block_size: int | None) -> Allocator:
+                       prefix_block_size: int | None) -> KVAllocator:
     return GroupedContiguousAllocator(managers, num_pages, layout.block_size, page_bytes, layout.placement)
 
 
@@ -105,7 +105,7 @@ def register_allocator(kind: AllocatorKind) -> AllocatorKind:
 
 def make_allocator(
     layout: KVLayout, num_blocks: int, bytes_per_token: int, *, prefix_block_size: int | None = None
-) -> Allocator:
+) -> KVAllocator:
     """The allocator `layout.allocator` names, over `num_blocks` blocks of layout.block_size.
 
     prefix_block_size: tokens per prefix hash id in the trace (Trace.prefix_block_size, e.g. 512
@@ -129,7 +129,7 @@ def needs_group_pools(groups: tuple[KVGroup, ...]) -> bool:
 
 
 def make_group_allocator(layout: KVLayout, groups: tuple[KVGroup, ...], kv_budget_bytes: int,
-                         prefix_block_size: int | None = None) -> Allocator:
+                         prefix_block_size: int | None = None) -> KVAllocator:
     """The layout's allocator for a model with several KV groups, over a replica's KV budget
     (bytes, all its TP ranks): one manager per group over a shared pool of equal pages (paged:
     sim/core/kv/hybrid.py, with prefix caching hybrid_prefix.py; contiguous: contiguous_groups.py).
