@@ -16,8 +16,10 @@ One step, whoever drives it (the engine, the GPU executor):
     t_end = executor.execute(plan, now)
     finished = scheduler.complete_step(plan, t_end)
 
-Implementations subclass the Protocol they implement, so mypy checks every signature where it is
-written, and callers type against these names, never against a concrete class.
+Implementations subclass the Protocol they implement or, where sim/native compiles them, are checked
+against it under TYPE_CHECKING at the end of their file, so mypy checks every signature where it is
+written. Callers type against these names, never against a concrete class; the one exception is the
+allocator, typed as its compiled abstract base KVAllocator where the compiled scheduler calls it.
 """
 
 from __future__ import annotations
