@@ -196,13 +196,14 @@ def joined(batch: DecodeBatch | None, t: RequestTable, run: np.ndarray, prefill_
     (a lazy batch's joiners are entered at computed minus its clock: DecodeBatch.lazy)."""
     ctx = sum(prefill_end)
     if batch is None:
-        return DecodeBatch.of(run, [int(t.output[r] - t.generated[r]) for r in prefill_ids], ctx, lazy)
+        cells = t.cells
+        return DecodeBatch.of(run, [cells.output[r] - cells.generated[r] for r in prefill_ids], ctx, lazy)
     heap, clock, off = batch.finishes, batch.clock, batch.offset()
-    output, generated, computed = t.output, t.generated, t.computed
+    output, generated, computed = t.cells.output, t.cells.generated, t.cells.computed
     for r in prefill_ids:
-        heapq.heappush(heap, (clock + output.item(r) - generated.item(r), r))
+        heapq.heappush(heap, (clock + output[r] - generated[r], r))
         if off:
-            computed[r] = computed.item(r) - off
+            computed[r] = computed[r] - off
     return DecodeBatch(run, batch.context + ctx, clock, heap, batch.lazy)
 
 

@@ -61,7 +61,7 @@ from sim.core.decode_run import DecodeBatch
 from sim.core.kv.base import KVAllocator
 from sim.core.kv.mamba_align import aligned_chunk
 from sim.core.remote_kv import RemoteKV
-from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable
+from sim.core.request import FINISHED, RUNNING, SWAPPED, WAITING, RequestTable, cell_view
 from sim.core.step_types import Retention, StepPlan
 from sim.core.tiers import admission as tier_admission
 from sim.core.tiers.stack import TierStack
@@ -165,8 +165,9 @@ class Scheduler:
                 m = prev.size
                 arr = np.empty(n, _INT64)
                 arr[:m] = prev
+                cells = cell_view(arr)
                 for i in range(m, n):
-                    arr[i] = run[i]
+                    cells[i] = run[i]
             self._run_arr, self._run_prev = arr, None
         return arr
 
@@ -221,7 +222,7 @@ class Scheduler:
         self._drop_batch()
 
     def add_request(self, r: int) -> None:
-        self.t.status[r] = WAITING
+        self.t.cells.status[r] = WAITING
         self.waiting.append(r)
 
     def add_remote_request(self, r: int, tokens: int) -> None:
@@ -412,7 +413,7 @@ class Scheduler:
         return self.alloc.can_allocate(total, self.t.reserve.item(r), hashes, chunk_tokens=n)
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
-        t = self.t
+        cells = self.t.cells
         expected, max_seqs = self.remote.expected, self.cfg.max_num_seqs
         while self.waiting and budget > 0 and len(self.running) < max_seqs:
             r = self.waiting[0]
@@ -423,29 +424,29 @@ class Scheduler:
                     if not loaded:
                         break
                     continue
-            prompt = t.prompt.item(r)
-            total = prompt + t.generated.item(r)
+            prompt = cells.prompt[r]
+            total = prompt + cells.generated[r]
             n = self._admission_chunk(r, budget, hashes, total)
-            reserve = t.reserve.item(r)
+            reserve = cells.reserve[r]
             if n == 0 or not self._can_admit(r, n, hashes, total):
                 break
-            hit = self._allocate_head(r, n, prompt + t.output.item(r), reserve, hashes)
+            hit = self._allocate_head(r, n, prompt + cells.output[r], reserve, hashes)
             self.waiting.popleft()
             compute = n - hit
             if n == total and compute < 1:
                 compute = 1  # a token must be computed to sample the next one
             hit = n - compute
-            if hashes is not None and not t.preemptions[r]:
+            if hashes is not None and not cells.preemptions[r]:
                 # vLLM's PrefixCacheStats: the whole request is looked up (request.num_tokens), once
                 # per admission; re-admissions after a preemption are counted apart, not here.
                 self.prefix_queries += total
                 self.prefix_hits += hit
             if hit:
-                t.prefix_hit[r] += hit
-            admitted = t.admitted_s.item(r)
+                cells.prefix_hit[r] += hit
+            admitted = cells.admitted_s[r]
             if admitted != admitted:  # NaN: first admission (cheaper than np.isnan on a scalar)
-                t.admitted_s[r] = now
-            t.status[r] = RUNNING
+                cells.admitted_s[r] = now
+            cells.status[r] = RUNNING
             self._start_running(r)
             plan.prefill_ids.append(r)
             plan.prefill_context.append(hit)
@@ -486,20 +487,21 @@ class Scheduler:
         batch = self._decode_batch if self._decode_batch is not None and d is self._decode_batch.run else None
         self._step_decoders(d, batch)
         all_done = not plan.preempted and (batch is not None or len(self.running) == len(plan.prefill_ids))
-        status, computed, prompt, generated, first = t.status, t.computed, t.prompt, t.generated, t.first_token_s
+        cells = t.cells
+        status, computed, prompt, generated, first = cells.status, cells.computed, cells.prompt, cells.generated, cells.first_token_s
         ids, ends = plan.prefill_ids, plan.prefill_end
         if len(ids) != len(ends):
             raise ValueError(f"step plan: {len(ids)} prefill ids but {len(ends)} prefill ends")
-        for i in range(len(ids)):  # indexed (compiled, zip(.., strict=True) is a call through Python); .item reads
+        for i in range(len(ids)):  # indexed (compiled, zip(.., strict=True) is a call through Python)
             r, end = ids[i], ends[i]
-            if status.item(r) != RUNNING:  # preempted later in the same step (not possible today)
+            if status[r] != RUNNING:  # preempted later in the same step (not possible today)
                 all_done = False
                 continue
             computed[r] = end
-            g = generated.item(r)
-            if end == prompt.item(r) + g:
+            g = generated[r]
+            if end == prompt[r] + g:
                 generated[r] = g + 1
-                sampled = first.item(r)
+                sampled = first[r]
                 if sampled != sampled:  # NaN: not sampled before a recompute
                     first[r] = t_end
             else:
@@ -573,11 +575,12 @@ class Scheduler:
                 batch.run = run = self.running_ids()
                 self._track(run, joiners)
             return []
-        t, context, off = self.t, batch.context, batch.offset()
-        computed, generated, output, finish_s, status = t.computed, t.generated, t.output, t.finish_s, t.status
+        context, off = batch.context, batch.offset()
+        cells = self.t.cells
+        computed, generated, output, finish_s, status = cells.computed, cells.generated, cells.output, cells.finish_s, cells.status
         for r in done:  # running order: frees happen in this order
-            generated[r] = output.item(r)  # its last token (the batch's steps add to computed only)
-            c = computed.item(r)
+            generated[r] = output[r]  # its last token (the batch's steps add to computed only)
+            c = computed[r]
             if off:
                 c += off  # a lazy batch's member leaves: its true count
                 computed[r] = c

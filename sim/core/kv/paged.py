@@ -32,6 +32,7 @@ import numpy as np
 
 from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.prefix_cache import PrefixCache, TierHooks
+from sim.core.request import cell_view
 from sim.core.step_types import Ids, KVBreakdown, Retention
 
 _sum, _any, _min = np.add.reduce, np.logical_or.reduce, np.minimum.reduce  # cheapest on small batches
@@ -81,6 +82,7 @@ class PagedAllocator(KVAllocator):
         self._nkeys = np.zeros(size, dtype=np.int64)  # blocks of the request that have a key
         self._nreg = np.zeros(size, dtype=np.int64)  # leading blocks already offered to the cache
         self._active = np.zeros(size, dtype=bool)
+        self._view_columns()
         self._written = 0  # physical slots written in blocks in use
         # A tracked decode batch (track_batch; never with prefix caching): its members' _ntok is
         # their count minus _clock, so growing the batch by k adds k to _clock. A member holds
@@ -128,7 +130,7 @@ class PagedAllocator(KVAllocator):
         Returns the prefix-cache hit tokens (whole blocks)."""
         if num_tokens < 0:
             raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
-        if req_id < len(self._active) and self._active[req_id]:
+        if req_id < len(self._active) and self._active_v[req_id]:
             raise AllocationError(f"request {req_id} is already allocated")
         if not 0 <= req_id < len(self._active):
             self._ensure(req_id)
@@ -139,9 +141,9 @@ class PagedAllocator(KVAllocator):
                 raise AllocationError(f"request {req_id}: {need} blocks needed, {len(self._free)} free")
             self._tables[req_id] = self._take(need)
             self._written += num_tokens
-            self._ntok[req_id] = num_tokens
-            self._cap[req_id] = need * bs
-            self._active[req_id] = True
+            self._ntok_v[req_id] = num_tokens
+            self._cap_v[req_id] = need * bs
+            self._active_v[req_id] = True
             return 0
         hits, keys = self._match(num_tokens, prefix_hashes)
         need = -(-num_tokens // bs) - len(hits)
@@ -151,14 +153,14 @@ class PagedAllocator(KVAllocator):
         new = self._take(need)
         self._tables[req_id] = hits + new if hits else new
         self._written += parked * bs + num_tokens - len(hits) * bs
-        self._ntok[req_id] = num_tokens
-        self._cap[req_id] = (len(hits) + need) * bs
-        self._active[req_id] = True
+        self._ntok_v[req_id] = num_tokens
+        self._cap_v[req_id] = (len(hits) + need) * bs
+        self._active_v[req_id] = True
         if self.prefix_caching:
             if keys:
                 self._keys[req_id] = keys
-            self._nkeys[req_id] = len(keys)
-            self._nreg[req_id] = len(hits)
+            self._nkeys_v[req_id] = len(keys)
+            self._nreg_v[req_id] = len(hits)
             self._register(req_id)
         return len(hits) * bs
 
@@ -182,15 +184,15 @@ class PagedAllocator(KVAllocator):
             return False
         if num_new_tokens == 0:
             return True
-        n = int(self._ntok[req_id]) + num_new_tokens
+        n = self._ntok_v[req_id] + num_new_tokens
         nb = -(-n // self.block_size)
-        extra = nb - int(self._cap[req_id]) // self.block_size
+        extra = nb - self._cap_v[req_id] // self.block_size
         if extra > 0:
             self._tables[req_id].extend(self._take(extra))
         self._written += num_new_tokens
-        self._ntok[req_id] = n
-        self._cap[req_id] = nb * self.block_size
-        if self._keys and self._nkeys[req_id] > self._nreg[req_id]:
+        self._ntok_v[req_id] = n
+        self._cap_v[req_id] = nb * self.block_size
+        if self._keys and self._nkeys_v[req_id] > self._nreg_v[req_id]:
             self._register(req_id)
         return True
 
@@ -214,11 +216,11 @@ class PagedAllocator(KVAllocator):
         cap = self._cap[ids]
         members = self._members
         if members:
-            clock, bs, ntok = self._clock, self.block_size, self._ntok
+            clock, bs, ntok = self._clock, self.block_size, self._ntok_v
             for i, r in enumerate(ids.tolist()):
                 rho = members.get(r)
                 if rho is not None:
-                    cap[i] = clock + (rho - clock - 1) % bs + ntok.item(r)
+                    cap[i] = clock + (rho - clock - 1) % bs + ntok[r]
         return cap - n
 
     def headroom_counts(self, req_ids: Ids) -> list[int] | None:
@@ -287,10 +289,10 @@ class PagedAllocator(KVAllocator):
                 raise AllocationError("grow_by: a request id is not allocated") from None
             if len(cross_list) > self.num_free_blocks:
                 raise AllocationError("grow_by: not enough free blocks (check fits_growth first)")
-            blocks = self._take(len(cross_list))
+            blocks, slots = self._take(len(cross_list)), self._cap_v
             for i in range(len(cross_list)):  # indexed: compiled, zip(.., strict=True) is a call through Python
                 grown_tables[i].append(blocks[i])
-                cap[cross_list[i]] += bs
+                slots[cross_list[i]] += bs
         ntok[ids] = new
         self._written += k * len(ids)
 
@@ -305,11 +307,11 @@ class PagedAllocator(KVAllocator):
         if joined is None or self._batch is None:
             self._untrack()
             joined = run.tolist()
-        ntok, cap, clock, bs, rows, members = self._ntok, self._cap, self._clock, self.block_size, self._rows, self._members
+        ntok, cap, clock, bs, rows, members = self._ntok_v, self._cap_v, self._clock, self.block_size, self._rows, self._members
         tables = self._tables
         for r in joined:
-            n = ntok.item(r) - clock
-            d = cap.item(r) - n + 1  # the clock at which its count passes its slots
+            n = ntok[r] - clock
+            d = cap[r] - n + 1  # the clock at which its count passes its slots
             if not clock < d <= clock + bs:  # holds without prefix caching (whole blocks, none spare)
                 self._untrack()
                 return
@@ -387,7 +389,7 @@ class PagedAllocator(KVAllocator):
 
     def _add_blocks(self, req_ids: list[int], new_num_tokens: list[int]) -> None:
         """Extend each table to hold its request's new token count (all or nothing)."""
-        bs, tables, cap = self.block_size, self._tables, self._cap
+        bs, tables, cap = self.block_size, self._tables, self._cap_v
         try:
             targets = [(r, tables[r], -(-n // bs)) for r, n in zip(req_ids, new_num_tokens, strict=True)]
         except KeyError:
@@ -407,19 +409,19 @@ class PagedAllocator(KVAllocator):
         table = self._tables.pop(req_id, None)
         if table is None:
             raise AllocationError(f"request {req_id} is not allocated")
-        n = self._ntok.item(req_id)
+        n = self._ntok_v[req_id]
         members = self._members
         if req_id in members:  # a tracked member leaves: its true count, out of its row
             del self._rows[members.pop(req_id)][req_id]
             n += self._clock
-        self._active[req_id] = False
-        self._ntok[req_id] = self._cap[req_id] = 0
+        self._active_v[req_id] = False
+        self._ntok_v[req_id] = self._cap_v[req_id] = 0
         if not self.prefix_caching:  # no keys, no shared blocks (those come from prefix hits only)
             self._written -= n
             self._free += table[::-1]  # a reversed copy is one C loop; extending by reversed() iterates
             return
         self._keys.pop(req_id, None)
-        self._nkeys[req_id] = self._nreg[req_id] = 0
+        self._nkeys_v[req_id] = self._nreg_v[req_id] = 0
         if not table:
             return
         if self._extra_refs:  # some block may be shared: only last users release
@@ -457,8 +459,8 @@ class PagedAllocator(KVAllocator):
 
     def num_tokens(self, req_id: int) -> int:
         if req_id in self._members:
-            return int(self._ntok[req_id]) + self._clock
-        return int(self._ntok[req_id]) if req_id < len(self._ntok) else 0
+            return self._ntok_v[req_id] + self._clock
+        return self._ntok_v[req_id] if req_id < len(self._ntok) else 0
 
     def refcount(self, block: int) -> int:
         """Requests holding `block` now (O(free blocks): for tests and debugging)."""
@@ -540,6 +542,17 @@ class PagedAllocator(KVAllocator):
         if size:
             for name in ("_ntok", "_cap", "_nkeys", "_nreg", "_active"):
                 setattr(self, name, grown(getattr(self, name), size))
+            self._view_columns()
+
+    def _view_columns(self) -> None:
+        """Memoryviews of the per-request columns (sim/core/request.py `cell_view`): compiled code reads
+        or writes one request's cell through them without numpy's scalar indexing. Renewed whenever
+        the columns are (grown); batch work uses the numpy columns."""
+        self._ntok_v: memoryview[int] = cell_view(self._ntok)
+        self._cap_v: memoryview[int] = cell_view(self._cap)
+        self._nkeys_v: memoryview[int] = cell_view(self._nkeys)
+        self._nreg_v: memoryview[int] = cell_view(self._nreg)
+        self._active_v: memoryview[bool] = cell_view(self._active)
 
     def _as_arrays(self, req_ids, new_num_tokens) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(req_ids, dtype=np.intp), np.asarray(new_num_tokens, dtype=np.int64)
@@ -574,20 +587,20 @@ class PagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id} is not allocated")
         if num_new_tokens < 0:
             raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
-        n = int(self._ntok[req_id]) + num_new_tokens
-        return -(-n // self.block_size) - int(self._cap[req_id]) // self.block_size
+        n = self._ntok_v[req_id] + num_new_tokens
+        return -(-n // self.block_size) - self._cap_v[req_id] // self.block_size
 
     def _register(self, req_id: int) -> None:
         """Offer the request's newly filled keyed blocks to the prefix cache."""
         keys = self._keys.get(req_id)
         if not keys:
             return
-        full = min(len(keys), int(self._ntok[req_id]) // self.block_size)
+        full = min(len(keys), self._ntok_v[req_id] // self.block_size)
         table = self._tables[req_id]
-        lo = int(self._nreg[req_id])
+        lo = self._nreg_v[req_id]
         if full > lo:
             self.cache.register_many(keys[lo:full], table[lo:full])
-        self._nreg[req_id] = max(full, lo)
+        self._nreg_v[req_id] = max(full, lo)
         if self.tiers is not None and full > lo:
             self.tiers.on_registered(keys, lo, full)
 
