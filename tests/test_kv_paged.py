@@ -240,3 +240,21 @@ def test_tracked_batch_refuses_a_growth_of_several_blocks_that_does_not_fit():
     assert [a.num_tokens(0), a.num_tokens(1)] == [4 + 2 * BS, 2 + 2 * BS] and a.num_free_blocks == 0
     assert [len(a.block_table(0)), len(a.block_table(1))] == [3, 3]
     a.check_invariants()
+
+
+@pytest.mark.parametrize("prefix_caching", [False, True])
+def test_books_of_ids_past_the_grown_columns_stay_true(prefix_caching):
+    """The per-request columns double as ids grow and their memoryviews (PagedAllocator._view_columns)
+    are renewed with them: a request admitted before a growth and one after keep exact books,
+    read through both the views (num_tokens, append) and the numpy columns (blocks_to_grow)."""
+    a = PagedAllocator(num_blocks=64, block_size=16, bytes_per_token=2, prefix_caching=prefix_caching)
+    a.allocate(3, 20, 40, 0)
+    a.allocate(5000, 33, 40, 0)  # past the first 1,024 ids: the columns grow
+    assert a.append(3, 13) and a.append(5000, 1)
+    assert (a.num_tokens(3), a.num_tokens(5000)) == (33, 34)
+    assert (len(a.block_table(3)), len(a.block_table(5000))) == (3, 3)
+    assert a.blocks_to_grow([3, 5000], [48, 49]) == 1  # 3 fills its third block, 5000 needs a fourth
+    a.check_invariants()
+    a.free(5000)
+    assert a.num_tokens(5000) == 0 and a.num_free_blocks == 64 - 3
+    a.check_invariants()
