@@ -147,7 +147,6 @@ class KVAllocator(ABC):
         tokens) of the waiting requests, for external fragmentation."""
 
 
-
 if TYPE_CHECKING:  # mypy checks the protocol here (a class compiled by sim/native cannot subclass a Protocol)
     def _implements(allocator: KVAllocator) -> Allocator:
         return allocator
