@@ -285,3 +285,20 @@ def test_replays_with_and_without_skip_ahead_are_identical(seed, budget, seqs, r
     drop = ("sim_wall_s", "sim_events")
     assert {k: v for k, v in fast.summary.items() if k not in drop} == {k: v for k, v in slow.summary.items() if k not in drop}
     assert fast.summary["sim_events"] <= slow.summary["sim_events"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=40), st.integers(1, 12), st.randoms(use_true_random=False))
+def test_leave_takes_every_member_done_in_running_order(remaining, steps, rnd):
+    """DecodeBatch.leave: the members whose last token is sampled by the clock, in running order, out
+    of `running` (one leaver, a few found by index, or many by one pass: decode_run.FEW_LEAVERS)."""
+    ids = list(range(100, 100 + len(remaining)))
+    rnd.shuffle(ids)  # running order is not id order
+    batch = decode_run.DecodeBatch.of(np.array(ids, dtype=np.int64), remaining, context=0)
+    batch.advance(steps)
+    running = list(ids)
+    done = batch.leave(running)
+    due = {r: n for r, n in zip(ids, remaining, strict=True)}
+    assert done == [r for r in ids if due[r] <= steps]
+    assert running == [r for r in ids if due[r] > steps]
+    assert sorted(r for _, r in batch.finishes) == sorted(running)

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from sim.core.kv.base import KVAllocator
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
+FEW_LEAVERS = 8  # DecodeBatch.leave finds up to this many leavers of one step by index, more by one set pass
 SHORT_RUN = 128  # decode steps summed in Python (timer.ends) before a run goes to numpy
 
 
@@ -161,11 +162,18 @@ class DecodeBatch:
             del running[i]
             self.left_at = i
             return [first]
-        gone = {first}
+        gone = [first]
         while heap and heap[0][0] <= clock:
-            gone.add(heapq.heappop(heap)[1])
-        done = [r for r in running if r in gone]
-        running[:] = [r for r in running if r not in gone]
+            gone.append(heapq.heappop(heap)[1])
+        if len(gone) <= FEW_LEAVERS:  # each found by a scan that stops at it: no pass over the whole batch
+            at = sorted([running.index(r) for r in gone])
+            done = [running[i] for i in at]
+            for i in reversed(at):
+                del running[i]
+            return done
+        leaving = set(gone)
+        done = [r for r in running if r in leaving]
+        running[:] = [r for r in running if r not in leaving]
         return done
 
     def write_generated(self, t: RequestTable) -> None:
