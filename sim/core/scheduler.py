@@ -375,7 +375,7 @@ class Scheduler:
         prefix tokens cost no budget, so the first chunk is sized as hits + budget. `total`: its
         known tokens (prompt + generated) when the caller has them."""
         if total < 0:
-            total = self.t.prompt.item(r) + self.t.generated.item(r)
+            total = self.t.cells.prompt[r] + self.t.cells.generated[r]
         hits = self.alloc.prefix_hit_tokens(total, hashes) if hashes is not None and budget > 0 else 0
         n = min(total, budget + hits)
         if n <= 0 or (not self.cfg.chunked_prefill and n < total):
@@ -406,11 +406,12 @@ class Scheduler:
         """Would the allocator take the head request with a first chunk of n tokens now? With
         admit_whole_prompt its whole known sequence must fit (window and chunk groups counted up to
         vLLM's admission cap) and so must the chunk (vLLM's allocate_slots with full_sequence_must_fit)."""
+        cells = self.t.cells
         if not self.cfg.admit_whole_prompt:
-            return self.alloc.can_allocate(n, self.t.reserve.item(r), hashes)
+            return self.alloc.can_allocate(n, cells.reserve[r], hashes)
         if total < 0:
-            total = self.t.prompt.item(r) + self.t.generated.item(r)
-        return self.alloc.can_allocate(total, self.t.reserve.item(r), hashes, chunk_tokens=n)
+            total = cells.prompt[r] + cells.generated[r]
+        return self.alloc.can_allocate(total, cells.reserve[r], hashes, chunk_tokens=n)
 
     def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
         cells = self.t.cells
