@@ -54,8 +54,11 @@ def server(vllm_env, tmp_path_factory):
     cmd = [str(vllm_env), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL), "--load-format", "dummy",
            "--skip-tokenizer-init", "--block-size", "32", "--num-gpu-blocks-override", str(NUM_BLOCKS),
            "--max-model-len", "2048", "--gpu-memory-utilization", "0.2", "--dtype", "float32",
-           "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--host", "127.0.0.1", "--port", str(port)]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
+           "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--host", "127.0.0.1", "--port", str(port),
+           # the engine in the server's process, eager: it starts in about half the time (three imports of
+           # vLLM and torch become one); what is observed, the OpenAI API and /metrics, is the same
+           "--enforce-eager", "--distributed-executor-backend", "uni"]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
