@@ -11,8 +11,8 @@ rm -rf "$work/bundle" "$work/site" "$work/out"
 version=$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 "$DEV_PY" bench/gpu_bundle.py --out "$work/bundle" --python-version "$version"
 if [ ! -x "$work/venv/bin/python" ]; then "$PYTHON" -m venv "$work/venv"; fi
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check "$(pin torch)" "$(pin transformers)"
-"$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-deps --target "$work/site" "$work"/bundle/*.whl
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile "$(pin torch)" "$(pin transformers)"
+"$work/venv/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-index --no-deps --target "$work/site" "$work"/bundle/*.whl
 export PYTHONPATH="$work/site"
 if "$work/venv/bin/python" -c "import streamlit" 2>/dev/null; then echo "gpu-bundle-check: the fresh venv is not fresh"; exit 1; fi
 "$work/venv/bin/python" bench/gpu_suite.py --device cpu --quick --out "$work/out"
