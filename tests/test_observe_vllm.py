@@ -23,6 +23,7 @@ from sim.__main__ import main
 from sim.fidelity.run_record import load_run_dir
 from sim.trace import resolve_trace
 from tests.browser_util import app_server, browser  # noqa: F401  (fixtures)
+from tests.test_browser_dashboard import wait_idle
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -235,8 +236,10 @@ def test_gpu_page_measures_my_server_in_a_browser(server, app_server, browser): 
     button.wait_for(timeout=60_000)
     button.click()
     page.get_by_text(f"Observed by sim observe at {server['url']}", exact=False).wait_for(timeout=300_000)
+    # the caption streams in before the figures below it in the same script run: wait for them too
+    page.get_by_text("TTFT mean, simulated").first.wait_for(timeout=60_000)
+    wait_idle(page)
     assert page.locator('[data-testid="stException"]').count() == 0
-    assert page.get_by_text("TTFT mean, simulated").count() >= 1
     page.close()
 
 
