@@ -240,6 +240,7 @@ def test_gpu_page_measures_my_server_in_a_browser(server, app_server, browser): 
     page.get_by_text("TTFT mean, simulated").first.wait_for(timeout=60_000)
     wait_idle(page)
     assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_text("TTFT mean, simulated").count() >= 1
     page.close()
 
 
