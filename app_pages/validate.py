@@ -31,7 +31,7 @@ validate_view.show_provenance(shown)
 validate_view.show(shown)
 st.subheader("Calibrate")
 if shown.profile is None:
-    st.caption("Fit the step-time model to this run (about 40 replays; docs/CALIBRATION.md): the profile can be "
+    st.caption("Fit the step-time model to this run (up to 20 replays; docs/CALIBRATION.md): the profile can be "
                "downloaded or used by every page.")
     if st.button("Fit a calibration profile on this run", key="val-fit"):
         st.session_state["val_fit_for"] = validate_view.files_digest(files, overrides)

@@ -16,8 +16,8 @@ FILES = ("meta.json", "requests.jsonl", "timeseries.csv", "config.json")
 
 
 def page() -> AppTest:
-    # a wait cap, not a speed check: the fit (40 replays) takes ~30 s alone and passed 120 s with the
-    # machine's two cores shared by three test workers
+    # a wait cap, not a speed check: the fit (up to 20 replays) takes ~10 s alone; with 40 replays it
+    # passed 120 s with the machine's two cores shared by three test workers
     return AppTest.from_file(PAGE, default_timeout=300).run()
 
 

@@ -70,3 +70,41 @@ def test_calibrate_from_a_gpu_backend_profile(tmp_path, capsys):
     src.write_text(json.dumps(gpu_prof))
     assert main(["calibrate", "--gpu-profile", str(src)]) == 2
     assert "no samples_raw" in capsys.readouterr().err
+
+
+def test_the_fit_lands_on_a_linear_models_least_squares_in_one_step():
+    """fit_log_scales on log errors exactly linear in the scales (three means, two scales, no exact
+    fit): one Gauss-Newton step is the least-squares answer, so 1 + 2 + 1 evaluations reach it and a
+    second Jacobian finds nothing left to move."""
+    from sim.fidelity.calibrate import fit_log_scales
+
+    jac = np.array([[0.2, 1.0], [1.0, 0.1], [0.7, 0.6]])
+    offset = np.array([0.3, -0.2, 0.15])
+    calls = []
+
+    def log_errors(x):
+        calls.append(x)
+        return jac @ x + offset
+
+    x, loss = fit_log_scales(log_errors, 2)
+    best = np.linalg.lstsq(jac, -offset, rcond=None)[0]
+    assert x == pytest.approx(best, abs=1e-9)
+    assert loss == pytest.approx(float(np.sum((jac @ best + offset) ** 2)), rel=1e-9)
+    assert len(calls) <= 7
+
+
+def test_a_step_that_overshoots_is_retried_shorter_and_the_fit_stops_at_its_budget():
+    """A valley the linear model overshoots (log errors with a cubic term): the fit still lowers the
+    loss fivefold, returns a point it replayed, and runs no more replays than its budget."""
+    from sim.fidelity.calibrate import fit_log_scales
+
+    losses = []
+
+    def log_errors(x):
+        r = np.array([x[0] + 4 * x[1] ** 3 - 0.5, x[0] - x[1] - 0.1, 0.3 * x[1]])
+        losses.append(float(r @ r))
+        return r
+
+    x, loss = fit_log_scales(log_errors, 2, max_evals=12)
+    assert len(losses) <= 12
+    assert loss in losses and loss < 0.2 * losses[0]

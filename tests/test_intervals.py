@@ -32,7 +32,7 @@ SHARED_RUN = Path(os.environ.get("KVSIM_SHARED", ROOT.parent / "shared")) / "fid
 @pytest.mark.slow
 def test_nominal_90_covers_85_to_95_percent_of_held_back_windows(tmp_path):
     """Two folds: fit on the even (odd) 10-request windows, bound the odd (even) ones; every window
-    and metric (TTFT, TPOT, E2E window means) counts once. Measured: 85 of 90 inside (94.4%)."""
+    and metric (TTFT, TPOT, E2E window means) counts once. Measured: 84 of 90 inside (93.3%)."""
     if not SHARED_RUN.is_dir():
         pytest.skip("../shared/fidelity not present (set KVSIM_SHARED)")
     run = load_run_dir(SHARED_RUN)

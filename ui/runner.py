@@ -98,7 +98,7 @@ def run_validate(files: Files | None, digest: str, overrides: tuple[tuple[str, A
     """A Validate page replay from the pool; raises what the replay raised (RunError: one line)."""
     service = run_service()
     resubmit = lambda: service.submit_validate(files, digest, overrides, fit)  # noqa: E731
-    label = "Fitting a calibration profile (about 40 replays)" if fit else "Replaying the run"
+    label = "Fitting a calibration profile (up to 20 replays)" if fit else "Replaying the run"
     return _wait(service, resubmit(), label, resubmit, lambda f: "replaying with its own engine config")
 
 
