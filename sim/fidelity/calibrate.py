@@ -106,12 +106,16 @@ def default_coefficients(cost: Any) -> dict[str, float]:
     }
 
 
+Fit = Callable[[Callable[[np.ndarray], np.ndarray], int], tuple[np.ndarray, float]]  # (log_errors, n) -> (x, loss)
+
+
 def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
-             train_windows: Callable[[int], bool] | None = None) -> dict[str, Any]:
+             train_windows: Callable[[int], bool] | None = None, fit: Fit | None = None) -> dict[str, Any]:
     """A v2 profile fitted by replaying a measured run (module docstring), with the residuals of its
     windows stored for intervals (`fit.intervals`, sim/timing/intervals.py). `train_windows(w)`
     picks the windows of WINDOW_REQUESTS requests the fit and the residuals may use (default: all);
-    the rest are held back (the interval check in tests/test_intervals.py)."""
+    the rest are held back (the interval check in tests/test_intervals.py). `fit`: another minimiser
+    than fit_log_scales (bench/bench_calibrate.py compares the Nelder-Mead fit this one replaced)."""
     from sim.run.deployment import Deployment
     from sim.run.engine import Simulation, build
     from sim.timing.cost_model import CostModel
@@ -154,7 +158,7 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
         return np.array([math.log(max(float(np.nanmean(req[col].to_numpy()[keep])), 1e-12) / measured[col])
                          for col, _ in TARGETS])
 
-    x, loss = fit_log_scales(log_errors, 2)
+    x, loss = (fit or fit_log_scales)(log_errors, 2)
     coef = coefficients(x)
     if run.meta.get("reported") or len(np.unique(windows[keep])) < 3:
         # no per-request latencies (a file of aggregates) or fewer than 3 windows: no residual intervals,
@@ -168,7 +172,8 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
         "schema": PROFILE_SCHEMA, "schema_version": 2, "model": e.model, "device": e.device_name, "tp": e.tp,
         "weight_dtype": e.weight_dtype, "kv_dtype": e.kv_dtype, "coefficients": coef,
         "calibrated_from": f"vLLM {e.vllm_version} run {run.source}",
-        "fit": {"method": "replay (Levenberg-Marquardt on log memory and compute scales)", "replays": calls[0],
+        "fit": {"method": f"replay ({'Levenberg-Marquardt' if fit is None else fit.__name__} on log memory and "
+                          "compute scales)", "replays": calls[0],
                 "memory_scale": math.exp(float(x[0])), "compute_scale": math.exp(float(x[1])),
                 "squared_log_error": loss, "intervals": intervals},
     }, "calibration")
