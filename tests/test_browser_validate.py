@@ -34,6 +34,10 @@ def test_validate_sample_then_zip_upload(app_server, browser, tmp_path):  # noqa
         for name in ("meta.json", "requests.jsonl", "timeseries.csv", "config.json"):
             z.write(RUN / name, f"run/{name}")
     page.get_by_text("upload a run").click()
+    # the sample's table is gone once the page asks for files: the table waited for below is the zip's
+    page.wait_for_selector("text=Upload meta.json, requests.jsonl", timeout=WAIT_MS)
+    wait_idle(page)
+    assert page.locator('[data-testid="stDataFrame"]').count() == 0
     page.wait_for_selector('[data-testid="stFileUploaderDropzoneInput"]', state="attached", timeout=WAIT_MS)
     page.set_input_files('[data-testid="stFileUploaderDropzoneInput"]', str(archive))
     page.wait_for_selector('[data-testid="stDataFrame"]', timeout=WAIT_MS)
