@@ -49,9 +49,9 @@ def fit_log_scales(log_errors: Callable[[np.ndarray], np.ndarray], n: int, max_e
     """The log scales x minimising |log_errors(x)|^2, by Levenberg-Marquardt with forward differences.
     Why not a simplex: a step's time is a sum of the memory part and the compute part, so each mean's
     log error is close to linear in x and a Gauss-Newton step lands near the minimum at once (9-17
-    replays on the shared run and its two folds, where Nelder-Mead took 40). A step that does not lower the loss is retried shorter (the
-    damping grows tenfold); the fit stops when the loss is below `floor`, a step would move x by less
-    than xtol, or the replays run out."""
+    replays on the shared run and its two folds, where Nelder-Mead took 40). A step that does not
+    lower the loss is retried shorter (the damping grows tenfold); the fit stops when the loss is
+    below `floor`, a step would move x by less than xtol, or the replays run out."""
     x = np.zeros(n)
     r = log_errors(x)
     loss, evals, damping = float(r @ r), 1, 0.0
@@ -180,7 +180,7 @@ def from_run(run: MeasuredRun, progress: Callable[[float], None] | None = None,
 
 
 def residual_intervals(measured: Any, replay: Callable[[np.ndarray], Any], x: np.ndarray, keep: np.ndarray,
-                       step: float = 0.05) -> dict[str, Any]:
+                       step: float = STEP) -> dict[str, Any]:
     """Per-metric 90% log bounds from the kept windows' residuals at the fitted scales, widened by the
     scales' uncertainty: J = d log(simulated window mean) / d log(scale) by one replay per scale,
     Cov = s^2 (J'J)^-1 over every kept window and metric, each metric's coefficient variance the
