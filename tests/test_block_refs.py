@@ -32,13 +32,29 @@ def test_release_matches_refcounts(seed: int) -> None:
     refs = BlockRefs(groups)
     ref: dict[int, int] = {}
     holders: list[list[int]] = []  # spans some user holds (one reference each)
+    parked: list[int] = []  # blocks out of use (cached free: a hit may take them back)
     leading = 0
     for _ in range(400):
         op = rng.random()
-        if op < 0.35 or not holders:
+        if op < 0.3 or not holders:
             g = rng.randrange(groups)
             span = refs.new(g, rng.randrange(1, 40))
             for b in span:
+                ref[b] = 1
+            holders.append(span)
+        elif op < 0.4:  # a table as a request holds it: a hit (in use or parked), then runs of new blocks
+            src = rng.choice(holders)
+            hit = src[: rng.randrange(0, len(src) + 1)]
+            back = [b for b in rng.sample(parked, min(len(parked), rng.randrange(0, 4))) if b not in ref]
+            assert refs.count_in_use(hit + back) == len(hit)
+            both = back + hit if rng.random() < 0.5 else hit + back
+            assert refs.claim_many(list(both)) == back  # out of use: they come out of the free pool, the rest shared
+            span = hit + back
+            for b in span:
+                ref[b] = ref.get(b, 0) + 1
+            for _ in range(rng.randrange(1, 4)):
+                span += refs.new(rng.randrange(groups), rng.randrange(1, 12))
+            for b in span[len(hit) + len(back):]:
                 ref[b] = 1
             holders.append(span)
         elif op < 0.6:  # a hit: another user of a leading run (the usual shape) or of scattered blocks
@@ -52,6 +68,7 @@ def test_release_matches_refcounts(seed: int) -> None:
             span = holders.pop(rng.randrange(len(holders)))
             got = refs.release(list(span))
             want = _release_ref(ref, span)
+            parked += [b for b, gone in zip(span, want, strict=True) if gone]
             assert _as_mask(got, len(span)) == want
             if isinstance(got, int):
                 leading += got > 0

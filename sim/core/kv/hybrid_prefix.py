@@ -187,13 +187,18 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def _search_hit(self, length: int, gkeys: list[list[int]]) -> Hit:
         """_find_hit's answer for at most `length` blocks: each group's longest_hit until none shortens it."""
         groups = len(self.managers)
-        rows = [self.cache.row(nodes, length) for nodes in gkeys]  # block or None per position
+        # block or None per position, each group's looked up when first asked, at the candidate
+        # length then (it only shrinks: a group after one that shortened it reads a shorter row)
+        rows: list[list[int | None] | None] = [None] * groups
         found: list[tuple[int, list[int]]] = [(0, [])] * groups
         longest = 0  # vLLM's longest_hit_length: the candidate after each group (full attention first)
         while True:
             start = length
             for g, m in enumerate(self.managers):
-                n, first, blocks = m.longest_hit_row(rows[g], length)
+                row = rows[g]
+                if row is None:
+                    row = rows[g] = self.cache.row(gkeys[g], length, m.kind == "full")
+                n, first, blocks = m.longest_hit_row(row, length)
                 found[g] = (first, blocks)
                 length = min(length, n)
                 longest = max(longest, length)

@@ -23,7 +23,6 @@ collisions, as for the chained keys themselves).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from itertools import chain, repeat
 
 import numpy as np
 
@@ -74,10 +73,17 @@ class RunPrefixCache:
         return [nodes[p // per] ^ salts[p % per] for p in positions]
 
     # --- lookup ----------------------------------------------------------------------------------
-    def row(self, nodes: Sequence[int], count: int) -> list[int | None]:
-        """The cached block (or None) at each of a request's first `count` blocks (whole hash blocks)."""
-        heads = nodes[: -(-count // self.per)]
-        return list(chain.from_iterable(map(self._nodes.get, heads, repeat(self._none, len(heads)))))  # in C
+    def row(self, nodes: Sequence[int], count: int, to_first_miss: bool = False) -> list[int | None]:
+        """The cached block (or None) at each of a request's first `count` blocks (whole hash blocks);
+        `to_first_miss`: only through the hash block of the first miss (all a full-attention group reads)."""
+        out: list[int | None] = []
+        get, none = self._nodes.get, self._none
+        for key in nodes[: -(-count // self.per)]:
+            slots = get(key, none)
+            out += slots  # a hash block's slots in one extend (chain.from_iterable went per item)
+            if to_first_miss and None in slots:
+                break
+        return out
 
     def holds(self, nodes: Sequence[int], position: int, block: int) -> bool:
         """Whether `block` is cached for a request's block `position` (first or duplicate)."""
