@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from itertools import compress, repeat
+from itertools import repeat
 from typing import Any
 
 
@@ -90,15 +90,22 @@ class RunLRU:
         """Rewrite the head run without the entries of blocks unparked since it was parked (and
         forget the notes of its live blocks: their next unpark writes a new one). Only the blocks
         an eviction takes are checked first: a stale entry further on waits until it is reached."""
-        serial, blocks, keys, i = run[:4]
+        serial: int = run[0]
+        blocks: list[int] = run[1]
+        i: int = run[3]
         claimed = self._claimed
         run[4] = self._unparks
-        tail_b, tail_k = blocks[i:], keys[i:]
-        ats = list(map(claimed.get, tail_b))  # the note of each block, or None (lookups in C)
-        live = [at is None or at <= serial for at in ats]
-        for b in [b for b, at in zip(tail_b, ats, strict=True) if at is not None and at <= serial]:
-            del claimed[b]
-        run[1], run[2], run[3] = list(compress(tail_b, live)), list(compress(tail_k, live)), 0  # none live: popped
+        kept_b: list[int] = []
+        kept_k: list[Any] = []
+        for b, k in zip(blocks[i:], run[2][i:], strict=True):  # one pass, compiled: native int compares
+            at = claimed.get(b)
+            if at is not None:
+                if at > serial:
+                    continue  # stale: the block's live entry (if parked again) is in a later run
+                del claimed[b]  # a note from before this park: this entry is live
+            kept_b.append(b)
+            kept_k.append(k)
+        run[1], run[2], run[3] = kept_b, kept_k, 0  # none live: popped
 
     def entries(self) -> Iterator[tuple[int, Any, Any]]:
         """(block, key, tag) of the parked blocks, least recently parked first (tests, invariants)."""
