@@ -145,9 +145,12 @@ class FullAttentionManager(GroupManager):
 
     def longest_hit_row(self, row: list[int | None], max_blocks: int) -> tuple[int, int, list[int]]:
         """The cached run from block 0: the row up to its first None (one C scan, no lookups)."""
-        part = row[:max(max_blocks, 0)]
-        n = part.index(None) if None in part else len(part)
-        return n, 0, cast(list[int], part[:n])
+        m = max(min(max_blocks, len(row)), 0)
+        try:
+            n = row.index(None, 0, m)
+        except ValueError:  # all cached through max_blocks
+            n = m
+        return n, 0, cast(list[int], row[:n])
 
 
 class SlidingWindowManager(GroupManager):

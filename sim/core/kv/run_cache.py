@@ -159,7 +159,7 @@ class RunPrefixCache:
         if step < 0:  # a released table's tail first: clear in ascending order
             blocks, positions = blocks[::-1], positions[::-1]
         lo, hi, table, dups = positions[0], positions[0] + n, self._nodes, self._dups
-        lost: list[bool] = []
+        lost: list[bool] | None = None  # built only once some key stays (a duplicate took over)
         j = lo // per
         while j * per < hi:
             a, b = max(lo, j * per), min(hi, (j + 1) * per)
@@ -169,11 +169,14 @@ class RunPrefixCache:
                 slots[a - j * per : b - j * per] = self._none[: b - a]
                 if slots.count(None) == per:
                     del table[key]
-                lost += [True] * (b - a)
+                if lost is not None:
+                    lost += [True] * (b - a)
             else:
-                lost += [self._forget_one(key, off - j * per, blk) for off, blk in zip(range(a, b), part, strict=True)]
+                gone = [self._forget_one(key, off - j * per, blk) for off, blk in zip(range(a, b), part, strict=True)]
+                if lost is not None or not all(gone):
+                    lost = (lost if lost is not None else [True] * (a - lo)) + gone
             j += 1
-        if all(lost):
+        if lost is None or all(lost):
             return None
         return lost[::-1] if step < 0 else lost
 
