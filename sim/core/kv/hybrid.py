@@ -71,6 +71,7 @@ class HybridPagedAllocator(KVAllocator):
         self._version = 0  # bumped by every change of the books (allocate, _apply, free)
         self._grow_memo: tuple[object, int] = (None, 0)  # the last blocks_to_grow question and answer
         self._drop_memo: tuple[object, int] = (None, 0)  # the same for steps_until_free_rises
+        self._parts_memo: tuple[int, dict[str, dict[str, int]]] = (-1, {})  # _group_parts at a _version
         self._peak_by_events = handles(self.managers)  # no state group: run_peak's events, not the grid
         # groups of ceil(tokens / block) blocks (no state group): a quiet append is read off per-request bounds
         self._bounded = all(type(m).blocks_for is GroupManager.blocks_for and not m.gapped for m in self.managers)
@@ -239,7 +240,7 @@ class HybridPagedAllocator(KVAllocator):
     def _blocks_to_grow(self, ids: np.ndarray, new: np.ndarray) -> int:
         """blocks_to_grow's answer, computed."""
         n = self._ntok[ids]
-        k = int(np.max(new - n))
+        k = int(np.maximum.reduce(new - n))
         if k <= 0:
             return 0
         if k * ids.size > PEAK_GRID_LIMIT:
@@ -286,7 +287,7 @@ class HybridPagedAllocator(KVAllocator):
         for m, first in zip(self.managers, self._first, strict=True):
             at = m.first_drop_computed(first[ids])
             if at is not None:
-                steps = min(steps, int(np.min(np.maximum(at - n, 0))))
+                steps = min(steps, int(np.minimum.reduce(np.maximum(at - n, 0))))
         self._drop_memo = (key, steps)
         return steps
 
@@ -310,7 +311,7 @@ class HybridPagedAllocator(KVAllocator):
         if ids.size == 0:
             return
         self._check_many(ids)
-        if np.any(new < self._ntok[ids]):
+        if np.logical_or.reduce(new < self._ntok[ids]):
             raise AllocationError("grow_many: a request cannot shrink")
         if self.blocks_to_grow(ids, new) > self._free_pages:
             raise AllocationError("grow_many: not enough free pages (check blocks_to_grow first)")
@@ -366,7 +367,18 @@ class HybridPagedAllocator(KVAllocator):
     def group_breakdown(self) -> dict[str, dict[str, int]]:
         """Per group: bytes written (token_states), held but unwritten or page rounding
         (internal_frag), and held pages' bytes (held). Free pages are shared: `free` below."""
-        active = np.flatnonzero(self._active)
+        return {label: dict(parts) for label, parts in self._parts().items()}
+
+    def _parts(self) -> dict[str, dict[str, int]]:
+        """`_group_parts`, kept until the books change (each gauge sample asks for the groups and
+        for `breakdown`, which sums them: one pass over the requests, not two). Read, never changed."""
+        if self._parts_memo[0] != self._version:
+            self._parts_memo = (self._version, self._group_parts())
+        return self._parts_memo[1]
+
+    def _group_parts(self) -> dict[str, dict[str, int]]:
+        """group_breakdown's figures, computed."""
+        active = self._active.nonzero()[0]
         n = self._ntok[active]
         out: dict[str, dict[str, int]] = {}
         for m, first, end in zip(self.managers, self._first, self._end, strict=True):
@@ -380,7 +392,7 @@ class HybridPagedAllocator(KVAllocator):
         return out
 
     def breakdown(self, waiting_reserve_tokens: Sequence[int] = ()) -> KVBreakdown:
-        groups = self.group_breakdown().values()
+        groups = self._parts().values()
         return KVBreakdown(token_states=sum(g["token_states"] for g in groups), reserved=0,
                            internal_frag=sum(g["internal_frag"] for g in groups), external_frag=0,
                            free=self._free_pages * self.page_bytes)
@@ -426,6 +438,6 @@ class HybridPagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id} is not allocated")
 
     def _check_many(self, ids: np.ndarray) -> None:
-        if ids.size and (int(ids.max()) >= len(self._active) or not bool(self._active[ids].all())):
+        if ids.size and (int(np.maximum.reduce(ids)) >= len(self._active) or not np.logical_and.reduce(self._active[ids])):
             raise AllocationError("a request is not allocated")
 
