@@ -81,6 +81,9 @@ class GroupTierHooks(Protocol):
 _ROOT_KEY = 0x5EED  # parent key of hash block 0
 
 Hit = tuple[int, list[tuple[int, list[int]]]]  # (hit tokens, per group (first block index, hit blocks))
+# one request's move in one group (`_moves`): (group, request, old first, old end, new first, new end,
+# its node keys, full keyed blocks); typed so the compiled passes over rows do native int arithmetic
+Row = tuple[int, int, int, int, int, int, list[int], int]
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled (sim/native); tests subclass it
@@ -428,7 +431,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._finish_states(states, ids, new)
         self._ntok[ids] = new
 
-    def _clean_for_takes(self, rows: list[tuple]) -> bool:
+    def _clean_for_takes(self, rows: list[Row]) -> bool:
         """Evict, in one call, what the takes of _apply's last pass will evict row by row: the same
         blocks (the LRU's head; the pass parks nothing) when every block has the same pages, and
         the same cache after the pass (an evicted key a row registers again ends with the new
@@ -441,7 +444,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._make_clean(blocks * self._most_pages)
         return True
 
-    def _take_rows(self, rows: list[tuple]) -> None:
+    def _take_rows(self, rows: list[Row]) -> None:
         """_apply's last pass once `_clean_for_takes` made every take's pages clean (no take
         evicts): each group's new blocks are one run of ids, the very ids row-by-row takes hand
         out in row order (rows come grouped by group), cut per row; a densely keyed group's
@@ -458,7 +461,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             ids = self._blocks.new(g, total) if total else []
             self._free_pages -= total * self.managers[g].pages
             tables, nreg, first, end = self._tables[g], self._nreg[g], self._first[g], self._end[g]
-            sparse, register, pos = self._need[g], self.cache.register, 0
+            sparse, cache, pos = self._need[g], self.cache, 0
             for (_, r, _, e0, f1, e1, keys, full), count in zip(group, counts, strict=True):
                 table = tables[r]
                 if count:
@@ -469,7 +472,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                     if sparse:
                         self._key_run(g, r, keys, start, min(e1, full))
                     else:
-                        register(keys, start, table[start:min(e1, full)])
+                        cache.register(keys, start, table[start:min(e1, full)])  # (a native call, not a bound method's)
                 nreg[r] = max(nreg.get(r, 0), full)
                 first[r], end[r] = f1, e1
             i = j
@@ -500,26 +503,31 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         return all(min(len(keys) * self.cache.per, full) <= nreg.get(r, 0)
                    for keys, nreg in zip(nodes, self._nreg, strict=True))
 
-    def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[tuple]:
-        """(group, request, old first, old end, new first, new end, its node keys, full keyed blocks)
-        for every request and group whose blocks change or fill up."""
-        rows, per, bs = [], self.cache.per, self.block_size
-        rs = ids.tolist()
+    def _moves(self, ids: np.ndarray, new: np.ndarray, firsts: list, ends: list) -> list[Row]:
+        """A `Row` for every request and group whose blocks change or fill up. `firsts` and `ends`
+        hold ints (lists, or numpy arrays made lists here)."""
+        rows: list[Row] = []
+        per, bs = self.cache.per, self.block_size
+        rs: list[int] = ids.tolist()
         gkeys = self._gkeys
         nodes = [gkeys.get(r) for r in rs]
-        tokens = new.tolist()
+        tokens: list[int] = new.tolist()
+        none: list[int] = []
         for g in range(len(self.managers)):
             if self._gapped[g]:  # state groups: _state_moves
                 continue
-            nreg, f1s, e1s = self._nreg[g], firsts[g], ends[g]
-            if isinstance(f1s, np.ndarray):
-                f1s, e1s = f1s.tolist(), e1s.tolist()
-            for r, keys, n1, f0, e0, f1, e1 in zip(rs, nodes, tokens, self._first[g][ids].tolist(),
-                                                   self._end[g][ids].tolist(), f1s, e1s, strict=True):
-                keys = keys[g] if keys is not None else []
-                full = min(len(keys) * per, n1 // bs)
+            nreg = self._nreg[g]
+            f1s: list[int] = firsts[g].tolist() if isinstance(firsts[g], np.ndarray) else firsts[g]
+            e1s: list[int] = ends[g].tolist() if isinstance(ends[g], np.ndarray) else ends[g]
+            f0s: list[int] = self._first[g][ids].tolist()
+            e0s: list[int] = self._end[g][ids].tolist()
+            for k in range(len(rs)):
+                r, f0, e0, f1, e1 = rs[k], f0s[k], e0s[k], f1s[k], e1s[k]
+                of_r = nodes[k]
+                keys = of_r[g] if of_r is not None else none
+                full = min(len(keys) * per, tokens[k] // bs)
                 if f0 != f1 or e0 != e1 or full > nreg.get(r, 0):
-                    rows.append((g, r, f0, e0, int(f1), int(e1), keys, full))
+                    rows.append((g, r, f0, e0, f1, e1, keys, full))
         return rows
 
     # --- release --------------------------------------------------------------------
@@ -702,9 +710,9 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         """Bytes in cached-but-evictable blocks (a part of `free` in the breakdown)."""
         return self._parked_pages * self.page_bytes
 
-    def group_breakdown(self) -> dict[str, dict[str, int]]:
+    def _group_parts(self) -> dict[str, dict[str, int]]:
         """As the parent's, with each shared block counted once (shared blocks are full)."""
-        out = super().group_breakdown()
+        out = super()._group_parts()
         for m, shared in zip(self.managers, self._shared, strict=True):
             parts = out[m.label]
             parts["held"] -= shared * m.pages * self.page_bytes
