@@ -109,17 +109,23 @@ class GroupedTableDecodeTimer:
     context that group reads (MeasuredTable.grouped_decode's scalar branch, the same operations in
     the same order, with the per-batch row as Python floats)."""
 
-    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last", "groups")
+    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last", "groups", "points", "layers", "clamps", "reads")
 
     def __init__(self, b: int, base: float, grid: Sequence[int], row: Sequence[float],
                  groups: Sequence[tuple[int, float, Callable[[float, float], float] | None]]) -> None:
         """groups: per attention group (layers, span to clamp the read context at (0: none), or a
         reads_per_seq to call instead (chunked groups))."""
-        self.b, self.d, self.base = b, float(b), base
+        self.b, self.d, self.base = b, float(b), float(base)  # float(np.float64 + float) is float + float
         self.grid, self.values = grid, [float(v) for v in row]
         self.last = len(grid) - 2
         self.spans = [grid[i + 1] - grid[i] for i in range(self.last + 1)]
         self.groups = list(groups)
+        # `ends`' unboxed forms (compiled, read as C doubles): the grid, and per group its layers
+        # (int x float is float(int) x float, exactly), clamp (0.0: none) and reads rule
+        self.points = [float(v) for v in grid]
+        self.layers = [float(layers) for layers, _, _ in self.groups]
+        self.clamps = [float(span) for _, span, _ in self.groups]
+        self.reads = [reads for _, _, reads in self.groups]
 
     def __call__(self, kv: int) -> float:
         grid, values, spans, last, d = self.grid, self.values, self.spans, self.last, self.d
@@ -136,12 +142,32 @@ class GroupedTableDecodeTimer:
         return float(self.base + total)
 
     def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
-        """FormulaDecodeTimer.ends with this timer's steps."""
-        b, out = self.b, []
+        """FormulaDecodeTimer.ends with this timer's steps: `__call__`'s operations in its order,
+        each group's grid segment kept while the context it reads stays inside it (as
+        TableDecodeTimer.ends does for one group), so a step bisects nothing."""
+        b, d, base, points, values, spans, last = self.b, self.d, self.base, self.points, self.values, self.spans, self.last
+        layers, clamps, reads = self.layers, self.clamps, self.reads
+        n, g0 = len(layers), points[0]
+        lo, hi = [INF] * n, [-INF] * n  # per group: its segment [lo, hi) (empty: the first step looks it up)
+        a, g, span, rise = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+        out: list[float] = []
+        kvf = float(kv)  # kvf += b is exact (integers far below 2**53)
         for _step in range(k):  # (named: compiled, `_` is an object and each index would be boxed)
-            t += self(kv)
+            x = kvf / d
+            total = 0.0
+            for j in range(n):
+                rule, clamp = reads[j], clamps[j]  # a clamped read is min(x, span), as __call__ takes it
+                r = float(rule(x, d)) if rule is not None else (clamp if clamp and clamp < x else x)
+                if r < g0:
+                    r = g0
+                if not lo[j] <= r < hi[j]:
+                    i = min(max(bisect_right(points, r) - 1, 0), last)
+                    lo[j], hi[j] = points[i], (points[i + 1] if i < last else INF)
+                    a[j], g[j], span[j], rise[j] = values[i], points[i], float(spans[i]), values[i + 1] - values[i]
+                total = total + layers[j] * (a[j] + (r - g[j]) / span[j] * rise[j])
+            t += base + total
             out.append(t)
             if t >= horizon:
                 break
-            kv += b
+            kvf += b
         return out
