@@ -35,6 +35,7 @@ from sim.core.kv.base import AllocationError, KVAllocator
 from sim.core.kv.group_managers import UNBOUNDED, GroupManager
 from sim.core.kv.paged import grown, grown_size
 from sim.core.kv.run_peak import handles, peak_pages
+from sim.core.request import cell_view
 from sim.core.step_types import (
     PEAK_GRID_LIMIT,  # (steps x requests) evaluated exactly for a decode run
     Ids,
@@ -68,6 +69,7 @@ class HybridPagedAllocator(KVAllocator):
         self._active = np.zeros(size, dtype=bool)
         self._first = [np.zeros(size, dtype=np.int64) for _ in self.managers]
         self._end = [np.zeros(size, dtype=np.int64) for _ in self.managers]
+        self._view_columns()
         self._version = 0  # bumped by every change of the books (allocate, _apply, free)
         self._grow_memo: tuple[object, int] = (None, 0)  # the last blocks_to_grow question and answer
         self._drop_memo: tuple[object, int] = (None, 0)  # the same for steps_until_free_rises
@@ -161,9 +163,9 @@ class HybridPagedAllocator(KVAllocator):
     def _step_need_one(self, r: int, computed: int, new_tokens: int) -> tuple[int, list, list]:
         """_step_need for one request, in Python ints (firsts and ends as one-element lists)."""
         net, firsts, ends = 0, [], []
-        steps = new_tokens > int(self._ntok[r])
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            f0, e0 = int(first[r]), int(end[r])
+        steps = new_tokens > self._ntok_v[r]
+        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+            f0, e0 = first[r], end[r]
             e1 = max(e0, int(m.blocks_for(new_tokens)))
             f1 = min(max(f0, int(m.skipped_blocks(computed))), e1) if steps else f0
             net += m.pages * (m.held(f1, e1) - m.held(f0, e0))
@@ -177,7 +179,7 @@ class HybridPagedAllocator(KVAllocator):
             raise AllocationError(f"request {req_id}: cannot append {num_new_tokens} tokens")
         if self._append_quiet(req_id, num_new_tokens):  # only the token count moves (most decode appends)
             self._version += 1
-            self._ntok[req_id] += num_new_tokens
+            self._ntok_v[req_id] += num_new_tokens
             return True
         ids = np.array([req_id], dtype=np.intp)
         n = self._ntok[ids]
@@ -197,7 +199,7 @@ class HybridPagedAllocator(KVAllocator):
         q = self._quiet.get(r)
         if q is None:
             q = self._quiet[r] = self._quiet_bounds(r)
-        n = int(self._ntok[r])
+        n = self._ntok_v[r]
         return n + k <= q[0] and (not k or n <= q[1])
 
     def _quiet_bounds(self, r: int) -> tuple[int, int]:
@@ -205,18 +207,18 @@ class HybridPagedAllocator(KVAllocator):
         with no block taken or dropped: blocks_for(tokens) <= end, i.e. tokens <= end x block, and
         skipped_blocks(computed) <= first, i.e. computed below the group's first_drop_computed."""
         most = start = UNBOUNDED
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            most = min(most, int(end[r]) * m.block_size)
-            at = m.first_drop_computed(int(first[r]))
+        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+            most = min(most, end[r] * m.block_size)
+            at = m.first_drop_computed(first[r])
             if at is not None:
                 start = min(start, int(at) - 1)
         return most, start
 
     def _append_quiet_groups(self, r: int, k: int) -> bool:
         """_append_quiet group by group, in plain ints (any manager). False when unsure."""
-        n = int(self._ntok[r])
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
-            if int(m.blocks_for(n + k)) > int(end[r]) or (k and int(m.skipped_blocks(n)) > int(first[r])):
+        n = self._ntok_v[r]
+        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+            if int(m.blocks_for(n + k)) > end[r] or (k and int(m.skipped_blocks(n)) > first[r]):
                 return False
         return True
 
@@ -354,7 +356,7 @@ class HybridPagedAllocator(KVAllocator):
                               "the GPU backend does not run models with several KV groups")
 
     def num_tokens(self, req_id: int) -> int:
-        return int(self._ntok[req_id]) if req_id < len(self._ntok) else 0
+        return self._ntok_v[req_id] if 0 <= req_id < len(self._ntok) else 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -415,13 +417,23 @@ class HybridPagedAllocator(KVAllocator):
             self._ntok, self._active = grown(self._ntok, size), grown(self._active, size)
             self._first = [grown(a, size) for a in self._first]
             self._end = [grown(a, size) for a in self._end]
+            self._view_columns()
+
+    def _view_columns(self) -> None:
+        """Memoryviews of the per-request columns (sim/core/request.py `cell_view`), as the paged
+        allocator keeps: compiled code reads or writes one request's count through them without
+        numpy's scalar indexing. Renewed whenever the columns are (grown); batch work uses the arrays."""
+        self._ntok_v: memoryview[int] = cell_view(self._ntok)
+        self._active_v: memoryview[bool] = cell_view(self._active)
+        self._first_v: list[memoryview[int]] = [cell_view(a) for a in self._first]
+        self._end_v: list[memoryview[int]] = [cell_view(a) for a in self._end]
 
     def _admit_check(self, req_id: int, num_tokens: int, need: int) -> None:
         """Raise AllocationError unless a new request of num_tokens taking `need` pages may be allocated."""
         if num_tokens < 0:
             raise AllocationError(f"request {req_id}: negative token count {num_tokens}")
         self._ensure(req_id)
-        if self._active[req_id]:
+        if self._active_v[req_id]:
             raise AllocationError(f"request {req_id} is already allocated")
         if need > self._free_pages:
             raise AllocationError(f"request {req_id}: {need} pages needed, {self._free_pages} free")
@@ -434,7 +446,7 @@ class HybridPagedAllocator(KVAllocator):
                 quiet.pop(r, None)
 
     def _check(self, req_id: int) -> None:
-        if req_id < 0 or req_id >= len(self._active) or not self._active[req_id]:
+        if req_id < 0 or req_id >= len(self._active) or not self._active_v[req_id]:
             raise AllocationError(f"request {req_id} is not allocated")
 
     def _check_many(self, ids: np.ndarray) -> None:

@@ -304,10 +304,10 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                 first = first if blocks else max(end - 1, 0)
             else:
                 table.extend(self._take(g, end - len(table)))
-            self._first[g][req_id], self._end[g][req_id] = first, end
+            self._first_v[g][req_id], self._end_v[g][req_id] = first, end
             self._nreg[g][req_id] = 0 if m.gapped else tokens // self.block_size
-        self._ntok[req_id] = num_tokens
-        self._active[req_id] = True
+        self._ntok_v[req_id] = num_tokens
+        self._active_v[req_id] = True
         if retention is not None and self.keys_sparsely:
             self._prompt[req_id], self._junction[req_id] = retention.prompt_tokens, retention.junction
             self._sliding_keep(req_id, retention, tokens // self.block_size)
@@ -329,7 +329,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         if len(ids) == 1:  # one request (a prefill chunk): plain ints
             r = int(ids[0])
             for g, m in enumerate(self.managers):
-                lo, stop = int(self._first[g][r]), min(int(firsts[g][0]), int(self._end[g][r]))
+                lo, stop = self._first_v[g][r], min(int(firsts[g][0]), self._end_v[g][r])
                 if self._shared[g] and stop > lo:
                     pages += m.pages * sum(1 for b in self._tables[g][r][lo:stop] if b >= 0 and b in extra)
             return pages
@@ -426,7 +426,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
                 if full > start:
                     self._key_run(g, r, keys, start, min(e1, full))
                 self._nreg[g][r] = max(self._nreg[g].get(r, 0), full)
-                self._first[g][r], self._end[g][r] = f1, e1
+                self._first_v[g][r], self._end_v[g][r] = f1, e1
         if self.state_align_block:
             self._finish_states(states, ids, new)
         self._ntok[ids] = new
@@ -460,7 +460,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             total = sum(counts)
             ids = self._blocks.new(g, total) if total else []
             self._free_pages -= total * self.managers[g].pages
-            tables, nreg, first, end = self._tables[g], self._nreg[g], self._first[g], self._end[g]
+            tables, nreg, first, end = self._tables[g], self._nreg[g], self._first_v[g], self._end_v[g]
             sparse, cache, pos = self._need[g], self.cache, 0
             for (_, r, _, e0, f1, e1, keys, full), count in zip(group, counts, strict=True):
                 table = tables[r]
@@ -499,7 +499,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         nodes = self._gkeys.get(r)
         if nodes is None:
             return True
-        full = (int(self._ntok[r]) + k) // self.block_size
+        full = (self._ntok_v[r] + k) // self.block_size
         return all(min(len(keys) * self.cache.per, full) <= nreg.get(r, 0)
                    for keys, nreg in zip(nodes, self._nreg, strict=True))
 
@@ -539,7 +539,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._check(req_id)
         self._version += 1
         for g in self._free_order:
-            first, end = int(self._first[g][req_id]), int(self._end[g][req_id])
+            first, end = self._first_v[g][req_id], self._end_v[g][req_id]
             if self._gapped[g]:
                 self._release_state(g, req_id, self._state_held(g, req_id))
             else:
@@ -547,13 +547,13 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._tables[g].pop(req_id)
             self._nreg[g].pop(req_id, None)
             self._keep[g].pop(req_id, None)
-            self._first[g][req_id] = self._end[g][req_id] = 0
+            self._first_v[g][req_id] = self._end_v[g][req_id] = 0
         self._gkeys.pop(req_id, None)
         self._quiet.pop(req_id, None)
         self._prompt.pop(req_id, None)
         self._junction.pop(req_id, None)
-        self._ntok[req_id] = 0
-        self._active[req_id] = False
+        self._ntok_v[req_id] = 0
+        self._active_v[req_id] = False
 
     # --- blocks ----------------------------------------------------------------------------------
     def _take(self, g: int, count: int = 1) -> list[int]:
@@ -642,7 +642,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         lo = self._nreg[g].get(r, 0)
         if upto <= lo:
             return lo
-        start = max(lo, int(self._first[g][r]))  # blocks before `first` are dropped (-1), the rest held
+        start = max(lo, self._first_v[g][r])  # blocks before `first` are dropped (-1), the rest held
         if upto > start:
             self._key_run(g, r, keys, start, upto)
         return upto
@@ -696,11 +696,11 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         return out_b, out_p
 
     def _register(self, r: int) -> None:
-        full = int(self._ntok[r]) // self.block_size
+        full = self._ntok_v[r] // self.block_size
         for g in range(len(self.managers)):
             if self._gapped[g]:  # state blocks are keyed by _key_state
                 continue
-            upto = min(len(self._gkeys[r][g]) * self.cache.per, full, int(self._end[g][r]))
+            upto = min(len(self._gkeys[r][g]) * self.cache.per, full, self._end_v[g][r])
             self._offer(g, r, upto)
             self._nreg[g][r] = max(self._nreg[g].get(r, 0), upto)
 
