@@ -128,6 +128,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._nreg: list[dict[int, int]] = [{} for _ in self.managers]  # leading blocks offered to the cache
         self._memo: tuple[object, list[list[int]]] = (None, [])
         self._hit_memo: tuple[object, int, object, Hit, int] = (None, 0, None, (0, []), 0)  # see _find_hit
+        self._hit_memo_before: tuple[object, int, object, Hit, int] = self._hit_memo  # the answer before it (another length: see _find_hit)
         self.hit_blocks = {m.label: 0 for m in self.managers}  # blocks reused from the cache, per group
         self._group_salts = [hash((0x6A0, g)) for g in range(len(self.managers))]  # fixed: int tuples
         self._most_pages = max(m.pages for m in self.managers)
@@ -174,16 +175,19 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
     def _find_hit(self, num_tokens: int, gkeys: list[list[int]]) -> Hit:
         """The longest prefix every group serves (whole blocks, the last token never a hit). An
         admission asks it up to three times (first chunk, fits, allocate), and a blocked head again
-        each step: the last answer is kept while no block is keyed or evicted (the cache's counters)."""
+        each step: the last two answers are kept while no block is keyed or evicted (the cache's
+        counters), two since a capped admission asks for the whole sequence and for its chunk in turn."""
         self._longest = 0
         if num_tokens <= 1 or not gkeys:
             return 0, [(0, [])] * len(self.managers)
         length = min((num_tokens - 1) // self.block_size, len(gkeys[0]) * self.cache.per)  # blocks a hit may cover
-        memo, state = self._hit_memo, (self.cache.registrations, self.cache.evictions)
-        if memo[0] == state and memo[1] == length and memo[2] is gkeys:
-            self._longest = memo[4]
-            return memo[3]
+        state = (self.cache.registrations, self.cache.evictions)
+        for memo in (self._hit_memo, self._hit_memo_before):
+            if memo[0] == state and memo[1] == length and memo[2] is gkeys:
+                self._longest = memo[4]
+                return memo[3]
         hit = self._search_hit(length, gkeys)
+        self._hit_memo_before = self._hit_memo
         self._hit_memo = (state, length, gkeys, hit, self._longest)  # holds gkeys: its id stays its own
         return hit
 
