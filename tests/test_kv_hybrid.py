@@ -98,6 +98,7 @@ def check(a: HybridPagedAllocator) -> None:
     groups = a.group_breakdown()
     assert sum(g["held"] for g in groups.values()) + b.free == a.capacity_bytes  # per group + free = the pool
     assert all(g["token_states"] >= 0 and g["internal_frag"] >= 0 for g in groups.values())
+    assert a._group_sums_few() == a._group_sums_many()  # a gauge sample's two ways of summing agree
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -185,6 +185,7 @@ def check(a: HybridPrefixAllocator) -> None:
     assert sum(g["held"] for g in groups.values()) + b.free == a.capacity_bytes  # per group + free = the pool
     assert all(g["token_states"] >= 0 and g["internal_frag"] >= 0 for g in groups.values())
     assert 0 <= a.cached_bytes <= b.free
+    assert a._group_sums_few() == a._group_sums_many()  # a gauge sample's two ways of summing agree
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

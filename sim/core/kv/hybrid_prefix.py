@@ -312,6 +312,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
             self._nreg[g][req_id] = 0 if m.gapped else tokens // self.block_size
         self._ntok_v[req_id] = num_tokens
         self._active_v[req_id] = True
+        self._live[req_id] = None
         if retention is not None and self.keys_sparsely:
             self._prompt[req_id], self._junction[req_id] = retention.prompt_tokens, retention.junction
             self._sliding_keep(req_id, retention, tokens // self.block_size)
@@ -558,6 +559,7 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         self._junction.pop(req_id, None)
         self._ntok_v[req_id] = 0
         self._active_v[req_id] = False
+        self._live.pop(req_id, None)
 
     # --- blocks ----------------------------------------------------------------------------------
     def _take(self, g: int, count: int = 1) -> list[int]:
@@ -726,6 +728,8 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
 
     def check_invariants(self) -> None:
         """Raise AssertionError if the books disagree (tests and debugging)."""
+        if set(np.flatnonzero(self._active).tolist()) != self._live.keys():
+            raise AssertionError("hybrid prefix allocator: the allocated requests disagree with the active flags")
         refs = self._table_refs()
         if refs != self._blocks.counts():
             raise AssertionError("hybrid prefix allocator: refcounts disagree with the tables")
