@@ -109,37 +109,33 @@ class GroupedTableDecodeTimer:
     context that group reads (MeasuredTable.grouped_decode's scalar branch, the same operations in
     the same order, with the per-batch row as Python floats)."""
 
-    __slots__ = ("b", "d", "base", "grid", "values", "spans", "last", "groups", "points", "layers", "clamps", "reads")
+    __slots__ = ("b", "d", "base", "values", "spans", "last", "points", "layers", "clamps", "reads")
 
     def __init__(self, b: int, base: float, grid: Sequence[int], row: Sequence[float],
                  groups: Sequence[tuple[int, float, Callable[[float, float], float] | None]]) -> None:
         """groups: per attention group (layers, span to clamp the read context at (0: none), or a
-        reads_per_seq to call instead (chunked groups))."""
+        reads_per_seq to call instead (chunked groups)). Kept unboxed (compiled, read as C doubles):
+        the grid as floats, each group's layers as a float (int x float is float(int) x float,
+        exactly), its clamp (0.0: none) and its reads rule."""
         self.b, self.d, self.base = b, float(b), float(base)  # float(np.float64 + float) is float + float
-        self.grid, self.values = grid, [float(v) for v in row]
-        self.last = len(grid) - 2
-        self.spans = [grid[i + 1] - grid[i] for i in range(self.last + 1)]
-        self.groups = list(groups)
-        # `ends`' unboxed forms (compiled, read as C doubles): the grid, and per group its layers
-        # (int x float is float(int) x float, exactly), clamp (0.0: none) and reads rule
+        self.values = [float(v) for v in row]
         self.points = [float(v) for v in grid]
-        self.layers = [float(layers) for layers, _, _ in self.groups]
-        self.clamps = [float(span) for _, span, _ in self.groups]
-        self.reads = [reads for _, _, reads in self.groups]
+        self.last = len(grid) - 2
+        self.spans = [float(grid[i + 1] - grid[i]) for i in range(self.last + 1)]
+        self.layers = [float(layers) for layers, _, _ in groups]
+        self.clamps = [float(span) for _, span, _ in groups]
+        self.reads = [reads for _, _, reads in groups]
 
     def __call__(self, kv: int) -> float:
-        grid, values, spans, last, d = self.grid, self.values, self.spans, self.last, self.d
-        g0 = grid[0]
+        points, values, spans, last, d = self.points, self.values, self.spans, self.last, self.d
         x = float(kv) / d
         total = 0.0
-        for layers, span, reads in self.groups:
-            r = reads(x, d) if reads is not None else (min(x, span) if span else x)
-            if r < g0:
-                r = float(g0)
-            i = min(max(bisect_right(grid, r) - 1, 0), last)
+        for layers, clamp, rule in zip(self.layers, self.clamps, self.reads, strict=True):
+            r = _group_read(rule, clamp, x, d, points[0])
+            i = min(max(bisect_right(points, r) - 1, 0), last)
             a = values[i]
-            total = total + layers * (a + (r - grid[i]) / spans[i] * (values[i + 1] - a))
-        return float(self.base + total)
+            total = total + layers * (a + (r - points[i]) / spans[i] * (values[i + 1] - a))
+        return self.base + total
 
     def ends(self, t: float, kv: int, k: int, horizon: float) -> list[float]:
         """FormulaDecodeTimer.ends with this timer's steps: `__call__`'s operations in its order,
@@ -156,14 +152,11 @@ class GroupedTableDecodeTimer:
             x = kvf / d
             total = 0.0
             for j in range(n):
-                rule, clamp = reads[j], clamps[j]  # a clamped read is min(x, span), as __call__ takes it
-                r = float(rule(x, d)) if rule is not None else (clamp if clamp and clamp < x else x)
-                if r < g0:
-                    r = g0
+                r = _group_read(reads[j], clamps[j], x, d, g0)
                 if not lo[j] <= r < hi[j]:
                     i = min(max(bisect_right(points, r) - 1, 0), last)
                     lo[j], hi[j] = points[i], (points[i + 1] if i < last else INF)
-                    a[j], g[j], span[j], rise[j] = values[i], points[i], float(spans[i]), values[i + 1] - values[i]
+                    a[j], g[j], span[j], rise[j] = values[i], points[i], spans[i], values[i + 1] - values[i]
                 total = total + layers[j] * (a[j] + (r - g[j]) / span[j] * rise[j])
             t += base + total
             out.append(t)
@@ -171,3 +164,10 @@ class GroupedTableDecodeTimer:
                 break
             kvf += b
         return out
+
+
+def _group_read(rule: Callable[[float, float], float] | None, clamp: float, x: float, d: float, g0: float) -> float:
+    """The context a group reads at mean context x (batch d): its rule (chunked groups), else x
+    clamped at its span as min(x, span) takes it (0.0: none); never below the grid's first point."""
+    r = float(rule(x, d)) if rule is not None else (clamp if clamp and clamp < x else x)
+    return g0 if r < g0 else r
