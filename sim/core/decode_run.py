@@ -68,6 +68,11 @@ if TYPE_CHECKING:
     from sim.core.kv.base import KVAllocator
 
 _all, _sum = np.logical_and.reduce, np.add.reduce  # cheap on small batches
+# A finish heap entry is one int, (clock value at the member's last token) << ID_BITS | request id: it
+# sorts as the (clock value, id) pair would, with one int compare and no tuple to build. Request ids
+# are rows of the request table, far below 2**32 (a table that long would not fit in memory).
+ID_BITS = 32
+ID_MASK = (1 << ID_BITS) - 1
 FEW_LEAVERS = 8  # DecodeBatch.leave finds up to this many leavers of one step by index, more by one set pass
 SHORT_RUN = 128  # decode steps summed in Python (timer.ends) before a run goes to numpy
 
@@ -98,23 +103,23 @@ class DecodeBatch:
     Valid for as long as the running ids array is the same object (admission, preemption and
     finishes all replace it); the scheduler carries it across admissions and finishes. A decode
     step adds one token to every member, so the summed context moves by a known amount and each
-    member's last step is known in advance: `finishes` is a heap of (clock value at which the
-    member samples its last token, request id), so finding who finishes needs no scan. Its steps
-    add to the table's `computed` only: a decoding member has generated = computed - prompt + 1,
-    so `generated` is written once, when the scheduler stops tracking the batch (or a member
-    finishes, or a reader asks: Scheduler.sync_generated), not once per step."""
+    member's last step is known in advance: `finishes` is a heap of the clock value at which each
+    member samples its last token and its id (packed in one int: ID_BITS), so finding who finishes
+    needs no scan. Its steps add to the table's `computed` only: a decoding member has generated =
+    computed - prompt + 1, so `generated` is written once, when the scheduler stops tracking the
+    batch (or a member finishes, or a reader asks: Scheduler.sync_generated), not once per step."""
 
     run: np.ndarray  # the running ids it describes
     context: int  # summed K/V tokens of the members (cost model input)
     clock: int  # decode steps this batch (and the batches it grew from) has taken
-    finishes: list[tuple[int, int]]  # heap; shared with the batch it is carried into
+    finishes: list[int]  # heap of (clock at the last token) << ID_BITS | id; shared with the batch it is carried into
     # Lazy `computed` too (the single-replica replay only: nothing outside the scheduler reads the
     # table mid-run there): a member's table entry is its computed minus `clock`, written true
     # when it leaves or the batch is released (`release`), so a step writes no per-member array.
     lazy: bool = False
     left_at: int = -1  # after `leave` took out one member: its index in `running` (else -1)
 
-    def __init__(self, run: np.ndarray, context: int, clock: int, finishes: list[tuple[int, int]],
+    def __init__(self, run: np.ndarray, context: int, clock: int, finishes: list[int],
                  lazy: bool = False) -> None:
         self.run, self.context, self.clock, self.finishes, self.lazy = run, context, clock, finishes, lazy
         self.left_at = -1
@@ -124,7 +129,7 @@ class DecodeBatch:
         ids = run.tolist()
         if len(ids) != len(remaining):
             raise ValueError(f"decode batch: {len(ids)} members but {len(remaining)} remaining counts")
-        heap = [(remaining[i], ids[i]) for i in range(len(ids))]  # (compiled, zip(strict=True) calls Python)
+        heap = [(remaining[i] << ID_BITS) | ids[i] for i in range(len(ids))]  # (compiled, zip(strict=True) calls Python)
         heapq.heapify(heap)
         return cls(run, context, 0, heap, lazy)
 
@@ -143,7 +148,7 @@ class DecodeBatch:
     @property
     def min_remaining(self) -> int:
         """Fewest output tokens a member has still to sample (0: someone is done)."""
-        return self.finishes[0][0] - self.clock
+        return (self.finishes[0] >> ID_BITS) - self.clock
 
     def advance(self, steps: int) -> None:
         self.clock += steps
@@ -152,19 +157,19 @@ class DecodeBatch:
     def leave(self, running: list[int]) -> list[int]:
         """Members whose last token has been sampled, in running order, taken out of the heap
         and out of `running` (changed in place); [] while nobody is done."""
-        heap, clock = self.finishes, self.clock
+        heap, due = self.finishes, (self.clock + 1) << ID_BITS  # entries below `due` are done
         self.left_at = -1
-        if heap[0][0] > clock:
+        if heap[0] >= due:
             return []
-        first = heapq.heappop(heap)[1]
-        if not heap or heap[0][0] > clock:  # the common case: one leaves, no set and no scan of the batch
+        first = heapq.heappop(heap) & ID_MASK
+        if not heap or heap[0] >= due:  # the common case: one leaves, no set and no scan of the batch
             i = running.index(first)
             del running[i]
             self.left_at = i
             return [first]
         gone = [first]
-        while heap and heap[0][0] <= clock:
-            gone.append(heapq.heappop(heap)[1])
+        while heap and heap[0] < due:
+            gone.append(heapq.heappop(heap) & ID_MASK)
         if len(gone) <= FEW_LEAVERS:  # each found by a scan that stops at it: no pass over the whole batch
             at = sorted([running.index(r) for r in gone])
             done = [running[i] for i in at]
@@ -209,7 +214,7 @@ def joined(batch: DecodeBatch | None, t: RequestTable, run: np.ndarray, prefill_
     heap, clock, off = batch.finishes, batch.clock, batch.offset()
     output, generated, computed = t.cells.output, t.cells.generated, t.cells.computed
     for r in prefill_ids:
-        heapq.heappush(heap, (clock + output[r] - generated[r], r))
+        heapq.heappush(heap, ((clock + output[r] - generated[r]) << ID_BITS) | r)
         if off:
             computed[r] = computed[r] - off
     return DecodeBatch(run, batch.context + ctx, clock, heap, batch.lazy)

@@ -70,6 +70,7 @@ _count = np.count_nonzero  # cheap on small batches
 _INT64 = np.dtype(np.int64)  # a dtype object: numpy need not convert the type on every call
 _NO_IDS = np.zeros(0, dtype=np.int64)  # a plan's empty decode ids and context (replaced, never written)
 _NO_IDS.flags.writeable = False
+SHORT_TAIL = 4  # running_ids sets up to this many admitted ids one by one, more through a memoryview
 EXTERNAL_FRAG_LOOKAHEAD = 16  # waiting requests whose needs define external fragmentation
 
 
@@ -165,9 +166,13 @@ class Scheduler:
                 m = prev.size
                 arr = np.empty(n, _INT64)
                 arr[:m] = prev
-                cells = cell_view(arr)
-                for i in range(m, n):
-                    cells[i] = run[i]
+                if n - m <= SHORT_TAIL:  # a step's few joiners: a view costs more than it saves
+                    for i in range(m, n):
+                        arr[i] = run[i]
+                else:
+                    cells = cell_view(arr)
+                    for i in range(m, n):
+                        cells[i] = run[i]
             self._run_arr, self._run_prev = arr, None
         return arr
 
@@ -593,11 +598,16 @@ class Scheduler:
         # the rest are carried; with nobody left it is dropped (each leaver's generated is written)
         if self.running:
             i = batch.left_at
-            if joiners is None and i >= 0:  # batch.run was `running` before one left at i: cut out, no rebuild
+            if i >= 0:  # one left, at i: `running` was batch.run then the joiners (if any): cut out, no rebuild
                 old = batch.run
-                cut = old.copy()  # one copy and one shift: cheaper than concatenating two slices
-                cut[i:-1] = old[i + 1:]
-                self._run_arr = cut[:-1]
+                if i < old.size:  # (else the leaver was a joiner: old stands)
+                    cut = old.copy()  # one copy and one shift: cheaper than concatenating two slices
+                    cut[i:-1] = old[i + 1:]
+                    old = cut[:-1]
+                if joiners is None:
+                    self._run_arr = old
+                else:  # running_ids copies it and sets the joiners that stay behind it
+                    self._run_prev = old
             run = self.running_ids()
             if joiners is None:
                 self._decode_batch = batch.carried(run, context)

@@ -48,6 +48,7 @@ from sim.core.link import SharedLink, schedule_over
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import REJECTED
 from sim.core.scheduler import Scheduler
+from sim.core.step_types import StepPlan
 from sim.fleet import fleet_metrics
 from sim.fleet.engine import FleetSimulation
 from sim.fleet.layout import fleet_gpus, pools_of
@@ -92,7 +93,7 @@ class PrefillPool(FleetSimulation):
     handoff: Callable[[int, Replica, float], None]
     plain_engine_for_pre_split = False  # releases arrive from the decode pool: the engine waits for them
 
-    def record_step(self, rep: Replica, plan: Any, t_end: float, finished: list[int]) -> None:
+    def record_step(self, rep: Replica, plan: StepPlan, t_end: float, finished: list[int]) -> None:
         super().record_step(rep, plan, t_end, finished)
         for r in finished:
             self.handoff(r, rep, t_end)

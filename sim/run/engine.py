@@ -41,7 +41,7 @@ from sim.core.kv.reserve import reserve_tokens_array
 from sim.core.request import REJECTED, RequestTable
 from sim.core.scheduler import Scheduler, SchedulerConfig
 from sim.core.static_batch import StaticBatchScheduler
-from sim.core.step_types import BREAKDOWN_FIELDS
+from sim.core.step_types import BREAKDOWN_FIELDS, StepPlan
 from sim.errors import ScenarioError
 from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.run import metrics, verdict
@@ -291,7 +291,7 @@ class Simulation:
         rep.last_batch = 0
         self.rec.sample_until(t_wake, self.gauges(), inclusive=False)
 
-    def record_step(self, rep: Replica, plan: Any, t_end: float, finished: list[int]) -> None:
+    def record_step(self, rep: Replica, plan: StepPlan, t_end: float, finished: list[int]) -> None:
         """Book one executed step (the scheduler's complete_step has already been applied)."""
         rep.last_batch = plan.batch_size
         rep.steps += 1
