@@ -19,15 +19,20 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class RoutedRequest:
-    """One arriving request as a router sees it."""
+@dataclass(init=False, slots=True, unsafe_hash=True)  # __init__ written out: compiled (a frozen dataclass's
+class RoutedRequest:                                  # generated one runs as Python: ~7k instructions an arrival)
+    """One arriving request as a router sees it. A value: nothing changes one after it is built."""
 
     id: int
     arrival_s: float
     prompt_tokens: int
     prefix_hashes: Sequence[int] | None  # the trace's prompt block hashes (None: none)
     session: str | None  # a conversation id when the trace has one
+
+    def __init__(self, id: int, arrival_s: float, prompt_tokens: int, prefix_hashes: Sequence[int] | None,
+                 session: str | None) -> None:
+        self.id, self.arrival_s, self.prompt_tokens = id, arrival_s, prompt_tokens
+        self.prefix_hashes, self.session = prefix_hashes, session
 
 
 class ReplicaView(Protocol):
