@@ -90,7 +90,9 @@ class HybridPagedAllocator(KVAllocator):
         `get_num_blocks_to_allocate(apply_admission_cap=True)`), where a group with an admission
         cap counts max(min(blocks, cap) - skipped blocks, 0)."""
         need = 0
-        for m, cap in zip(self.managers, self.admission_caps if capped else self._no_caps, strict=True):
+        caps = self.admission_caps if capped else self._no_caps  # one per group (built with the managers)
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, cap = self.managers[g], caps[g]
             end, first = int(m.blocks_for(num_tokens)), self._fresh_first(m, num_tokens, computed_tokens)
             need += m.pages * (int(m.held(first, end)) if cap is None else max(min(end, cap) - first, 0))
         return need
@@ -137,7 +139,8 @@ class HybridPagedAllocator(KVAllocator):
                  computed_tokens: int = 0) -> int:
         need = self.pages_for(num_tokens, computed_tokens)
         self._admit_check(req_id, num_tokens, need)
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first[g], self._end[g]
             end[req_id], first[req_id] = int(m.blocks_for(num_tokens)), self._fresh_first(m, num_tokens, computed_tokens)
         self._free_pages -= need
         self._version += 1
@@ -154,7 +157,8 @@ class HybridPagedAllocator(KVAllocator):
         if len(ids) == 1:  # one request (the scheduler's per-request appends): plain ints are faster
             return self._step_need_one(int(ids[0]), int(computed[0]), int(new_tokens[0]))
         net, firsts, ends = 0, [], []
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first[g], self._end[g]
             f0, e0 = first[ids], end[ids]
             e1 = np.maximum(e0, m.blocks_for(new_tokens))
             f1 = np.minimum(np.maximum(f0, m.skipped_blocks(computed)), e1)
@@ -168,7 +172,8 @@ class HybridPagedAllocator(KVAllocator):
         """_step_need for one request, in Python ints (firsts and ends as one-element lists)."""
         net, firsts, ends = 0, [], []
         steps = new_tokens > self._ntok_v[r]
-        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first_v[g], self._end_v[g]
             f0, e0 = first[r], end[r]
             e1 = max(e0, int(m.blocks_for(new_tokens)))
             f1 = min(max(f0, int(m.skipped_blocks(computed))), e1) if steps else f0
@@ -211,7 +216,8 @@ class HybridPagedAllocator(KVAllocator):
         with no block taken or dropped: blocks_for(tokens) <= end, i.e. tokens <= end x block, and
         skipped_blocks(computed) <= first, i.e. computed below the group's first_drop_computed."""
         most = start = UNBOUNDED
-        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first_v[g], self._end_v[g]
             most = min(most, end[r] * m.block_size)
             at = m.first_drop_computed(first[r])
             if at is not None:
@@ -221,7 +227,8 @@ class HybridPagedAllocator(KVAllocator):
     def _append_quiet_groups(self, r: int, k: int) -> bool:
         """_append_quiet group by group, in plain ints (any manager). False when unsure."""
         n = self._ntok_v[r]
-        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first_v[g], self._end_v[g]
             if int(m.blocks_for(n + k)) > end[r] or (k and int(m.skipped_blocks(n)) > first[r]):
                 return False
         return True
@@ -263,7 +270,8 @@ class HybridPagedAllocator(KVAllocator):
         stepped = after > n[None, :]
         before = np.where(stepped, after - 1, n[None, :])  # computed tokens when step j starts
         total = np.zeros(k, dtype=np.int64)
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first[g], self._end[g]
             f0, e0 = first[ids][None, :], end[ids][None, :]
             taken = np.maximum(e0, m.blocks_for(after)) - e0
             fj = np.where(stepped, np.minimum(np.maximum(f0, m.skipped_blocks(before)), e0 + taken), f0)
@@ -398,7 +406,8 @@ class HybridPagedAllocator(KVAllocator):
         read through the memoryviews: a decode batch of a dozen costs less than numpy's dozen calls."""
         live, ntok, bs = list(self._live), self._ntok_v, self.block_size
         out = []
-        for m, first, end in zip(self.managers, self._first_v, self._end_v, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first_v[g], self._end_v[g]
             blocks = tokens = 0
             for r in live:
                 f = first[r]
@@ -412,7 +421,8 @@ class HybridPagedAllocator(KVAllocator):
         active = self._active.nonzero()[0]
         n = self._ntok[active]
         out = []
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first[g], self._end[g]
             f = first[active]
             out.append((int(np.add.reduce(m.held(f, end[active]))),
                          int(np.add.reduce(np.maximum(n - f * self.block_size, 0)))))
@@ -432,7 +442,7 @@ class HybridPagedAllocator(KVAllocator):
         held = sum(self._held_pages(int(r)) for r in active)
         if held + self._free_pages != self.num_blocks:
             raise AssertionError(f"hybrid allocator: {held} held + {self._free_pages} free != {self.num_blocks} pages")
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+        for m, first, end in zip(self.managers, self._first, self._end, strict=True):  # (also: one list each per group)
             n = self._ntok[active]
             if np.any(first[active] > end[active]) or np.any(end[active] < m.blocks_for(n)):
                 raise AssertionError(f"hybrid allocator: group {m.label} does not cover its tokens")

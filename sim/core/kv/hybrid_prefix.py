@@ -242,7 +242,11 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         tokens, found = hit
         hit_end = tokens // self.block_size
         out = []
-        for m, (first, blocks) in zip(self.managers, found, strict=True):
+        managers = self.managers
+        if len(found) != len(managers):
+            raise ValueError(f"prefix hit: {len(found)} groups found, the pool has {len(managers)}")
+        for g in range(len(managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, (first, blocks) = managers[g], found[g]
             first = max(first, int(m.skipped_blocks(max(tokens, computed))))
             out.append((first, blocks[len(blocks) - (hit_end - first):] if hit_end > first else []))
         return out
@@ -254,7 +258,9 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         hit_end = hit[0] // self.block_size
         need = 0
         caps = self.admission_caps if capped else self._no_caps
-        for m, (first, blocks), cap in zip(self.managers, self._kept(hit, computed), caps, strict=True):
+        kept = self._kept(hit, computed)  # one per group, as the caps
+        for g in range(len(kept)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, (first, blocks), cap = self.managers[g], kept[g], caps[g]
             if m.gapped:  # one new block (the step's last) unless the table already reaches it
                 new = 1 if int(m.blocks_for(num_tokens)) > first + len(blocks) else 0
             else:
@@ -361,7 +367,8 @@ class HybridPrefixAllocator(AlignStateBooks, HybridPagedAllocator):
         n0s, n1s = self._ntok[ids].tolist(), new.tolist()
         firsts: list[list[int]] = []
         ends: list[list[int]] = []
-        for m, first, end in zip(self.managers, self._first, self._end, strict=True):
+        for g in range(len(self.managers)):  # indexed: compiled, zip(.., strict=True) is a call through Python
+            m, first, end = self.managers[g], self._first[g], self._end[g]
             f1s, e1s = [], []
             for f0, e0, n0, n1 in zip(first[ids].tolist(), end[ids].tolist(), n0s, n1s, strict=True):
                 e1 = max(e0, m.blocks_for(n1))

@@ -40,10 +40,13 @@ def peak_pages(managers: Sequence[GroupManager], n: list[int], new: list[int],
     """Most pages over steps 1 .. k (k = the longest request's steps) above what the requests hold
     now (0 if never above): n, new per request; firsts, ends per group, per request."""
     diff = [0] * (k + 1)  # diff[j]: pages taken minus pages dropped at step j
-    for m, first, end in zip(managers, firsts, ends, strict=True):
+    _check_lengths(len(managers), len(n), new, firsts, ends)
+    for g in range(len(managers)):  # indexed (compiled, zip(.., strict=True) is a call through Python)
+        m, first, end = managers[g], firsts[g], ends[g]
         bs, pages, drops = m.block_size, m.pages, m.first_drop_computed(0) is not None
         window = m.window if type(m) is SlidingWindowManager else 0
-        for n0, n1, f0, e0 in zip(n, new, first, end, strict=True):
+        for i in range(len(n)):
+            n0, n1, f0, e0 = n[i], new[i], first[i], end[i]
             if n1 <= n0:  # no step: nothing taken, nothing dropped
                 continue
             steps = n1 - n0
@@ -60,6 +63,16 @@ def peak_pages(managers: Sequence[GroupManager], n: list[int], new: list[int],
             elif drops:
                 _chunk_drops(m, diff, n0, n1, f0)
     return max(0, max(accumulate(diff)))
+
+
+def _check_lengths(groups: int, requests: int, new: list[int], firsts: Sequence[list[int]],
+                   ends: Sequence[list[int]]) -> None:
+    """What zip(.., strict=True) would check: one list per group, one entry per request."""
+    if len(new) != requests or len(firsts) != groups or len(ends) != groups:
+        raise ValueError("run peak: one first and end list per group, one entry per request")
+    for g in range(groups):
+        if len(firsts[g]) != requests or len(ends[g]) != requests:
+            raise ValueError("run peak: one first and end list per group, one entry per request")
 
 
 def _chunk_drops(m: GroupManager, diff: list[int], n0: int, n1: int, f0: int) -> None:
