@@ -56,7 +56,7 @@ test:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target native lint $(VLLM_STAMP)
 	@mkdir -p $(dir $(BUNDLE_LOG)); $(MAKE) --no-print-directory gpu-bundle-check > $(BUNDLE_LOG) 2>&1 & bundle=$$!; \
 	KVSIM_REQUIRE_VLLM=1 KVSIM_REQUIRE_NATIVE=$$(test -f sim/native/manifest.json && echo 1) \
-	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile; tests=$$?; \
+	  $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30; tests=$$?; \
 	wait $$bundle; checked=$$?; cat $(BUNDLE_LOG); \
 	[ $$checked -eq 0 ] || echo "make gpu-bundle-check failed (exit $$checked)"; \
 	[ $$tests -eq 0 ] && [ $$checked -eq 0 ]

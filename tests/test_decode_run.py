@@ -302,3 +302,17 @@ def test_leave_takes_every_member_done_in_running_order(remaining, steps, rnd):
     assert done == [r for r in ids if due[r] <= steps]
     assert running == [r for r in ids if due[r] > steps]
     assert sorted(k & decode_run.ID_MASK for k in batch.finishes) == sorted(running)
+
+
+def test_finish_heap_orders_by_last_step_then_id_up_to_the_largest_id():
+    """The finish heap packs (last step, id) in one int (decode_run.ID_BITS): the largest ids and
+    long runs keep the pair's order, and leave hands back the ids, not the packed keys."""
+    top = decode_run.ID_MASK
+    ids = [top, 5, top - 1, 0]
+    batch = decode_run.DecodeBatch.of(np.array(ids, dtype=np.int64), [3_000_000, 7, 3_000_000, 7], context=0)
+    assert batch.min_remaining == 7
+    batch.advance(7)
+    running = list(ids)
+    assert batch.leave(running) == [5, 0] and running == [top, top - 1]
+    batch.advance(3_000_000 - 7)
+    assert batch.leave(running) == [top, top - 1] and running == []
