@@ -230,6 +230,19 @@ def test_decode_router_picks_the_decode_replica():
     assert rr.summary["completed"] == default.summary["completed"] == 30
 
 
+def test_each_pools_routing_imbalance_is_its_own():
+    """The decode pool's imbalance is max/mean of what its own replicas took (it read the prefill
+    pool's figure, set as the fleet's, before): 1P3D, one prefill replica, so the fleet's is 1.0."""
+    res = simulate(long_prompts(n=30, rate=4.0), BASE.replace(pd="1:3", decode_router="random"))
+    fleet = res.summary["fleet"]
+    for pool in fleet["pools"]:
+        routed = [r["routed"] for r in fleet["replicas"] if r["pool"] == pool["role"]]
+        assert pool["routing_imbalance"] == pytest.approx(max(routed) / (sum(routed) / len(routed)))
+    decode = next(p for p in fleet["pools"] if p["role"] == "decode")
+    assert decode["routing_imbalance"] > 1.0  # random over 3 replicas: 30 handoffs not split 10/10/10
+    assert res.summary["routing_imbalance"] == 1.0  # the prefill pool's (docs/METRICS.md)
+
+
 def test_fleet_file_role_that_is_not_text_is_one_line(tmp_path):
     """A role such as 1 used to reach sorted() beside a string: a TypeError traceback."""
     import json

@@ -205,6 +205,7 @@ class PDFleet:
         res = self.decode.result(trace_digest, wall_s, routing=self.prefill.router_name)
         s = res.summary
         decode_timeline = s["fleet"]["timeline"]
+        pools = [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)]  # before s is the fleet's
         for key in ("prefix_cache_hit_rate", "prefix_cache_hits"):
             if key in p_res.summary:
                 s[key] = p_res.summary[key]
@@ -215,7 +216,7 @@ class PDFleet:
         s["routing_imbalance"] = p_res.summary["routing_imbalance"]
         s["fleet"] = {"router": self.prefill.router_name, "decode_router": self.scenario.decode_router, "kv_link": self.scenario.kv_link,
                       "layer_pipelined": self.scenario.kv_layer_pipelined,
-                      "pools": [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)],
+                      "pools": pools,
                       "replicas": [{**r, "pool": "prefill"} for r in p_res.summary["fleet"]["replicas"]]
                       + [{**r, "pool": "decode"} for r in res.summary["fleet"]["replicas"]]}
         s["replicas"] = len(self.prefill.s.replicas) + len(self.decode.s.replicas)
