@@ -264,3 +264,14 @@ def test_single_engine_replay_refuses_pd():
 
     with pytest.raises(ScenarioError, match=r"pd='1:1' needs the fleet's replay \(sim.fleet.replay.simulate\)"):
         simulate(synthetic(n=4, rate=1.0), BASE.replace(pd="1:1", replicas=2))
+
+
+def test_pd_prefix_hit_rate_and_its_counters_come_from_one_pool(samples_dir):
+    """hits / queries is the summary's rate: all three are the prefill pool's (the queries were the
+    decode pool's, whose look-ups are its local hits before a transfer)."""
+    from sim.trace import load_trace
+
+    trace = load_trace(samples_dir / "mooncake_small.jsonl").first(60)
+    s = simulate(trace, BASE.replace(pd="1:2", prefix_caching=True)).summary
+    assert s["prefix_cache_hits"] > 0
+    assert s["prefix_cache_hits"] / s["prefix_cache_queries"] == pytest.approx(s["prefix_cache_hit_rate"])

@@ -206,7 +206,7 @@ class PDFleet:
         s = res.summary
         decode_timeline = s["fleet"]["timeline"]
         pools = [_pool("prefill", self.dep_p, p_res), _pool("decode", self.dep_d, res)]  # before s is the fleet's
-        for key in ("prefix_cache_hit_rate", "prefix_cache_hits"):
+        for key in ("prefix_cache_hit_rate", "prefix_cache_hits", "prefix_cache_queries"):  # the rate's own parts
             if key in p_res.summary:
                 s[key] = p_res.summary[key]
         s.update(self.log.summary())
