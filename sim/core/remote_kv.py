@@ -117,6 +117,9 @@ class RemoteHost(Protocol):
     @property
     def waiting(self) -> deque[int]: ...
 
+    prefix_queries: int  # prompt tokens looked up in the prefix cache, and of them found (vLLM's counters)
+    prefix_hits: int
+
     def _start_running(self, r: int) -> None: ...
 
     def retention(self, r: int, hashes: Sequence[int] | None) -> Retention | None: ...
@@ -153,6 +156,9 @@ def reserve_head(sched: RemoteHost, r: int, now: float) -> bool:
     local = sched.alloc.allocate(r, hold, t.final_tokens(r), int(t.reserve[r]), hashes, computed_tokens=hold,
                                  retention=sched.retention(r, hashes))  # keyed as vLLM's cache_blocks would
     tokens = known - local  # what the local prefix cache lacks moves (the hit is whole blocks < hold)
+    if hashes is not None:  # vLLM's PrefixCacheStats: the decode side asks its own cache first (the whole request)
+        sched.prefix_queries += int(t.prompt[r] + t.generated[r])
+        sched.prefix_hits += local
     if t.admitted_s[r] != t.admitted_s[r]:  # NaN: first admission
         t.admitted_s[r] = now
     t.status[r] = LOADING

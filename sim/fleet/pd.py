@@ -57,6 +57,7 @@ from sim.run import metrics
 from sim.run.deployment import Deployment
 from sim.run.distribution import distribution
 from sim.run.engine import Replica, build
+from sim.run.tier_metrics import tier_summary
 from sim.scenario import Scenario
 from sim.trace.model import Trace
 
@@ -223,7 +224,28 @@ class PDFleet:
         s["fleet"]["transfers"] = [{"req": r, "bytes": b, "start_s": round(t0, 6), "done_s": round(t1, 6), "prefill": p,
                                     "decode": d} for r, b, t0, t1, p, d in self.log.rows[:TRANSFERS_SHOWN]]
         s["fleet"]["timeline"] = {"prefill": p_res.summary["fleet"]["timeline"], "decode": decode_timeline}
+        if self.prefill.s.tiers is not None and "tier_hit_rate" in s:
+            s.update(self._tier_keys(res))
         return metrics.SimResult(res.requests, res.steps, s, self.scenario, trace_digest)
+
+    def _tier_keys(self, res: metrics.SimResult) -> dict[str, Any]:
+        """KV tiers in a P/D fleet: each pool has its own (sim/run/tier_setup.py). Hits, load delays
+        and the TTFT split are the prefill pool's, where prompts are looked up (as prefix_cache_*),
+        over the fleet's requests frame; bytes moved are summed over both pools; occupancy and link
+        use are listed per pool ("prefill/cpu/replica0"). The occupancy series stays the decode
+        pool's, beside its steps frame (docs/METRICS.md)."""
+        p, d = self.prefill, res.summary
+        reps = p.s.replicas
+        assert p.s.tiers is not None
+        pk = tier_summary(p.s.tiers, res.requests, prefix_queries=sum(rep.sched.prefix_queries for rep in reps),
+                          prefix_hits=sum(rep.sched.prefix_hits for rep in reps), duration_s=d["duration_s"],
+                          occupancy=p._tier_occupancy)
+        moved = {name: {k: parts.get(k, 0) + d["tier_bytes_moved"].get(name, {}).get(k, 0) for k in parts}
+                 for name, parts in pk["tier_bytes_moved"].items()}
+        per_pool = {key: {f"{role}/{name}": v for role, keys in (("prefill", pk), ("decode", d)) for name, v in keys[key].items()}
+                    for key in ("tier_link_utilisation", "tier_occupancy")}
+        return {**{key: pk[key] for key in ("tier_hit_rate", "tier_hit_tokens", "tier_load_delay_s", "ttft_split_s")},
+                "tier_bytes_moved": moved, **per_pool}
 
 
 def _remote(rep: Replica) -> RemoteKV:
