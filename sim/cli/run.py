@@ -91,6 +91,7 @@ def format_summary(s: dict[str, Any]) -> str:
         return "-" if v is None else f"{v * 1e3:.1f} ms"
 
     from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix
+    from sim.report.summary_lines import fleet_lines, kv_line, prefix_line, tier_line
 
     kv = s["kv_breakdown_mean"]
     fix = rejection_fix(s)
@@ -106,10 +107,10 @@ def format_summary(s: dict[str, Any]) -> str:
         "TTFT mean {} p99 {} | TPOT mean {} p99 {} | E2E p50 {} | queue mean {}".format(
             ms(s["ttft_s"], "mean"), ms(s["ttft_s"], "p99"), ms(s["tpot_s"], "mean"), ms(s["tpot_s"], "p99"),
             ms(s["e2e_s"], "p50"), ms(s["queue_s"], "mean")),
-        f"KV {s['kv_capacity_bytes'] / 2**30:.2f} GiB ({s['num_blocks']} blocks of {s['block_size']}): usage mean "
-        f"{s['kv_cache_usage_perc']['mean']:.1%} peak {s['kv_cache_usage_perc']['peak']:.1%}",
+        kv_line(s),
         "KV breakdown (time-weighted): " + ", ".join(f"{k} {v:.1%}" for k, v in kv.items()),
     ]
+    lines += [line for line in (prefix_line(s), tier_line(s)) if line]
     if s.get("kv_group_breakdown_mean"):
         lines.append(group_line(s["kv_group_breakdown_mean"]))
     if s.get("kv_eviction"):
@@ -118,7 +119,7 @@ def format_summary(s: dict[str, Any]) -> str:
         g = s["goodput"]
         pools = "".join(f", {p['role']} ({p['slo']}) {p['share']:.1%}" for p in g.get("pools", []) if p["slo"])
         lines.append(f"goodput ({g['slo']}): {g['share']:.1%} of requests, {g['tokens_per_s']:.1f} tok/s{pools}")
-    return "\n".join(lines)
+    return "\n".join(lines + fleet_lines(s))
 
 
 def group_line(groups: dict[str, dict[str, float]]) -> str:
