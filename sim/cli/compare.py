@@ -14,7 +14,7 @@ from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_fr
 from sim.plan.compare_presets import COMPARE_PRESETS
 from sim.scenario import Scenario
 
-COLUMNS = (("variant", "{}"), ("steps", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
+COLUMNS = (("variant", "{}"), ("step_source", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
            ("ttft_p50_s", "{:.3f}"), ("tpot_p99_s", "{:.4f}"), ("e2e_p50_s", "{:.2f}"), ("preempt", "{}"),
            ("prefix_hit", "{:.1%}"), ("imbalance", "{:.2f}"), ("token_states", "{:.1%}"),
            ("reserved", "{:.1%}"), ("internal", "{:.1%}"), ("external", "{:.1%}"), ("free", "{:.1%}"))
@@ -75,7 +75,7 @@ def _convert(key: str, value: str, type_name: str) -> Any:
 
 def row(label: str, s: dict[str, Any]) -> dict[str, Any]:
     kv = s["kv_breakdown_mean"]
-    return {"variant": label, "steps": s["cost_model"]["source"], "completed": s["completed"], "throughput_tok_s": s["throughput_tok_s"],
+    return {"variant": label, "step_source": s["cost_model"]["source"], "completed": s["completed"], "throughput_tok_s": s["throughput_tok_s"],
             "mean_batch_size": s["mean_batch_size"], "ttft_p50_s": s["ttft_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
             "e2e_p50_s": s["e2e_s"]["p50"], "preempt": s["num_preemptions"], "prefix_hit": s.get("prefix_cache_hit_rate"),
             "imbalance": s.get("routing_imbalance"), "token_states": kv["token_states"], "reserved": kv["reserved"],
