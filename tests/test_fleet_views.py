@@ -70,6 +70,7 @@ def test_simulate_page_takes_the_decode_router():
     assert not at.exception and not at.error
     assert at.selectbox(key="decode_router").value == "round-robin"
     assert any("decode router round-robin" in c.value for c in at.caption)
+    assert any(m.label == "Routing imbalance, prefill / decode" for m in at.metric)  # each pool's own
 
 
 @pytest.mark.slow
@@ -106,3 +107,8 @@ def test_pd_replicas_are_told_apart_by_pool():
     labels = ["prefill 0", "decode 0", "decode 1"]
     assert list(replica_table(reps)["replica"]) == labels
     assert list(routed_bars(reps).layout.xaxis.ticktext) == labels
+    res = simulate(trace, BASE.replace(pd="1:2", kv_budget_gib=4.0))
+    page = html_report(res)
+    assert all(f"<tr><td>{label}</td>" in page for label in labels)  # the report's table too
+    decode = next(p for p in res.summary["fleet"]["pools"] if p["role"] == "decode")
+    assert f"<th>decode pool</th><td>2 x TP1 behind least-outstanding, routing imbalance {decode['routing_imbalance']:.3f}</td>" in page

@@ -26,7 +26,12 @@ def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
     st.subheader("Fleet")
     cols = st.columns(4)
     cols[0].metric("Router", fleet.get("router", "-"))
-    cols[1].metric("Routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.2f}")
+    pools = {p["role"]: p for p in fleet.get("pools") or [] if "routing_imbalance" in p}
+    if {"prefill", "decode"} <= pools.keys():  # each pool's own (the summary's key is the prefill pool's)
+        cols[1].metric("Routing imbalance, prefill / decode",
+                       f"{pools['prefill']['routing_imbalance']:.2f} / {pools['decode']['routing_imbalance']:.2f}")
+    else:
+        cols[1].metric("Routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.2f}")
     cols[2].metric("Prefix-cache hit rate", f"{summary.get('prefix_cache_hit_rate', 0.0):.1%}")
     if "kv_transfer_bytes" in summary:
         cols[3].metric("KV moved", f"{summary['kv_transfer_bytes'] / 1e9:,.1f} GB")

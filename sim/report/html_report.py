@@ -190,10 +190,13 @@ def fleet_section(summary: dict[str, Any]) -> str:
                  ("waited for decode blocks", summary.get("pd_waited_for_blocks")),
                  ("prompt tokens found on the decode side (not sent)", summary.get("pd_decode_hit_tokens", 0)),
                  ("GPUs", summary.get("gpus"))]
-    cols = ("replica", "routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(human(r.get(c)))}</td>" for c in cols) + "</tr>"
+        head += [(f"{p['role']} pool", f"{p['replicas']} x TP{p['tp']} behind {p['router']}, routing imbalance "
+                  f"{p['routing_imbalance']:.3f}") for p in fleet.get("pools") or [] if "router" in p]
+    cols = ("routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
+    rows = "".join(f"<tr><td>{html.escape(fleet_charts.replica_label(r))}</td>"  # 'decode 0' in a P/D fleet
+                   + "".join(f"<td>{html.escape(human(r.get(c)))}</td>" for c in cols) + "</tr>"
                    for r in fleet.get("replicas") or [])
-    table = f"<table><tr>{''.join(f'<th>{c}</th>' for c in cols)}</tr>{rows}</table>"
+    table = f"<table><tr><th>replica</th>{''.join(f'<th>{c}</th>' for c in cols)}</tr>{rows}</table>"
     bars = figure_svg(fleet_charts.routed_bars(fleet.get("replicas") or []))
     return f"<h2>Fleet</h2>{_table(head)}{table}<figure>{bars}</figure>"
 
