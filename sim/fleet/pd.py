@@ -262,7 +262,7 @@ def _pool(role: str, dep: Deployment, res: metrics.SimResult) -> dict[str, Any]:
     return {"role": role, "router": fl["router"], "replicas": len(fl["replicas"]), "tp": dep.scenario.tp,
             "routing_imbalance": res.summary["routing_imbalance"],
             "kv_usage_mean": fleet_metrics.mean([r["kv_usage_mean"] for r in fl["replicas"]]),
-            "num_steps": res.summary["num_steps"]}
+            "num_steps": res.summary["num_steps"], "num_preemptions": res.summary["num_preemptions"]}
 
 
 def _reject_in_both(a: Any, b: Any) -> None:

@@ -83,7 +83,8 @@ def _pd_lines(s: Mapping[str, Any]) -> list[str]:
              f"{s.get('pd_decode_hit_tokens', 0):,} prompt tokens found in decode caches (not sent)"]
     for pool in (p, d):
         lines.append(f"{pool['role']} pool: {pool['replicas']} x TP{pool['tp']} behind {pool['router']}, routing imbalance "
-                     f"{pool['routing_imbalance']:.2f}, KV usage mean {pool['kv_usage_mean']:.1%}, {pool['num_steps']:,} steps")
+                     f"{pool['routing_imbalance']:.2f}, KV usage mean {pool['kv_usage_mean']:.1%}, {pool['num_steps']:,} steps, "
+                     f"{pool.get('num_preemptions', 0):,} preemptions")
     return lines
 
 
