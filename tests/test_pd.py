@@ -243,6 +243,30 @@ def test_each_pools_routing_imbalance_is_its_own():
     assert res.summary["routing_imbalance"] == 1.0  # the prefill pool's (docs/METRICS.md)
 
 
+def test_fleet_file_in_yaml(tmp_path):
+    from sim.errors import ScenarioError
+    from sim.fleet.fleet_file import apply_fleet_file
+
+    f = tmp_path / "fleet.yaml"
+    f.write_text("router: least-kv\nkv_link: rdma-200g\npools:\n  - {role: prefill, replicas: 1, tp: 2}\n"
+                 "  - {role: decode, replicas: 3}\n")
+    sc = apply_fleet_file(BASE, str(f))
+    assert (sc.pd, sc.prefill_tp, sc.kv_link, sc.router) == ("1:3", 2, "rdma-200g", "least-kv")
+    for text, why in (("router: [unclosed\n", "not valid YAML .* at line 2"), ("a: &x [1]\nb: *x\n", "aliases"),
+                      ("- 1\n", "expected an object"), ("!!python/object:os.system {}\n", "not valid YAML"),
+                      ("[" * 30000 + "]" * 30000, "nested too deeply"), ("router_kv_weight: .nan\n", "not a finite number")):
+        f.write_text(text)
+        with pytest.raises(ScenarioError, match=f"{f}: .*{why}"):
+            apply_fleet_file(BASE, str(f))
+
+
+def test_a_pools_tp_error_names_the_pool():
+    from models.spec import SpecError
+
+    with pytest.raises(SpecError, match=r"^decode pool \(tp=3\): llama-3.1-8b: tp=3 must divide"):
+        PDFleet(long_prompts(n=4), BASE.replace(pd="1:1", decode_tp=3))
+
+
 def test_fleet_file_role_that_is_not_text_is_one_line(tmp_path):
     """A role such as 1 used to reach sorted() beside a string: a TypeError traceback."""
     import json

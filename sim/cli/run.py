@@ -25,8 +25,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     add_scenario_args(p)
     p.add_argument("--out", metavar="DIR", help="write requests/steps frames, scenario.json and summary.json here")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report")
-    p.add_argument("--fleet", metavar="FILE", help="a fleet in JSON (router, replicas or prefill/decode pools, KV link; "
-                   "docs/FLEET.md), applied over the scenario flags")
+    p.add_argument("--fleet", metavar="FILE", help="a fleet in JSON or YAML (.yaml/.yml): router, replicas or prefill/decode pools, KV link ("
+                   "docs/FLEET.md); applied over the scenario flags")
     p.add_argument("--slo", metavar="SPEC", help="add a `goodput` key: requests meeting every limit, e.g. "
                    "ttft_p99=1.0,tpot_p99=0.05 (each target's value is the per-request limit; docs/METRICS.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -1,8 +1,14 @@
-"""`--fleet FILE`: a fleet described in JSON, applied on top of the command line's scenario.
+"""`--fleet FILE`: a fleet described in JSON (or YAML: a .yaml/.yml file), applied on top of the
+command line's scenario.
 
     {"router": "kv-precise", "router_kv_weight": 4, "replicas": 4}
     {"router": "least-outstanding", "kv_link": "rdma-200g", "kv_layer_pipelined": true,
      "pools": [{"role": "prefill", "replicas": 1, "tp": 2}, {"role": "decode", "replicas": 3, "tp": 1}]}
+
+    router: least-outstanding
+    pools:
+      - {role: prefill, replicas: 1, tp: 2}
+      - {role: decode, replicas: 3}
 
 Top-level keys are the Scenario's fleet fields; `pools` is either one aggregated pool or one prefill
 and one decode pool (xPyD). Unknown keys, wrong roles and bad values are one line naming the file and
@@ -21,12 +27,14 @@ from sim.scenario import Scenario
 TOP = ("router", "router_kv_weight", "decode_router", "replicas", "tp", "gpus_per_node", "kv_link", "kv_layer_pipelined", "pools")
 POOL = ("role", "replicas", "tp")
 MAX_BYTES = 64 * 1024
+YAML_SUFFIXES = (".yaml", ".yml")
+MAX_DEPTH = 16  # a fleet description is three levels deep
 
 
 def fleet_changes(data: Any, source: str) -> dict[str, Any]:
     """Scenario field changes from a parsed fleet description (ScenarioError naming `source`)."""
     if not isinstance(data, dict):
-        raise ScenarioError(f"{source}: expected a JSON object")
+        raise ScenarioError(f"{source}: expected an object (a mapping of keys to values)")
     unknown = sorted(set(data) - set(TOP))
     if unknown:
         raise ScenarioError(f"{source}: unknown key(s) {', '.join(unknown)} (known: {', '.join(TOP)})")
@@ -64,8 +72,44 @@ def apply_fleet_file(scenario: Scenario, path: str) -> Scenario:
         raise ScenarioError(f"{path}: cannot read ({exc.strerror or exc})") from None
     if raw is None:
         raise ScenarioError(f"{path}: larger than {MAX_BYTES // 1024} KiB, not a fleet description")
-    changes = fleet_changes(loads(raw, error=ScenarioError, source=path), path)
+    data = _yaml(raw, path) if p.suffix.lower() in YAML_SUFFIXES else loads(raw, error=ScenarioError, source=path)
+    changes = fleet_changes(data, path)
     try:
         return scenario.replace(**changes)
     except (ScenarioError, TypeError) as exc:
         raise ScenarioError(f"{path}: {exc}") from None
+
+
+def _yaml(raw: bytes, path: str) -> Any:
+    """YAML's safe subset (no tags to objects), without aliases (a small file of nested aliases can
+    stand for an enormous document); every failure one line naming the file and the line."""
+    import yaml
+
+    try:
+        text = raw.decode("utf-8")
+        if _flow_depth(text) > MAX_DEPTH:  # PyYAML's parser slows quadratically with flow nesting
+            raise ScenarioError(f"{path}: nested too deeply for a fleet description")
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise ScenarioError(f"{path}: YAML aliases (*name) are not accepted in a fleet file")
+        return yaml.safe_load(text)
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path}: not valid YAML ({getattr(exc, 'problem', None) or exc}{where})") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: nested too deeply for a fleet description") from None
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of YAML flow brackets ([ and {), counted over the raw text (a bracket
+    inside a quoted string counts too: a bound, not a parse)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest

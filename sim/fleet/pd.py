@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from models.links import get_link
+from models.spec import SpecError
 from sim.core.link import SharedLink, schedule_over
 from sim.core.remote_kv import RemoteKV
 from sim.core.request import REJECTED
@@ -133,8 +134,8 @@ class PDFleet:
         prefill, decode = pools_of(self.layout)
         (n_p, tp_p), (n_d, tp_d) = (prefill.replicas, prefill.tp), (decode.replicas, decode.tp)
         self.scenario = scenario
-        self.dep_p = Deployment.resolve(scenario.replace(tp=tp_p, replicas=n_p, pd=None))
-        self.dep_d = Deployment.resolve(scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=scenario.decode_router))
+        self.dep_p = _resolve_pool("prefill", scenario.replace(tp=tp_p, replicas=n_p, pd=None))
+        self.dep_d = _resolve_pool("decode", scenario.replace(tp=tp_d, replicas=n_d, pd=None, router=scenario.decode_router))
         setup_p, setup_d = build(trace, self.dep_p), build(trace, self.dep_d)
         _reject_in_both(setup_p, setup_d)
         setup_p.table.output[setup_p.table.status != REJECTED] = 1  # the proxy's max_tokens=1
@@ -246,6 +247,15 @@ class PDFleet:
                     for key in ("tier_link_utilisation", "tier_occupancy")}
         return {**{key: pk[key] for key in ("tier_hit_rate", "tier_hit_tokens", "tier_load_delay_s", "ttft_split_s")},
                 "tier_bytes_moved": moved, **per_pool}
+
+
+def _resolve_pool(role: str, scenario: Scenario) -> Deployment:
+    """One pool's Deployment; a model, GPU or TP error names the pool (its TP came from --prefill-tp,
+    --decode-tp or a fleet file's pool, not from --tp)."""
+    try:
+        return Deployment.resolve(scenario)
+    except SpecError as exc:
+        raise SpecError(f"{role} pool (tp={scenario.tp}): {exc}") from None
 
 
 def _remote(rep: Replica) -> RemoteKV:
