@@ -48,6 +48,11 @@ def test_pd_text_gives_transfers_and_each_pools_own_imbalance(mooncake):
     assert f"decode pool: 2 x TP1 behind random, routing imbalance {decode['routing_imbalance']:.2f}" in text
     assert "over the decode pool's 2 replicas" in text and "prefix cache (the prefill pool's)" in text
     assert decode["num_preemptions"] == s["num_preemptions"]  # the summary's count is the decode pool's
+    from sim.cli.compare import format_table, row
+
+    prefill = next(p for p in s["fleet"]["pools"] if p["role"] == "prefill")
+    both = f"{prefill['routing_imbalance']:.2f}/{decode['routing_imbalance']:.2f}"
+    assert row("pd", s)["imbalance"] == both and both in format_table([row("pd", s)])  # sim compare's column
 
 
 def test_decode_replicas_count_their_own_cache_hits(mooncake):

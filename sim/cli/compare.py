@@ -78,14 +78,23 @@ def row(label: str, s: dict[str, Any]) -> dict[str, Any]:
     return {"variant": label, "step_source": s["cost_model"]["source"], "completed": s["completed"], "throughput_tok_s": s["throughput_tok_s"],
             "mean_batch_size": s["mean_batch_size"], "ttft_p50_s": s["ttft_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
             "e2e_p50_s": s["e2e_s"]["p50"], "preempt": s["num_preemptions"], "prefix_hit": s.get("prefix_cache_hit_rate"),
-            "imbalance": s.get("routing_imbalance"), "token_states": kv["token_states"], "reserved": kv["reserved"],
+            "imbalance": _imbalance(s), "token_states": kv["token_states"], "reserved": kv["reserved"],
             "internal": kv["internal_frag"], "external": kv["external_frag"], "free": kv["free"]}
+
+
+def _imbalance(s: dict[str, Any]) -> Any:
+    """The routing imbalance; a P/D fleet's as 'prefill/decode' (the summary's key is the prefill pool's)."""
+    pools = {p["role"]: p.get("routing_imbalance") for p in (s.get("fleet") or {}).get("pools", [])}
+    if pools.get("prefill") is not None and pools.get("decode") is not None:
+        return f"{pools['prefill']:.2f}/{pools['decode']:.2f}"
+    return s.get("routing_imbalance")
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:
     cells = [[name for name, _ in COLUMNS]]
     for r in rows:
-        cells.append(["-" if r[name] is None else fmt.format(r[name]) for name, fmt in COLUMNS])
+        cells.append(["-" if r[name] is None else r[name] if isinstance(r[name], str) else fmt.format(r[name])
+                      for name, fmt in COLUMNS])
     widths = [max(len(c[i]) for c in cells) for i in range(len(COLUMNS))]
     return "\n".join("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths,
                      strict=True))) for line in cells)
