@@ -75,5 +75,6 @@ def test_pd_tier_keys_are_the_prefill_pools_hits_and_both_pools_bytes(mooncake):
     assert s["tier_hit_tokens"]["cpu"] == sum(st.hit_tokens.get("cpu", 0) for st in stacks_p) > 0
     assert s["tier_bytes_moved"]["cpu"]["store"] == sum(st.bytes_moved["cpu"]["store"] for st in [*stacks_p, *stacks_d])
     assert {k.split("/")[0] for k in s["tier_occupancy"]} == {"prefill", "decode"}
+    assert set(s["tier_occupancy_series"]) - {"t_s"} == {k for k in s["tier_occupancy"] if k.startswith("decode/")}
     line = next(x for x in format_summary(s).splitlines() if x.startswith("KV tiers"))
     assert f"GPU {s['tier_hit_rate']['gpu']:.1%}, CPU {s['tier_hit_rate']['cpu']:.1%}" in line

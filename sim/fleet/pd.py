@@ -233,8 +233,8 @@ class PDFleet:
         """KV tiers in a P/D fleet: each pool has its own (sim/run/tier_setup.py). Hits, load delays
         and the TTFT split are the prefill pool's, where prompts are looked up (as prefix_cache_*),
         over the fleet's requests frame; bytes moved are summed over both pools; occupancy and link
-        use are listed per pool ("prefill/cpu/replica0"). The occupancy series stays the decode
-        pool's, beside its steps frame (docs/METRICS.md)."""
+        use are listed per pool ("prefill/cpu/replica0"). The occupancy series is the decode pool's
+        ("decode/cpu/replica0"), beside its steps frame (docs/METRICS.md)."""
         p, d = self.prefill, res.summary
         reps = p.s.replicas
         assert p.s.tiers is not None
@@ -245,8 +245,9 @@ class PDFleet:
                  for name, parts in pk["tier_bytes_moved"].items()}
         per_pool = {key: {f"{role}/{name}": v for role, keys in (("prefill", pk), ("decode", d)) for name, v in keys[key].items()}
                     for key in ("tier_link_utilisation", "tier_occupancy")}
+        series = {name if name == "t_s" else f"decode/{name}": v for name, v in d["tier_occupancy_series"].items()}
         return {**{key: pk[key] for key in ("tier_hit_rate", "tier_hit_tokens", "tier_load_delay_s", "ttft_split_s")},
-                "tier_bytes_moved": moved, **per_pool}
+                "tier_bytes_moved": moved, **per_pool, "tier_occupancy_series": series}
 
 
 def _resolve_pool(role: str, scenario: Scenario) -> Deployment:

@@ -32,7 +32,7 @@ def tier_occupancy(summary: Mapping[str, Any], steps: pd.DataFrame) -> go.Figure
     for name, values in series.items():
         if name == "t_s":
             continue
-        colour = COLOURS.get(str(name).split("/")[0], "#64748b")
+        colour = next((COLOURS[part] for part in str(name).split("/") if part in COLOURS), "#64748b")  # "decode/cpu/replica0" too
         fig.add_trace(go.Scatter(x=t, y=np.asarray(values, dtype=float) / GIB, name=str(name), stackgroup="tiers",
                                  mode="lines", line=dict(width=0, color=colour), fillcolor=colour))
     return _layout(fig, "KV held per tier over time (GPU pool, CPU DRAM, NVMe, remote store)", "GiB")
