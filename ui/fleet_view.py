@@ -26,7 +26,7 @@ def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
     st.subheader("Fleet")
     cols = st.columns(4)
     cols[0].metric("Router", fleet.get("router", "-"))
-    pools = {p["role"]: p for p in fleet.get("pools") or [] if "routing_imbalance" in p}
+    pools = {p.get("role"): p for p in fleet.get("pools") or [] if isinstance(p, dict) and "routing_imbalance" in p}
     if {"prefill", "decode"} <= pools.keys():  # each pool's own (the summary's key is the prefill pool's)
         cols[1].metric("Routing imbalance, prefill / decode",
                        f"{pools['prefill']['routing_imbalance']:.2f} / {pools['decode']['routing_imbalance']:.2f}")

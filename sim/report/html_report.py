@@ -176,22 +176,28 @@ def load_factor_words(speedup: float, level: float | None = None) -> str:
                                           f": the trace's arrivals {speedup:g} times as fast as recorded.")
 
 
+def _ratio(x: Any) -> str:
+    return f"{x:.3f}" if isinstance(x, (int, float)) else "-"
+
+
 def fleet_section(summary: dict[str, Any]) -> str:
     """The fleet's part of the report (docs/FLEET.md): router, imbalance, per-replica figures and
     requests routed; the P/D transfer totals. Empty for a single replica."""
     fleet = summary.get("fleet")
     if not fleet:
         return ""
-    head = [("router", fleet.get("router")), ("routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.3f}")]
-    if "kv_transfer_bytes" in summary:
+    head: list[tuple[str, Any]] = [("router", fleet.get("router"))]
+    if "kv_transfer_bytes" not in summary:  # (P/D: each pool's, below)
+        head.append(("routing imbalance (max/mean)", _ratio(summary.get("routing_imbalance", 1.0))))
+    else:
         t = summary.get("kv_transfer_s") or {}
         head += [("KV link", fleet.get("kv_link")), ("decode router", fleet.get("decode_router")), ("KV moved (GB)", f"{summary['kv_transfer_bytes'] / 1e9:,.2f}"),
                  ("transfer p50 / p99 (ms)", "-" if t.get("p50") is None else f"{t['p50'] * 1e3:.1f} / {t['p99'] * 1e3:.1f}"),
                  ("waited for decode blocks", summary.get("pd_waited_for_blocks")),
                  ("prompt tokens found on the decode side (not sent)", summary.get("pd_decode_hit_tokens", 0)),
                  ("GPUs", summary.get("gpus"))]
-        head += [(f"{p['role']} pool", f"{p['replicas']} x TP{p['tp']} behind {p['router']}, routing imbalance "
-                  f"{p['routing_imbalance']:.3f}") for p in fleet.get("pools") or [] if "router" in p]
+        head += [(f"{p.get('role')} pool", f"{p.get('replicas')} x TP{p.get('tp')} behind {p['router']}, routing imbalance "
+                  f"{_ratio(p.get('routing_imbalance'))}") for p in fleet.get("pools") or [] if isinstance(p, dict) and "router" in p]
     cols = ("routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
     rows = "".join(f"<tr><td>{html.escape(fleet_charts.replica_label(r))}</td>"  # 'decode 0' in a P/D fleet
                    + "".join(f"<td>{html.escape(human(r.get(c)))}</td>" for c in cols) + "</tr>"
