@@ -254,7 +254,9 @@ def test_fleet_file_in_yaml(tmp_path):
     assert (sc.pd, sc.prefill_tp, sc.kv_link, sc.router) == ("1:3", 2, "rdma-200g", "least-kv")
     for text, why in (("router: [unclosed\n", "not valid YAML .* at line 2"), ("a: &x [1]\nb: *x\n", "aliases"),
                       ("- 1\n", "expected an object"), ("!!python/object:os.system {}\n", "not valid YAML"),
-                      ("[" * 30000 + "]" * 30000, "nested too deeply"), ("router_kv_weight: .nan\n", "not a finite number")):
+                      ("[" * 30000 + "]" * 30000, "nested too deeply"), ("router_kv_weight: .nan\n", "not a finite number"),
+                      ("1: a\nrouter: x\n", "unknown key\\(s\\) 1 "),  # YAML keys need not be text
+                      ("".join(f"k{i}: 1\n" for i in range(500)), "k104 and 492 more \\(known")):
         f.write_text(text)
         with pytest.raises(ScenarioError, match=f"{f}: .*{why}"):
             apply_fleet_file(BASE, str(f))

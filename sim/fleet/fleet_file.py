@@ -35,9 +35,9 @@ def fleet_changes(data: Any, source: str) -> dict[str, Any]:
     """Scenario field changes from a parsed fleet description (ScenarioError naming `source`)."""
     if not isinstance(data, dict):
         raise ScenarioError(f"{source}: expected an object (a mapping of keys to values)")
-    unknown = sorted(set(data) - set(TOP))
+    unknown = sorted(map(str, set(data) - set(TOP)))
     if unknown:
-        raise ScenarioError(f"{source}: unknown key(s) {', '.join(unknown)} (known: {', '.join(TOP)})")
+        raise ScenarioError(f"{source}: unknown key(s) {_few(unknown)} (known: {', '.join(TOP)})")
     changes = {k: v for k, v in data.items() if k != "pools"}
     pools = data.get("pools")
     if pools is None:
@@ -45,9 +45,9 @@ def fleet_changes(data: Any, source: str) -> dict[str, Any]:
     if not isinstance(pools, list) or not pools or not all(isinstance(p, dict) for p in pools):
         raise ScenarioError(f"{source}: pools must be a list of objects")
     for i, pool in enumerate(pools):
-        bad = sorted(set(pool) - set(POOL))
+        bad = sorted(map(str, set(pool) - set(POOL)))
         if bad:
-            raise ScenarioError(f"{source}: pools[{i}]: unknown key(s) {', '.join(bad)} (known: {', '.join(POOL)})")
+            raise ScenarioError(f"{source}: pools[{i}]: unknown key(s) {_few(bad)} (known: {', '.join(POOL)})")
     roles = [p.get("role", "aggregated") for p in pools]
     if roles == ["aggregated"]:
         changes.update({k: pools[0][k] for k in ("replicas", "tp") if k in pools[0]})
@@ -61,6 +61,12 @@ def fleet_changes(data: Any, source: str) -> dict[str, Any]:
         raise ScenarioError(f"{source}: pools: replicas must be whole numbers")
     changes.update(pd=f"{n_p}:{n_d}", prefill_tp=by_role["prefill"].get("tp"), decode_tp=by_role["decode"].get("tp"))
     return changes
+
+
+def _few(names: list[str], shown: int = 8) -> str:
+    """The first names, each cut to 40 characters, and how many more: one line, however many."""
+    text = ", ".join(n[:40] for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def apply_fleet_file(scenario: Scenario, path: str) -> Scenario:
