@@ -143,7 +143,7 @@ def format_table(out: dict[str, Any]) -> str:
     labels = [" ".join([r["gpu"]] + [f"{k}={r[k]}" for k in varied if k != "gpu"]) for r in rows]
     width = max([len(label) for label in labels] + [6])
     lines = [head, f"{'config':<{width}} {'max req/s':>10} {'tok/s/GPU':>10} {'tok/s/user':>10} {'GPUs@target':>11} "
-             f"{'$/Mtok':>8} {'steps':>11}  binding"]
+             f"{'$/Mtok':>8} {'step_source':>11}  binding"]
     for label, row in zip(labels, rows, strict=True):
         rate = (">" if row["capped"] else "") + format(row["max_rate_per_s"], ".4g")
         lines.append(f"{label:<{width}} {rate:>10} {row['tok_s_per_gpu']:>10.0f} "
