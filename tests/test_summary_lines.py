@@ -38,6 +38,7 @@ def test_a_long_fleet_lists_its_first_replicas_and_counts_the_rest(mooncake, mon
     assert sum(line.startswith("  replica ") for line in lines) == 2
     assert lines[-1] == "  ... 1 more replicas (--json lists them all)"
     assert not any(line.startswith("prefix cache") for line in format_summary(s).splitlines())  # nothing looked up
+    assert not any("prefix hits" in line for line in lines)
 
 
 def test_pd_text_gives_transfers_and_each_pools_own_imbalance(mooncake):

@@ -65,7 +65,8 @@ def fleet_lines(s: Mapping[str, Any]) -> list[str]:
         f"fleet: {len(fleet['replicas'])} replicas behind {fleet['router']}, routing imbalance "
         f"{s.get('routing_imbalance', 1.0):.2f} (max / mean requests routed)"]
     rows = fleet["replicas"]
-    lines += [_replica_line(r) for r in rows[:REPLICAS_LISTED]]
+    hits = bool(s.get("prefix_cache_queries"))  # (no prefix caching: no hit rate to show)
+    lines += [_replica_line(r, hits) for r in rows[:REPLICAS_LISTED]]
     if len(rows) > REPLICAS_LISTED:
         lines.append(f"  ... {len(rows) - REPLICAS_LISTED} more replicas (--json lists them all)")
     return lines
@@ -88,8 +89,8 @@ def _pd_lines(s: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _replica_line(r: Mapping[str, Any]) -> str:
+def _replica_line(r: Mapping[str, Any], hits: bool) -> str:
     pool = f" ({r['pool']})" if "pool" in r else ""
-    return (f"  replica {r['replica']}{pool}: {r['routed']:,} routed, prefix hits {r['prefix_cache_hit_rate']:.1%}, "
-            f"KV mean {r['kv_usage_mean']:.1%} peak {r['kv_usage_peak']:.1%}, queue mean {r['queue_mean']:.1f}, "
-            f"busy {r['utilisation']:.0%}")
+    hit = f"prefix hits {r['prefix_cache_hit_rate']:.1%}, " if hits else ""
+    return (f"  replica {r['replica']}{pool}: {r['routed']:,} routed, {hit}KV mean {r['kv_usage_mean']:.1%} "
+            f"peak {r['kv_usage_peak']:.1%}, queue mean {r['queue_mean']:.1f}, busy {r['utilisation']:.0%}")
