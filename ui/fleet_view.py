@@ -9,6 +9,7 @@ import pandas as pd
 import streamlit as st
 
 from sim.report import fleet_charts
+from sim.report.summary_lines import pd_pools
 
 
 def replica_table(replicas: list[dict[str, Any]]) -> pd.DataFrame:
@@ -19,6 +20,10 @@ def replica_table(replicas: list[dict[str, Any]]) -> pd.DataFrame:
                          for r in replicas])
 
 
+def _ratio(x: Any) -> str:
+    return f"{x:.2f}" if isinstance(x, (int, float)) else "-"
+
+
 def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
     fleet = summary.get("fleet")
     if not fleet:
@@ -26,10 +31,10 @@ def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
     st.subheader("Fleet")
     cols = st.columns(4)
     cols[0].metric("Router", fleet.get("router", "-"))
-    pools = {p.get("role"): p for p in fleet.get("pools") or [] if isinstance(p, dict) and "routing_imbalance" in p}
-    if {"prefill", "decode"} <= pools.keys():  # each pool's own (the summary's key is the prefill pool's)
+    pools = pd_pools(summary)
+    if pools is not None:  # each pool's own (the summary's key is the prefill pool's)
         cols[1].metric("Routing imbalance, prefill / decode",
-                       f"{pools['prefill']['routing_imbalance']:.2f} / {pools['decode']['routing_imbalance']:.2f}")
+                       " / ".join(_ratio(p.get("routing_imbalance")) for p in pools))
     else:
         cols[1].metric("Routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.2f}")
     cols[2].metric("Prefix-cache hit rate", f"{summary.get('prefix_cache_hit_rate', 0.0):.1%}")

@@ -84,10 +84,12 @@ def row(label: str, s: dict[str, Any]) -> dict[str, Any]:
 
 def _imbalance(s: dict[str, Any]) -> Any:
     """The routing imbalance; a P/D fleet's as 'prefill/decode' (the summary's key is the prefill pool's)."""
-    pools = {p["role"]: p.get("routing_imbalance") for p in (s.get("fleet") or {}).get("pools", [])}
-    if pools.get("prefill") is not None and pools.get("decode") is not None:
-        return f"{pools['prefill']:.2f}/{pools['decode']:.2f}"
-    return s.get("routing_imbalance")
+    from sim.report.summary_lines import pd_pools
+
+    pools = pd_pools(s)
+    if pools is None:
+        return s.get("routing_imbalance")
+    return "/".join(f"{p['routing_imbalance']:.2f}" for p in pools)
 
 
 def format_table(rows: list[dict[str, Any]]) -> str:

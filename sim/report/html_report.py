@@ -17,6 +17,7 @@ from sim.report.glossary import KV_BYTES, KV_PARTS
 from sim.report.interval_words import interval_line, log_bounds
 from sim.report.plan_answer import answer_html, drilled_row
 from sim.report.served import latency_basis, load_verdict, not_served, rejection_fix, share
+from sim.report.summary_lines import pd_pools
 from sim.report.svg import figure_svg
 from sim.report.tier_report import tier_section
 
@@ -196,8 +197,8 @@ def fleet_section(summary: dict[str, Any]) -> str:
                  ("waited for decode blocks", summary.get("pd_waited_for_blocks")),
                  ("prompt tokens found on the decode side (not sent)", summary.get("pd_decode_hit_tokens", 0)),
                  ("GPUs", summary.get("gpus"))]
-        head += [(f"{p.get('role')} pool", f"{p.get('replicas')} x TP{p.get('tp')} behind {p['router']}, routing imbalance "
-                  f"{_ratio(p.get('routing_imbalance'))}") for p in fleet.get("pools") or [] if isinstance(p, dict) and "router" in p]
+        head += [(f"{p.get('role')} pool", f"{p.get('replicas')} x TP{p.get('tp')} behind {p.get('router')}, routing imbalance "
+                  f"{_ratio(p.get('routing_imbalance'))}") for p in pd_pools(summary) or ()]
     cols = ("routed", "prefix_cache_hit_rate", "kv_usage_mean", "kv_usage_peak", "queue_mean", "utilisation")
     rows = "".join(f"<tr><td>{html.escape(fleet_charts.replica_label(r))}</td>"  # 'decode 0' in a P/D fleet
                    + "".join(f"<td>{html.escape(human(r.get(c)))}</td>" for c in cols) + "</tr>"

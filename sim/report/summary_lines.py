@@ -11,20 +11,24 @@ REPLICAS_LISTED = 16  # a fleet's per-replica lines; the rest are counted (`--js
 GIB = 2**30
 
 
-def _pd(s: Mapping[str, Any]) -> bool:
-    return "decode_router" in (s.get("fleet") or {})
-
-
-def _pool(s: Mapping[str, Any], role: str) -> Mapping[str, Any]:
-    return next((p for p in s["fleet"]["pools"] if p["role"] == role), {})
+def pd_pools(s: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+    """A P/D fleet's (prefill, decode) rows of `fleet.pools`; None for any other run (or a snapshot
+    without them). The CLI, `sim compare`, the report and the fleet view all ask it."""
+    fleet = s.get("fleet")
+    rows = fleet.get("pools") if isinstance(fleet, Mapping) else None
+    by_role = {p.get("role"): p for p in rows or [] if isinstance(p, Mapping)}
+    return (by_role["prefill"], by_role["decode"]) if {"prefill", "decode"} <= by_role.keys() else None
 
 
 def kv_line(s: Mapping[str, Any]) -> str:
     """The KV pool: kv_capacity_bytes is summed over the replicas whose gauges the summary holds
     (a P/D fleet's: the decode pool's), num_blocks is one replica's."""
-    replicas = int(_pool(s, "decode").get("replicas", 1)) if _pd(s) else int(s.get("replicas") or 1)
-    where = " over the decode pool's" if _pd(s) else " over"
-    over = f"{where} {replicas} replicas" if replicas > 1 or _pd(s) else ""
+    pools = pd_pools(s)
+    if pools is not None:
+        over = f" over the decode pool's {pools[1].get('replicas')} replicas"
+    else:
+        replicas = int(s.get("replicas") or 1)
+        over = f" over {replicas} replicas" if replicas > 1 else ""
     each = " each" if over else ""
     usage = s["kv_cache_usage_perc"]
     return (f"KV {s['kv_capacity_bytes'] / GIB:.2f} GiB{over} ({s['num_blocks']} blocks of {s['block_size']}{each}): "
@@ -36,7 +40,7 @@ def prefix_line(s: Mapping[str, Any]) -> str | None:
     queries = s.get("prefix_cache_queries")
     if not queries:
         return None
-    pool = " (the prefill pool's)" if _pd(s) else ""
+    pool = " (the prefill pool's)" if pd_pools(s) is not None else ""
     return (f"prefix cache{pool}: {s['prefix_cache_hit_rate']:.1%} of looked-up prompt tokens hit "
             f"({s['prefix_cache_hits']:,} of {queries:,})")
 
@@ -49,8 +53,8 @@ def tier_line(s: Mapping[str, Any]) -> str | None:
     present = {part for key in s.get("tier_occupancy") or {} for part in key.split("/")}  # "cpu/replica0", "prefill/cpu/..."
     tiers = [t for t in moved if t in present]
     hits = ", ".join(f"{t.upper() if t != 'nvme' else 'NVMe'} {rates.get(t, 0.0):.1%}" for t in ["gpu", *tiers])
-    flows = "; ".join(f"{t}: {b.get('store', 0) / GIB:.2f} GiB stored, {b.get('load', 0) / GIB:.2f} GiB loaded"
-                      for t, b in moved.items() if t in present)
+    flows = "; ".join(f"{t}: {moved[t].get('store', 0) / GIB:.2f} GiB stored, {moved[t].get('load', 0) / GIB:.2f} GiB loaded"
+                      for t in tiers)
     delay = s.get("tier_load_delay_s") or {}
     wait = f"; load delay p99 {delay['p99'] * 1e3:.1f} ms over {delay['count']:,} loads" if delay.get("count") else ""
     return f"KV tiers: prompt tokens hit on {hits} (total {rates.get('total', 0.0):.1%}); {flows}{wait}"
@@ -61,7 +65,8 @@ def fleet_lines(s: Mapping[str, Any]) -> list[str]:
     fleet = s.get("fleet")
     if not fleet:
         return []
-    lines = _pd_lines(s) if _pd(s) else [
+    pools = pd_pools(s)
+    lines = _pd_lines(s, *pools) if pools is not None else [
         f"fleet: {len(fleet['replicas'])} replicas behind {fleet['router']}, routing imbalance "
         f"{s.get('routing_imbalance', 1.0):.2f} (max / mean requests routed)"]
     rows = fleet["replicas"]
@@ -72,9 +77,8 @@ def fleet_lines(s: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _pd_lines(s: Mapping[str, Any]) -> list[str]:
+def _pd_lines(s: Mapping[str, Any], p: Mapping[str, Any], d: Mapping[str, Any]) -> list[str]:
     fleet = s["fleet"]
-    p, d = _pool(s, "prefill"), _pool(s, "decode")
     link = fleet["kv_link"] + (", layer by layer" if fleet.get("layer_pipelined") else "")
     times = s.get("kv_transfer_s") or {}
     spread = f", transfer p50 {times['p50'] * 1e3:.1f} ms p99 {times['p99'] * 1e3:.1f} ms" if times.get("p50") is not None else ""
