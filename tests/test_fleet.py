@@ -90,6 +90,17 @@ def test_sim_compare_routing_preset_runs_and_reports_imbalance(capsys):
                "--replicas", "2", "--preset", "routing", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0 and "imbalance" in out and "kv-precise" in out
+    assert "P/D rows:" not in out  # the two-pool note is for P/D rows only
+
+
+def test_sim_compare_says_which_pool_each_pd_column_comes_from(capsys):
+    from sim.__main__ import main
+
+    rc = main(["compare", "--synthetic", "n=20,rate=10", "--model", "llama-3-8b", "--kv-budget-gib", "1",
+               "--replicas", "2", "--preset", "pd", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "P/D 1:1" in out
+    assert "P/D rows: prefix_hit is the prefill pool's" in out and "the KV columns are the decode pool's" in out
 
 
 def test_a_router_registered_from_outside_runs_in_the_fleet():

@@ -8,7 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from sim.fleet.replay import simulate
-from sim.report.html_report import html_report, human
+from sim.report.html_report import headline_metrics, html_report, human
 from sim.scenario import Scenario
 from sim.trace import synthetic
 from ui.fleet_view import replica_table
@@ -44,6 +44,9 @@ def test_pd_report_names_the_link_and_the_bytes():
     assert len(res.summary["fleet"]["transfers"]) == 20
     found = res.summary["pd_decode_hit_tokens"]
     assert f"<th>prompt tokens found on the decode side (not sent)</th><td>{human(found)}</td>" in page
+    labels = dict(headline_metrics(res.summary))  # each headline figure names the pool it comes from
+    assert labels["preemptions, decode pool"] == str(res.summary["num_preemptions"])
+    assert "prefix cache hits, prefill pool" in labels and "prefix cache hits" not in labels
 
 
 def test_compare_presets_for_routing_and_pd():
@@ -60,6 +63,7 @@ def test_simulate_page_shows_the_fleet_view():
     assert not at.exception and not at.error
     assert any(s.value == "Fleet" for s in at.subheader)
     assert any(m.label.startswith("Routing imbalance") for m in at.metric)
+    assert any(m.label == "Prefix-cache hit rate" for m in at.metric)  # one pool: no pool named
 
 
 def test_simulate_page_takes_the_decode_router():
@@ -71,6 +75,7 @@ def test_simulate_page_takes_the_decode_router():
     assert at.selectbox(key="decode_router").value == "round-robin"
     assert any("decode router round-robin" in c.value for c in at.caption)
     assert any(m.label == "Routing imbalance, prefill / decode" for m in at.metric)  # each pool's own
+    assert any(m.label == "Prefix-cache hit rate, prefill pool" for m in at.metric)  # the summary's rate is the prefill pool's
 
 
 @pytest.mark.slow

@@ -37,7 +37,8 @@ def show_fleet(summary: dict[str, Any], key: str = "res") -> None:
                        " / ".join(_ratio(p.get("routing_imbalance")) for p in pools))
     else:
         cols[1].metric("Routing imbalance (max/mean)", f"{summary.get('routing_imbalance', 1.0):.2f}")
-    cols[2].metric("Prefix-cache hit rate", f"{summary.get('prefix_cache_hit_rate', 0.0):.1%}")
+    cols[2].metric("Prefix-cache hit rate" + (", prefill pool" if pools is not None else ""),
+                   f"{summary.get('prefix_cache_hit_rate', 0.0):.1%}")
     if "kv_transfer_bytes" in summary:
         cols[3].metric("KV moved", f"{summary['kv_transfer_bytes'] / 1e9:,.1f} GB")
         t = summary.get("kv_transfer_s") or {}

@@ -120,5 +120,18 @@ def run(args: argparse.Namespace) -> int:
         print_json(results)
     else:
         print(format_table([row(r["variant"], r["summary"]) for r in results]))
+        if any(pd_row(r["summary"]) for r in results):
+            print(PD_NOTE)
         print(chosen.note)
     return 0
+
+
+PD_NOTE = ("P/D rows: prefix_hit is the prefill pool's (where prompts are looked up), imbalance is "
+           "prefill/decode, preempt and the KV columns are the decode pool's (docs/METRICS.md).")
+
+
+def pd_row(s: dict[str, Any]) -> bool:
+    """Whether a row's summary is a P/D fleet's, whose columns come from two pools (PD_NOTE)."""
+    from sim.report.summary_lines import pd_pools
+
+    return pd_pools(s) is not None

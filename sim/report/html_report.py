@@ -43,7 +43,8 @@ TOKEN_SHARE_LABEL = "KV pool holding token states (avg)"
 
 def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """The figures a planner reads first, as short (label, value) pairs; pages and the report share them.
-    What was not served comes first: latency below is over completed requests only."""
+    What was not served comes first: latency below is over completed requests only. A P/D fleet's
+    labels name the pool a figure comes from (docs/METRICS.md)."""
     def num(v: Any, fmt: str) -> str:
         return "n/a" if v is None else format(float(v), fmt)
 
@@ -51,6 +52,7 @@ def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
         return "n/a" if v is None else f"{100 * float(v):.1f}%"
 
     total = summary.get("requests")
+    decode = ", decode pool" if pd_pools(summary) is not None else ""  # a P/D fleet's gauges are its decode pool's
 
     def count_share(key: str) -> str:
         n = summary.get(key)
@@ -68,11 +70,11 @@ def headline_metrics(summary: dict[str, Any]) -> list[tuple[str, str]]:
         ("TPOT p50", _fmt_s(_get(summary, "tpot_s", "p50"))),
         ("TPOT p99", _fmt_s(_get(summary, "tpot_s", "p99"))),
         ("E2E p99", _fmt_s(_get(summary, "e2e_s", "p99"))),
-        ("running requests (avg)", num(summary.get("mean_batch_size"), ".1f")),
-        ("preemptions", num(summary.get("num_preemptions"), ",.0f")),
-        ("peak KV usage", pct(_get(summary, "kv_cache_usage_perc", "peak"))),
-        (TOKEN_SHARE_LABEL, _fraction(summary, "token_states")),
-        ("prefix cache hits", pct(summary.get("prefix_cache_hit_rate"))),
+        ("running requests (avg)" + decode, num(summary.get("mean_batch_size"), ".1f")),
+        ("preemptions" + decode, num(summary.get("num_preemptions"), ",.0f")),
+        ("peak KV usage" + decode, pct(_get(summary, "kv_cache_usage_perc", "peak"))),
+        (TOKEN_SHARE_LABEL + decode, _fraction(summary, "token_states")),
+        ("prefix cache hits" + (", prefill pool" if decode else ""), pct(summary.get("prefix_cache_hit_rate"))),
     ]
 
 
