@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -31,20 +33,50 @@ def shared_traces() -> Path:
 
 
 @pytest.fixture(scope="session")
-def vllm_env() -> Path:
+def vllm_env(tmp_path_factory) -> Iterator[Path]:
     """vLLM's own environment (.venv-vllm, built by `make vllm-env` / `make test`). Tests that run
     real vLLM skip without it, except under KVSIM_REQUIRE_VLLM=1 (`make test` sets it: there they
-    must run)."""
-    import os
-
+    must run). A warm zygote (gpu_backend/vllm_engine/spawn.py) forks every vLLM process this
+    pytest process starts, its children's included, so vLLM's import is paid once per worker;
+    KVSIM_VLLM_ZYGOTE set beforehand ("" for none) is left as it is."""
     from gpu_backend.vllm_engine.client import VllmError, vllm_python
 
     try:
-        return vllm_python()
+        python = vllm_python()
     except VllmError as exc:
         if os.environ.get("KVSIM_REQUIRE_VLLM") == "1":
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+    with _vllm_zygote(python, tmp_path_factory.mktemp("vllm-zygote")):
+        yield python
+
+
+@contextmanager
+def _vllm_zygote(python: Path, folder: Path) -> Iterator[None]:
+    import signal
+    import warnings
+
+    from gpu_backend.vllm_engine.spawn import ZYGOTE_ENV, start_zygote
+
+    if ZYGOTE_ENV in os.environ:
+        yield
+        return
+    sock = folder / "zygote.sock"
+    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+    with (folder / "zygote.log").open("w") as log:
+        try:
+            proc = start_zygote(python, sock, env=env, log=log)
+        except RuntimeError as exc:  # every run then starts vLLM itself, as without a zygote
+            warnings.warn(f"{exc}: {(folder / 'zygote.log').read_text()[-500:]}", stacklevel=1)
+            yield
+            return
+    os.environ[ZYGOTE_ENV] = str(sock)
+    try:
+        yield
+    finally:
+        del os.environ[ZYGOTE_ENV]
+        os.killpg(proc.pid, signal.SIGKILL)  # the zygote and any run still going
+        proc.wait(timeout=30)
 
 
 def pytest_collection_modifyitems(config, items) -> None:

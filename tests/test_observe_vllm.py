@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_backend.vllm_engine.spawn import ZygoteChild, spawn
 from sim.__main__ import main
 from sim.fidelity.run_record import load_run_dir
 from sim.trace import resolve_trace
@@ -52,7 +53,7 @@ def _up(url: str) -> bool:
 def server(vllm_env, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm_server") / "server.log"
-    cmd = [str(vllm_env), "-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL), "--load-format", "dummy",
+    cmd = ["-m", "vllm.entrypoints.openai.api_server", "--model", str(MODEL), "--load-format", "dummy",
            "--skip-tokenizer-init", "--block-size", "32", "--num-gpu-blocks-override", str(NUM_BLOCKS),
            "--max-model-len", "2048", "--gpu-memory-utilization", "0.2", "--dtype", "float32",
            "--max-num-seqs", "16", "--max-num-batched-tokens", "512", "--host", "127.0.0.1", "--port", str(port),
@@ -62,8 +63,8 @@ def server(vllm_env, tmp_path_factory):
            # API and /metrics, is the same.
            "--enforce-eager", "--distributed-executor-backend", "uni"]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    with log.open("w") as out:  # forked from the session's warm vLLM process when there is one (conftest.py)
+        proc = spawn(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, python=vllm_env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_LIMIT_S
     while not _up(url):
@@ -75,7 +76,7 @@ def server(vllm_env, tmp_path_factory):
     _stop(proc)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen | ZygoteChild) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)

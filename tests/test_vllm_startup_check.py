@@ -5,10 +5,11 @@ per-layer specs), and the refusal of a kv_pool='vllm' run that vLLM would not st
 from __future__ import annotations
 
 import json
-import subprocess
+from pathlib import Path
 
 import pytest
 
+from gpu_backend.vllm_engine.spawn import run_captured
 from models.kv_groups import SlidingWindow
 from models.spec import load_spec
 from sim.errors import ScenarioError
@@ -16,6 +17,8 @@ from sim.memory.vllm_pool import pool_layout
 from sim.memory.vllm_startup_check import estimate_max_model_len, request_peak_bytes, startup_check
 from sim.run.deployment import Deployment
 from sim.scenario import Scenario
+
+REPO = Path(__file__).resolve().parent.parent
 
 # vLLM's functions over one rank's layer specs; the config carries only what they read.
 VLLM_SIDE = """
@@ -61,9 +64,9 @@ def vllm_answers(vllm_env) -> list[dict]:
     """vLLM's need and estimate for every case, from one interpreter start (vLLM's import is slow)."""
     args = [{"layers": _layers(m, tp), "block": 16, "max_len": max_len, "in_flight": IN_FLIGHT,
              "available": int(gib * 2**30)} for m, tp, max_len, gib in CASES]
-    got = subprocess.run([str(vllm_env), "-c", VLLM_SIDE, json.dumps(args)], capture_output=True, text=True,
-                         timeout=300, check=True)
-    return json.loads(got.stdout.strip().splitlines()[-1])
+    rc, out, err = run_captured(["-c", VLLM_SIDE, json.dumps(args)], python=vllm_env, cwd=REPO, timeout_s=300)
+    assert rc == 0, err
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.slow

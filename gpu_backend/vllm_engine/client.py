@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_backend.vllm_engine.protocol import PROTOCOL, EngineConfig, EngineRequest, StepRecord
+from gpu_backend.vllm_engine.spawn import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("worker.py")
@@ -76,8 +77,8 @@ def run_workers(model_dir: str | Path, jobs: list[tuple[EngineConfig, list[Engin
                for cfg, reqs in jobs]
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONUNBUFFERED": "1"}
     with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: vLLM's logging never blocks the worker
-        proc = subprocess.Popen([str(py), str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, text=True, env=env, cwd=str(ROOT))
+        proc = spawn([str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=ROOT,
+                     python=py)  # forked from a warm zygote when one runs (spawn.py)
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(json.dumps(payload[0] if len(payload) == 1 else payload))
         proc.stdin.close()
