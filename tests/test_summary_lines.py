@@ -76,6 +76,20 @@ def test_pd_tier_keys_are_the_prefill_pools_hits_and_both_pools_bytes(mooncake):
     assert s["tier_hit_tokens"]["cpu"] == sum(st.hit_tokens.get("cpu", 0) for st in stacks_p) > 0
     assert s["tier_bytes_moved"]["cpu"]["store"] == sum(st.bytes_moved["cpu"]["store"] for st in [*stacks_p, *stacks_d])
     assert {k.split("/")[0] for k in s["tier_occupancy"]} == {"prefill", "decode"}
-    assert set(s["tier_occupancy_series"]) - {"t_s"} == {k for k in s["tier_occupancy"] if k.startswith("decode/")}
+    series = s["tier_occupancy_series"]
+    assert set(series) - {"t_s"} == set(s["tier_occupancy"])  # both pools' instances
+    for role, sim_ in (("prefill", fleet.prefill), ("decode", fleet.decode)):  # each pool's own samples, held between
+        for t, occ in dict(sim_._tier_occupancy).items():  # the last sample at each time
+            i = series["t_s"].index(t)
+            assert all(series[f"{role}/{name}"][i] == occ[name] for name in occ)
+    assert series["t_s"] == sorted(set(series["t_s"])) and max(series["prefill/cpu/replica0"]) > 0
     line = next(x for x in format_summary(s).splitlines() if x.startswith("KV tiers"))
     assert f"GPU {s['tier_hit_rate']['gpu']:.1%}, CPU {s['tier_hit_rate']['cpu']:.1%}" in line
+
+
+def test_merged_series_holds_each_pools_last_sample():
+    from sim.fleet.pd import merged_series
+
+    out = merged_series({"a": {"t_s": [1.0, 3.0], "x": [10, 30]}, "b": {"t_s": [0.5, 2.0, 3.0], "x": [5, 20, 40]},
+                         "c": {"t_s": []}})
+    assert out == {"t_s": [0.5, 1.0, 2.0, 3.0], "a/x": [0, 10, 10, 30], "b/x": [5, 5, 20, 40]}

@@ -212,6 +212,9 @@ def test_tier_chart_stacks_the_gpu_pool_and_each_tier():
     assert [d.name for d in fig.data] == ["GPU pool (in use)", "cpu/replica0"]
     assert list(fig.data[0].y) == [1.0] and list(fig.data[1].y) == [3.0]
     assert tier_occupancy({}, steps) is None
+    pd_summary = {"tier_occupancy_series": {"t_s": [1.0], "prefill/cpu/replica0": [2**30], "decode/cpu/replica0": [0]}}
+    names = [d.name for d in tier_occupancy(pd_summary, steps).data]  # a P/D fleet's GPU trace is its decode pool's
+    assert names == ["decode GPU pool (in use)", "prefill/cpu/replica0", "decode/cpu/replica0"]
 
 
 def test_tier_price_per_gpu_hour_hand_computed():

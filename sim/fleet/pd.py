@@ -233,8 +233,8 @@ class PDFleet:
         """KV tiers in a P/D fleet: each pool has its own (sim/run/tier_setup.py). Hits, load delays
         and the TTFT split are the prefill pool's, where prompts are looked up (as prefix_cache_*),
         over the fleet's requests frame; bytes moved are summed over both pools; occupancy and link
-        use are listed per pool ("prefill/cpu/replica0"). The occupancy series is the decode pool's
-        ("decode/cpu/replica0"), beside its steps frame (docs/METRICS.md)."""
+        use are listed per pool ("prefill/cpu/replica0"), and so is the occupancy series, both pools'
+        samples on one time axis (`merged_series`; docs/METRICS.md)."""
         p, d = self.prefill, res.summary
         reps = p.s.replicas
         assert p.s.tiers is not None
@@ -245,9 +245,26 @@ class PDFleet:
                  for name, parts in pk["tier_bytes_moved"].items()}
         per_pool = {key: {f"{role}/{name}": v for role, keys in (("prefill", pk), ("decode", d)) for name, v in keys[key].items()}
                     for key in ("tier_link_utilisation", "tier_occupancy")}
-        series = {name if name == "t_s" else f"decode/{name}": v for name, v in d["tier_occupancy_series"].items()}
+        series = merged_series({"prefill": pk["tier_occupancy_series"], "decode": d["tier_occupancy_series"]})
         return {**{key: pk[key] for key in ("tier_hit_rate", "tier_hit_tokens", "tier_load_delay_s", "ttft_split_s")},
                 "tier_bytes_moved": moved, **per_pool, "tier_occupancy_series": series}
+
+
+def merged_series(by_pool: dict[str, dict[str, list]]) -> dict[str, list]:
+    """Occupancy series sampled at each pool's own times ({"t_s": [...], instance: [bytes, ...]})
+    on the union of their times, instances named "pool/instance": between its own samples a pool's
+    occupancy is held at its last sample (a sampled gauge, not interpolated), and before its first
+    one it is 0 (the tiers start empty)."""
+    times = np.unique(np.concatenate([np.asarray(ser.get("t_s", []), dtype=float) for ser in by_pool.values()]))
+    out: dict[str, list] = {"t_s": times.tolist()}
+    for pool, ser in by_pool.items():
+        own = np.asarray(ser.get("t_s", []), dtype=float)
+        at = np.searchsorted(own, times, side="right") - 1  # the last own sample at or before each time
+        for name, values in ser.items():
+            if name != "t_s":
+                held = np.asarray(values, dtype=np.int64)[np.maximum(at, 0)] if len(values) else np.zeros(len(times), np.int64)
+                out[f"{pool}/{name}"] = np.where(at >= 0, held, 0).tolist()
+    return out
 
 
 def _resolve_pool(role: str, scenario: Scenario) -> Deployment:

@@ -27,7 +27,9 @@ def tier_occupancy(summary: Mapping[str, Any], steps: pd.DataFrame) -> go.Figure
     if {"t_s", "token_states_bytes", "internal_frag_bytes"} <= set(steps.columns) and len(steps):
         used = (steps["token_states_bytes"] + steps["internal_frag_bytes"]).to_numpy(dtype=float)
         gpu = np.interp(t, steps["t_s"].to_numpy(dtype=float), used)
-        fig.add_trace(go.Scatter(x=t, y=gpu / GIB, name="GPU pool (in use)", stackgroup="tiers", mode="lines",
+        pd_fleet = any(str(name).startswith("decode/") for name in series)  # a P/D fleet's steps frame is its decode pool's
+        label = "decode GPU pool (in use)" if pd_fleet else "GPU pool (in use)"
+        fig.add_trace(go.Scatter(x=t, y=gpu / GIB, name=label, stackgroup="tiers", mode="lines",
                                  line=dict(width=0, color=COLOURS["gpu"]), fillcolor=COLOURS["gpu"]))
     for name, values in series.items():
         if name == "t_s":
