@@ -38,7 +38,8 @@ def vllm_env(tmp_path_factory) -> Iterator[Path]:
     real vLLM skip without it, except under KVSIM_REQUIRE_VLLM=1 (`make test` sets it: there they
     must run). A warm zygote (gpu_backend/vllm_engine/spawn.py) forks every vLLM process this
     pytest process starts, its children's included, so vLLM's import is paid once per worker;
-    KVSIM_VLLM_ZYGOTE set beforehand ("" for none) is left as it is."""
+    KVSIM_VLLM_ZYGOTE set beforehand ("" for none) is left as it is. Each vLLM process runs one
+    OpenMP thread (KVSIM_VLLM_OMP_THREADS, unless set beforehand)."""
     from gpu_backend.vllm_engine.client import VllmError, vllm_python
 
     try:
@@ -47,6 +48,7 @@ def vllm_env(tmp_path_factory) -> Iterator[Path]:
         if os.environ.get("KVSIM_REQUIRE_VLLM") == "1":
             pytest.fail(str(exc))
         pytest.skip(str(exc))
+    os.environ.setdefault("KVSIM_VLLM_OMP_THREADS", "1")  # spawn.py: tiny models beside other tests' work
     with _vllm_zygote(python, tmp_path_factory.mktemp("vllm-zygote")):
         yield python
 

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_backend.vllm_engine.spawn import ZYGOTE_ENV, ZygoteChild, run_captured, spawn, start_zygote
+from gpu_backend.vllm_engine.spawn import (
+    OMP_THREADS_ENV,
+    ZYGOTE_ENV,
+    ZygoteChild,
+    run_captured,
+    spawn,
+    start_zygote,
+)
 
 PY = Path(sys.executable)
 
@@ -82,3 +89,13 @@ def test_a_zygote_that_cannot_start_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="did not start"):
         start_zygote(PY, tmp_path / "z.sock", env=dict(os.environ), preload=["no_such_module_here"], timeout_s=60)
     assert time.monotonic() - t0 < 30
+
+
+def test_vllm_processes_take_the_omp_thread_count_when_one_is_set(zygote, tmp_path, monkeypatch):
+    code = "import os; print(os.environ.get('OMP_NUM_THREADS'))"
+    monkeypatch.delenv(OMP_THREADS_ENV, raising=False)
+    assert run_captured(["-c", code], python=PY, cwd=tmp_path, env={"A": "1"})[1].strip() == "None"
+    monkeypatch.setenv(OMP_THREADS_ENV, "1")
+    assert run_captured(["-c", code], python=PY, cwd=tmp_path, env={"A": "1"})[1].strip() == "1"
+    monkeypatch.setenv(ZYGOTE_ENV, "")  # started directly: the same
+    assert run_captured(["-c", code], python=PY, cwd=tmp_path, env={"A": "1"})[1].strip() == "1"

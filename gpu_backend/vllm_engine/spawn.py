@@ -24,6 +24,11 @@ from pathlib import Path
 from typing import IO, Any
 
 ZYGOTE_ENV = "KVSIM_VLLM_ZYGOTE"
+# OpenMP threads of every vLLM process (its OMP_NUM_THREADS), when set. vLLM on CPU runs one OpenMP
+# thread per core, bound and spinning at barriers: beside other work on a 2-core machine a tiny
+# model's engine then ran ~5x slower (tests/test_vllm_conform.py's seven runs: 231 s against 43 s
+# with 1 thread, both cores busy). tests/conftest.py sets 1; unset, vLLM chooses.
+OMP_THREADS_ENV = "KVSIM_VLLM_OMP_THREADS"
 ZYGOTE = Path(__file__).with_name("zygote.py")
 
 
@@ -83,6 +88,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | Path, stdin: Any =
     """`python argv...` in .venv-vllm, text mode (argv: a script path, "-m" module or "-c" code, then
     its arguments). Streams as Popen's: None, subprocess.PIPE (stdin, stdout), subprocess.DEVNULL,
     a file, or subprocess.STDOUT for stderr."""
+    env = with_omp_threads(env)
     path = os.environ.get(ZYGOTE_ENV)
     if path and Path(path).exists():
         try:
@@ -91,6 +97,12 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str | Path, stdin: Any =
             pass  # no zygote answering, or one of another interpreter: start the process directly
     return subprocess.Popen([str(python), *argv], stdin=stdin, stdout=stdout, stderr=stderr, text=True, env=env,
                             cwd=str(cwd), start_new_session=start_new_session)
+
+
+def with_omp_threads(env: dict[str, str]) -> dict[str, str]:
+    """`env` with OMP_NUM_THREADS from KVSIM_VLLM_OMP_THREADS when that is set (in `env` or here)."""
+    threads = env.get(OMP_THREADS_ENV) or os.environ.get(OMP_THREADS_ENV)
+    return {**env, "OMP_NUM_THREADS": threads} if threads else env
 
 
 def run_captured(argv: list[str], *, python: Path, cwd: str | Path, env: dict[str, str] | None = None,
@@ -154,7 +166,7 @@ def start_zygote(python: Path, path: Path, *, env: dict[str, str], log: IO[str] 
     (its socket appears). `preload`: other modules to import first than vLLM's (zygote.PRELOAD).
     Raises RuntimeError if it exits first or times out."""
     extra = [] if preload is None else [",".join(preload)]
-    proc = subprocess.Popen([str(python), str(ZYGOTE), str(path), *extra], env=env, stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([str(python), str(ZYGOTE), str(path), *extra], env=with_omp_threads(env), stdin=subprocess.DEVNULL,
                             stdout=log or subprocess.DEVNULL, stderr=log or subprocess.DEVNULL,
                             start_new_session=True)
     deadline = time.monotonic() + timeout_s
