@@ -1,7 +1,7 @@
 """Start a process in vLLM's environment: directly, or forked from a warm zygote when one is running.
 
 Every vLLM run (a worker, `gpu_backend conform`, the OpenAI server of tests/test_observe_vllm.py)
-is a process of .venv-vllm's Python, and each pays vLLM's import (~15-25 s of CPU here). With
+is a process of .venv-vllm's Python, and each pays vLLM's import (~25 s of CPU here). With
 KVSIM_VLLM_ZYGOTE naming the socket of a running zygote (gpu_backend/vllm_engine/zygote.py,
 started by `start_zygote`), `spawn` asks the zygote to fork the run instead: the same code runs
 with the same argv, environment, folder and standard streams, minus the import. `make test` starts

@@ -1,13 +1,15 @@
 """A warm vLLM process that forks each vLLM run, so vLLM's import is paid once (runs in .venv-vllm).
 
-Importing vLLM takes ~15-25 s of CPU on a 2-core machine, most of a short run's start. This process
-imports what a worker (worker.py) and the OpenAI server import, then listens on a Unix socket. Each
-connection sends one JSON line {"python", "argv", "env", "cwd"} with three file descriptors (the run's stdin,
-stdout and stderr) and gets back the pid of a forked child that runs `argv` as `python argv...`
-would (a script path, "-m module" or "-c code"), with that environment and folder ("pid N" on the
-connection); a request for another interpreter than this one is refused (no pid). When the child ends it writes "exit S" there (either line may come first); a child killed by a signal writes nothing (the client
-reads the end of the connection as a kill). The child is a fresh fork of an idle, imported process:
-vLLM itself forks its workers after importing itself in the same way.
+Importing vLLM takes ~25 s of CPU on a 2-core machine, most of a short run's start. This process
+imports what a worker (worker.py) and the OpenAI server import, then listens on a Unix socket.
+Each connection sends one JSON line {"python", "argv", "env", "cwd"} with three file descriptors
+(the run's stdin, stdout and stderr). The zygote forks a child that runs `argv` as `python argv...`
+would (a script path, "-m module" or "-c code"), with that environment and folder, and answers
+"pid N". A request for another interpreter than this one is refused: the connection closes with
+no pid. When the child ends it writes "exit S" on the connection (either line may come first); a
+child killed by a signal writes nothing, and the client reads the connection's end as a kill. The
+child is a fresh fork of an idle, imported process: vLLM itself forks its workers after importing
+itself in the same way.
 
 Stdlib only before the preload, like worker.py: it runs in vLLM's environment, not the project's.
 Started by gpu_backend/vllm_engine/spawn.py (`start_zygote`); `make test` uses one per pytest worker.
