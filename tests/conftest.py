@@ -58,13 +58,14 @@ def _vllm_zygote(python: Path, folder: Path) -> Iterator[None]:
     import signal
     import warnings
 
+    from gpu_backend.vllm_engine.client import WORKER_ENV
     from gpu_backend.vllm_engine.spawn import ZYGOTE_ENV, start_zygote
 
     if ZYGOTE_ENV in os.environ:
         yield
         return
     sock = folder / "zygote.sock"
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **WORKER_ENV, "VLLM_LOGGING_LEVEL": "WARNING"}  # worker.py's own default level
     with (folder / "zygote.log").open("w") as log:
         try:
             proc = start_zygote(python, sock, env=env, log=log)

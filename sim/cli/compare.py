@@ -12,6 +12,7 @@ from sim.cli.common import CliError, print_json
 from sim.cli.run import simulate_with_progress
 from sim.cli.scenario_args import add_scenario_args, add_trace_args, scenario_from_args, trace_from_args
 from sim.plan.compare_presets import COMPARE_PRESETS
+from sim.report.summary_lines import pd_pools
 from sim.scenario import Scenario
 
 COLUMNS = (("variant", "{}"), ("step_source", "{}"), ("completed", "{}"), ("throughput_tok_s", "{:.1f}"), ("mean_batch_size", "{:.1f}"),
@@ -84,8 +85,6 @@ def row(label: str, s: dict[str, Any]) -> dict[str, Any]:
 
 def _imbalance(s: dict[str, Any]) -> Any:
     """The routing imbalance; a P/D fleet's as 'prefill/decode' (the summary's key is the prefill pool's)."""
-    from sim.report.summary_lines import pd_pools
-
     pools = pd_pools(s)
     if pools is None:
         return s.get("routing_imbalance")
@@ -120,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(results)
     else:
         print(format_table([row(r["variant"], r["summary"]) for r in results]))
-        if any(pd_row(r["summary"]) for r in results):
+        if any(pd_pools(r["summary"]) is not None for r in results):  # its columns come from two pools
             print(PD_NOTE)
         print(chosen.note)
     return 0
@@ -128,10 +127,3 @@ def run(args: argparse.Namespace) -> int:
 
 PD_NOTE = ("P/D rows: prefix_hit is the prefill pool's (where prompts are looked up), imbalance is "
            "prefill/decode, preempt and the KV columns are the decode pool's (docs/METRICS.md).")
-
-
-def pd_row(s: dict[str, Any]) -> bool:
-    """Whether a row's summary is a P/D fleet's, whose columns come from two pools (PD_NOTE)."""
-    from sim.report.summary_lines import pd_pools
-
-    return pd_pools(s) is not None
