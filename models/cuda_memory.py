@@ -38,9 +38,52 @@ MEASURED: dict[str, CudaTotal] = {
                            "deviceQuery 'Total amount of global memory: 40339 MBytes (42298834944 bytes)' on an "
                            "NVIDIA A100-SXM4-40GB (bottlerocket-os/bottlerocket PR #3873); PyTorch's OOM messages "
                            "print it as 'total capacity of 39.39 GiB'"),
+    # The cards below: deviceQuery (exact bytes) or PyTorch's _CudaDeviceProperties total_memory (MiB) where
+    # the same line or capture names the card. The figure moves with the driver by up to ~200 MiB (L4: 22,478
+    # MiB at driver 550.90.07, 22,491 at 12.2, 22,518 at 525.105.17), so one sourced reading stands for a card.
+    # The A10G is left to the default (22,568 MiB): its captures (22,515, 22,587, 22,723 MiB) straddle it.
+    "l4": CudaTotal(23_570_219_008, 23_034,
+                    "deviceQuery 'Total amount of global memory: 22478 MBytes (23570219008 bytes)' on an NVIDIA L4, "
+                    "driver 550.90.07 (thamada/nvidia-smi gls/L4_deviceQuery.py)"),
+    "t4": CudaTotal(15_843_721_216, 15_360,
+                    "deviceQuery '15110 MBytes (15843721216 bytes)' on a Tesla T4, driver 11.0 "
+                    "(chiemon.github.io 2024-12-25); later drivers report 14,918-15,110 MiB"),
+    "a10": CudaTotal(23_609_475_072, 23_028,
+                     "deviceQuery '21.99 GBytes (23609475072 bytes)' on an NVIDIA A10, driver 12.2 "
+                     "(aalanwyr/face2cuda step2cuda/README.md)"),
+    "l40s": CudaTotal(47_803_596_800, 46_068,
+                      "deviceQuery '45589 MBytes (47803596800 bytes)' on an NVIDIA L40S, driver 550.127.05, nvidia-smi "
+                      "46068MiB (thamada/nvidia-smi gls/L40S_deviceQuery.py)"),
+    "a100-80gb": CudaTotal(85_100_068_864, 81_920,
+                           "deviceQuery '81158 MBytes (85100068864 bytes)' on an A100-SXM4-80GB, driver 555.42.02, "
+                           "nvidia-smi 81920MiB (thamada/nvidia-smi gls/A100SXMx4_deviceQuery.py)"),
+    "a100-80gb-pcie": CudaTotal(81_049 * MiB, 81_920,
+                                "mixbench 'Total global mem: 81049 MB' on an NVIDIA A100 80GB PCIe, CUDA 12.3 "
+                                "(ekondis/mixbench issue #47)"),
+    "h200": CudaTotal(143_156 * MiB, 143_771,
+                      "PyTorch _CudaDeviceProperties(name='NVIDIA H200', ..., total_memory=143156MB) "
+                      "(ai-bot-pro/achatbot deploy/modal/src/llm/vllm/vlm/skywork_r1v.py); vLLM logs 139.80-139.81 GiB"),
+    "b200": CudaTotal(182_642 * MiB, 184_320,
+                      "PyTorch _CudaDeviceProperties(name='NVIDIA B200', ..., total_memory=182642MB) (the same achatbot "
+                      "file); 'a total capacity of 178.35 GiB' on 8 x B200 (LMCache PR #3171)"),
+    "h20": CudaTotal(97_285 * MiB, 98_304,
+                     "PyTorch _CudaDeviceProperties(name='NVIDIA H20', ..., total_memory=97285MB) "
+                     "(alipay/PainlessInferenceAcceleration flood/flood/ops/seg_mla.py)"),
+    "rtx-5090": CudaTotal(33_680_457_728, 32_607,
+                          "deviceQuery '32120 MBytes (33680457728 bytes)' on a GeForce RTX 5090, driver 12.8 "
+                          "(NVIDIA/nccl issue #1637)"),
+    "rtx-a6000": CudaTotal(48_676 * MiB, 49_140,
+                           "PyTorch _CudaDeviceProperties(name='NVIDIA RTX A6000', ..., total_memory=48676MB) "
+                           "(pytorch/ao torchao/prototype/hqq/README.md); 48,790 MiB with ECC disabled"),
+    "mi300x": CudaTotal(206_141_652_992, 196_288,
+                        "HIP device query '196592: Total Global Memory (MB)' on an AMD Instinct MI300X "
+                        "(thamada/nvidia-smi gls/MI300X_deviceQuery.py); 'total capacity of 191.98 GiB' (vllm#7951)"),
+    "mi325x": CudaTotal(round(255.98 * GiB), 262_144,
+                        "'GPU 0 has a total capacity of 255.98 GiB' on AMD MI325X (vllm-project/vllm issue #41962)"),
 }
 
-# Median gap nvidia-smi total - CUDA total over MEASURED (483, 438, 430 and 621 MiB): used where a card
+# Median gap nvidia-smi total - CUDA total over the first four cards of MEASURED (483, 438, 430 and 621 MiB;
+# the cards added later, where nvidia-smi's total is known, run 250-870 MiB): used where a card
 # has no measured CUDA total. Any single card may differ by 50-200 MiB (the A100 40GB keeps 621 MiB).
 DRIVER_RESERVE_BYTES = 460 * MiB
 

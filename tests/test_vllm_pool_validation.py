@@ -17,7 +17,7 @@ from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.startup_logs import DATA, StartupLogError, check, load_logs, release_from_traceback, summary
 from sim.memory.vllm_first_start import MAX_DEFICIT_BYTES, PAIRS, WARM_ERROR, compile_cache_from_log
-from sim.memory.vllm_profile import accounting_for, vllm_memory_profile
+from sim.memory.vllm_profile import SORT, TRITON, TRITON_SAMPLER_ROWS, accounting_for, vllm_memory_profile
 from sim.memory.vllm_weights import mxfp4_expert_dims, vllm_weight_bytes
 
 
@@ -38,17 +38,17 @@ def test_every_row_is_sourced_and_maps_to_the_catalogs():
 
 def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
-    assert s["rows_with_pool"] == 17 and s["excluded"] == 1
+    assert s["rows_with_pool"] == 45 and s["excluded"] == 1
     assert s["median_abs_error"] <= 0.0075  # 0.72%
     assert s["worst_abs_error"] <= 0.96  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
-    assert s["median_abs_available_gib"] <= 0.16
-    assert s["worst_abs_available_gib"] <= 1.85
+    assert s["median_abs_available_gib"] <= 0.13
+    assert s["worst_abs_available_gib"] <= 3.2  # Llama-4-Scout at TP4: its vision encoder is not counted
     held = summary(checks, held_out=True)
-    assert held["rows_with_pool"] == 4 and held["median_abs_error"] <= 0.007 and held["worst_abs_error"] <= 0.071
+    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.008 and held["worst_abs_error"] <= 0.191
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 15 of 17 rows.
-    assert s["in_range"] == 15 and s["ranged_rows"] == 17
-    assert s["compile_cache"] == {"cold": 1, "warm": 2, "unknown": 13, "eager": 1}
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 33 of 45 rows.
+    assert s["in_range"] == 33 and s["ranged_rows"] == 45
+    assert s["compile_cache"] == {"cold": 16, "warm": 5, "unknown": 23, "eager": 1}
 
 
 def test_held_out_rows_record_the_prediction_made_before_the_change():
@@ -56,7 +56,7 @@ def test_held_out_rows_record_the_prediction_made_before_the_change():
     held = [log for log in load_logs() if log.held_out]
     assert len(held) >= 4
     for log in held:
-        assert log.held_out["kvsim_blocks_before"] > 0 and log.held_out["kvsim_commit_before"], log.id
+        assert log.held_out["kvsim_blocks_before"] >= 0 and log.held_out["kvsim_commit_before"], log.id  # 0: no pool
 
 
 def test_rows_independent_of_every_fitted_term(checks):
@@ -65,24 +65,34 @@ def test_rows_independent_of_every_fitted_term(checks):
     starts run above vLLM (0.59 GiB on the 0.19 A100 gpt-oss-20b, 'What is not explained')."""
     by_id = {c.log.id: c for c in checks}
     assert abs(by_id["roethig-2xl40s-qwen3-30b-a3b-fp8"].error) < 0.005
-    for row in ("tokenkaki-a100-40gb-qwen3-8b", "vllmgce-a100-40gb-llama-3.1-8b-eager",
-                "distserving-5090-qwen3-8b-restart"):
+    for row in ("tokenkaki-a100-40gb-qwen3-8b", "vllmgce-a100-40gb-llama-3.1-8b-eager"):
         assert abs(by_id[row].error) < 0.0075, row
+    # 0.24.0 takes 0.19.0's measured non-torch (0.25 GiB at TP1) and Model Runner V2's CUDA-graph estimate, 0 there
+    assert abs(by_id["distserving-5090-qwen3-8b-restart"].error) < 0.0075
     assert abs(by_id["issue23278-h100-gpt-oss-120b"].available_error_gib) < 0.15
     assert 0 < by_id["myoceane-a100-gpt-oss-20b"].available_error_gib < 0.6
 
 
 def test_weights_term_matches_the_logged_model_loading(checks):
-    """Within 0.15 GiB wherever logged, but for the multimodal Mistral-Small-3.2 (kvsim's spec is
-    the 3.1 text model; vLLM also loads the vision encoder, 0.85 GiB)."""
+    """Within 0.15 GiB wherever logged, but for the multimodal checkpoints (kvsim's specs are their text
+    models; vLLM also loads the vision encoder: 0.85 GiB for Mistral-Small-3.x, 1.14 for Gemma-3-27B, 2.94
+    per rank for Llama-4-Scout at TP4), gpt-oss-20b at TP2 on 0.19.0 (0.29 GiB over half of TP1's
+    count, which matches at 0.11.0: not traced) and Qwen3-8B quantised online to fp8 (--quantization fp8
+    of the bf16 checkpoint: 9.06 GiB logged, 0.27 over fp8 layers with 16-bit embeddings: not traced)."""
     errs = {c.log.id: c.terms["weights"][1] - c.terms["weights"][0] for c in checks if "weights" in c.terms}
     assert len(errs) >= 8
-    assert {k for k, e in errs.items() if abs(e) > 0.15} == {"llmd-h100-mistral-small-24b"}
+    assert {k for k, e in errs.items() if abs(e) > 0.15} == {
+        "llmd-h100-mistral-small-24b", "mistral-small-31-24b-h100-tp1-8k", "gemma-3-27b-h100-tp1-8k",
+        "llama4-scout-h100-tp4-8k", "gpt-oss-20b-h100-tp2-8k", "vf-l4-qwen3-8b-fp8online", "vf-l4-qwen3-8b-fp8-fp8kv"}
+    assert all(e < 0 for k, e in errs.items() if abs(e) > 0.15)  # each under vLLM's: something not counted
 
 
 def test_non_torch_term_matches_the_logged_increase(checks):
-    terms = [c.terms["non_torch"] for c in checks if "non_torch" in c.terms]
-    assert len(terms) >= 7 and all(abs(a - b) <= 0.02 for a, b in terms)
+    """0.13 / 0.54 GiB at TP1 / TP2 on 0.11.0; 0.25 / 2.10 on 0.19.0 (its TP4 rows log 2.17-2.21)."""
+    terms = {c.log.id: c.terms["non_torch"] for c in checks if "non_torch" in c.terms}
+    assert len(terms) >= 20
+    assert all(abs(a - b) <= 0.035 for k, (a, b) in terms.items() if "tp4" not in k), terms
+    assert all(abs(a - b) <= 0.12 for a, b in terms.values())
 
 
 def test_sort_sampler_count_explains_the_logged_activation():
@@ -93,6 +103,8 @@ def test_sort_sampler_count_explains_the_logged_activation():
         act = log.measured.get("peak_activation_gib")
         if act is None or log.excluded or "multimodal" in log.notes or "ConditionalGeneration" in log.notes:
             continue
+        if accounting_for(log.vllm_version).sampler is not SORT:
+            continue
         spec = load_spec(log.model)
         rows = min(log.max_num_seqs, log.max_num_batched_tokens)
         hidden = log.max_num_batched_tokens * spec.hidden_size * 2
@@ -102,13 +114,34 @@ def test_sort_sampler_count_explains_the_logged_activation():
     assert all(0 <= e - 38 < 0.6 for e in per_elem), per_elem
 
 
+def test_triton_sampler_count_explains_the_logged_activation():
+    """The Triton path's 14 B per logit element (vllm_profile.TRITON) against the 0.19.0 dense text-model
+    rows: (peak activation - hidden states - the kernel's [128, vocab] fp32 buffer) / (rows x vocab) is
+    14.2-14.5 on four models with three vocabularies (the sort path leaves 0.25-0.55 B untraced the same way)."""
+    per_elem, vocabularies = {}, set()
+    for log in load_logs():
+        act = log.measured.get("peak_activation_gib")
+        spec = load_spec(log.model)
+        if act is None or accounting_for(log.vllm_version).sampler is not TRITON or spec.moe or "multimodal" in log.notes:
+            continue
+        rows = min(log.max_num_seqs, log.max_num_batched_tokens)
+        rest = act * GiB - log.max_num_batched_tokens * spec.hidden_size * 2 - TRITON_SAMPLER_ROWS * spec.vocab_size * 4
+        per_elem[log.id] = rest / (rows * spec.vocab_size)
+        vocabularies.add(spec.vocab_size)
+    assert len(per_elem) >= 4 and len(vocabularies) >= 3, per_elem
+    assert all(0 <= e - 14 < 0.6 for e in per_elem.values()), per_elem
+
+
 def test_measured_blocks_from_tokens_agree_with_the_available_memory(checks):
-    """Where vLLM printed both, tokens // block_size and available // block differ by < 0.1%."""
+    """Where vLLM printed both, tokens // block_size and available // block differ by no more than the
+    GiB figure's rounding (2 decimals, +-0.005 GiB: < 0.1% of every pool over 5 GiB)."""
     for c in checks:
         m = c.log.measured
         if "kv_cache_tokens" in m and "available_kv_gib" in m and m["available_kv_gib"] > 0:
             from_gib = m["available_kv_gib"] * GiB // c.profile.bytes_per_block
-            assert abs(from_gib / c.measured_blocks - 1) < 0.001, c.log.id
+            assert abs(from_gib - c.measured_blocks) <= 0.005 * GiB / c.profile.bytes_per_block + 1, c.log.id
+            if m["available_kv_gib"] >= 5:
+                assert abs(from_gib / c.measured_blocks - 1) < 0.001, c.log.id
 
 
 def test_v1_cuda_graph_estimate_is_far_above_kvsims_formula(checks):
@@ -149,6 +182,11 @@ def test_non_torch_adds_nccl_buffers_with_tp():
     one = vllm_memory_profile(spec, gpu, tp=1, vllm_version="0.11")
     two = vllm_memory_profile(spec, gpu, tp=2, vllm_version="0.11")
     assert round(one.non_torch_bytes / GiB, 2) == 0.13 and round(two.non_torch_bytes / GiB, 2) == 0.54
+    one, two = (vllm_memory_profile(spec, gpu, tp=tp, vllm_version="0.19") for tp in (1, 2))
+    assert round(one.non_torch_bytes / GiB, 2) == 0.25 and round(two.non_torch_bytes / GiB, 2) == 2.10
+    pcie = vllm_memory_profile(spec, get_gpu("l40s"), tp=2, vllm_version="0.19")  # no NVLink: 0.10's total kept
+    assert round(pcie.non_torch_bytes / GiB, 2) == 0.54
+    assert vllm_memory_profile(spec, gpu, tp=2, vllm_version="0.18").non_torch_bytes == round(0.54 * GiB)
 
 
 def test_bad_rows_fail_with_one_line(tmp_path):
@@ -172,9 +210,9 @@ def test_bench_prints_the_table_and_json():
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
     data = json.loads(js.stdout)
-    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 15
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 33
     shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
-    assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2348, 2875] and shared["in_range"]
+    assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2287, 2812] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
@@ -201,9 +239,17 @@ def test_compile_cache_read_from_vllms_log_lines():
 def test_first_start_range_covers_cold_and_unknown_starts(checks):
     """A cold or unknown start's range runs from (available - 0.95 GiB) // block to the warm count, both
     +-0.75%; warm and eager starts get the +-0.75% only. The measured pool lies inside on every row but
-    the multimodal Mistral (its vision encoder is not in kvsim's spec) and vllm#27508 (1.63 GiB short)."""
+    three multimodal ones (Mistral-Small-3.2, Gemma-3-27B, Llama-4-Scout: their vision encoders are not in
+    kvsim's specs), vllm#27508 (1.63 GiB short), and the A10G, RTX 3090 and 4 x L40S starts that kvsim puts
+    0.036-0.072 GiB under vLLM (the RTX 3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is
+    -0.9% on a 5 GiB pool, -14% on a 0.49 GiB one)."""
     outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
-    assert outside == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b"}
+    small = {c.log.id for c in checks if c.in_range is False and -0.075 < c.available_error_gib < 0}
+    assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "gemma-3-27b-h100-tp1-8k",
+                               "llama4-scout-h100-tp4-8k"}
+    assert small == {"iw-a10g-qwen25-7b-flash", "iw-a10g-qwen25-7b-flex", "tb-3090-llama31-8b-g090",
+                     "tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075", "tb-3090-llama31-8b-g070-FAILED",
+                     "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}
     by_id = {c.log.id: c for c in checks}
     for row in ("llmservingsim-rtx4090-llama-3.1-8b", "distserving-5090-qwen3-8b-first-start",
                 "myoceane-a100-gpt-oss-20b"):
@@ -218,7 +264,7 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
         assert p.num_gpu_blocks_range[1] - p.num_gpu_blocks_range[0] <= 2 * WARM_ERROR * p.num_gpu_blocks + 2
     assert by_id["vllmgce-a100-40gb-llama-3.1-8b-eager"].profile.compile_cache == "eager"
     shared = by_id["llmservingsim-rtx4090-llama-3.1-8b"]
-    assert shared.profile.num_gpu_blocks_range == (2348, 2875) and shared.measured_blocks == 2588
+    assert shared.profile.num_gpu_blocks_range == (2287, 2812) and shared.measured_blocks == 2588
 
 
 def test_first_start_deficit_is_set_by_public_pairs_not_by_the_rows():
@@ -241,3 +287,19 @@ def test_issue_27508_release_pinned_by_its_traceback():
     assert release_from_traceback(["ERROR 11-28 10:01:45 [core.py:718] EngineCore failed to start."]) == "0.10.2"
     assert release_from_traceback(["ERROR 08-20 18:04:22 [core.py:700] EngineCore failed to start."]) == "0.10.1"
     assert release_from_traceback(by_id["roethig-2xl40s-qwen3-30b-a3b-fp8"].lines) is None  # no failure line
+
+
+def test_flashinfer_sampler_read_from_the_log(checks):
+    """vLLM 0.10-0.11 sample with FlashInfer by default wherever it is installed, and log it. The A10G
+    starts (0.11.0, 256 rows) say so and land within 0.05 GiB of vLLM; counted on the sort path (38 B per
+    logit element, what the llm-d 0.11.0 starts without the line fit) they would be 0.87 GiB under."""
+    import dataclasses
+
+    by_id = {c.log.id: c for c in checks}
+    row = by_id["iw-a10g-qwen25-7b-flash"]
+    assert row.log.flashinfer_sampler and abs(row.available_error_gib) < 0.05
+    assert not by_id["llmd-h100-llama-3.1-8b"].log.flashinfer_sampler
+    plain = dataclasses.replace(row.log, lines=tuple(x for x in row.log.lines if "FlashInfer" not in x))
+    spec = load_spec("qwen2.5-7b")
+    missing = (check(plain).profile.available_kv_bytes - row.profile.available_kv_bytes) / GiB
+    assert missing == pytest.approx(-256 * spec.vocab_size * (38 - 14) / GiB, abs=0.001)

@@ -95,7 +95,7 @@ def test_vllm_pool_run_refused_when_vllm_would_not_start():
     with pytest.raises(ScenarioError, match=r"kv_pool='vllm': vLLM would not start: to serve one request at "
                                             r"max_model_len 131,072"):
         Deployment.resolve(Scenario(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=131072, kv_pool="vllm"))
-    dep = Deployment.resolve(Scenario(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=16384, kv_pool="vllm"))
+    dep = Deployment.resolve(Scenario(model="llama-3.1-70b", gpu="h100-sxm", tp=2, max_model_len=8192, kv_pool="vllm"))
     assert dep.num_blocks == dep.budget_terms["num_gpu_blocks"]
 
 

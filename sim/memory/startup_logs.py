@@ -63,6 +63,9 @@ def async_scheduling_from_log(lines: tuple[str, ...] | list[str]) -> bool | None
     return True if said else None
 
 
+FLASHINFER_SAMPLER_LINE = "Using FlashInfer for top-p & top-k sampling"  # v1/sample/ops/topk_topp_sampler.py
+
+
 class StartupLogError(ValueError):
     """A row of the start-up log file is malformed (one line naming the row and field)."""
 
@@ -98,6 +101,11 @@ class StartupLog:
     def async_scheduling(self) -> bool | None:
         """vLLM's async scheduling where the lines say it (async_scheduling_from_log), else None."""
         return async_scheduling_from_log(self.lines)
+
+    @property
+    def flashinfer_sampler(self) -> bool:
+        """The start-up sampled with FlashInfer: vLLM logs it (topk_topp_sampler.py) when it does."""
+        return any(FLASHINFER_SAMPLER_LINE in line for line in self.lines)
 
     @property
     def compile_cache(self) -> str:
@@ -183,7 +191,8 @@ def check(log: StartupLog) -> PoolCheck:
     prof = vllm_memory_profile(
         spec, gpu, tp=log.tp, weight_dtype=log.weight_dtype, kv_dtype=log.kv_dtype, gpu_mem_util=log.gpu_mem_util,
         max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs, block_size=log.block_size,
-        enforce_eager=log.enforce_eager, vllm_version=log.vllm_version, compile_cache=log.compile_cache)
+        enforce_eager=log.enforce_eager, vllm_version=log.vllm_version, compile_cache=log.compile_cache,
+        flashinfer_sampler=log.flashinfer_sampler)
     layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)
     m = log.measured
     terms = {}

