@@ -169,6 +169,10 @@ def test_mxfp4_experts_padded_to_the_kernel_tile():
     assert mxfp4_expert_dims(2880, 2880, "h100-sxm", (0, 10)) == (3072, 2944)  # Marlin: 256 / 128
     assert mxfp4_expert_dims(2880, 2880, "a100-80gb", (0, 19)) == (3072, 2944)
     assert mxfp4_expert_dims(2880, 2880, "b200", (0, 19)) == (2880, 2880)
+    # Marlin pads per rank: at TP2 1,440 up to 1,536 (not 2,944 / 2 = 1,472); the Triton path splits 3,072
+    assert mxfp4_expert_dims(2880, 2880, "a100-80gb", (0, 19), tp=2) == (3072, 1536)
+    assert mxfp4_expert_dims(2880, 2880, "h100-sxm", (0, 19), tp=2) == (2880, 1536)
+    assert mxfp4_expert_dims(2880, 2880, "h100-sxm", (0, 19), tp=8) == (2880, 384)
     spec = load_spec("gpt-oss-120b")
     moe = spec.moe
     padded = vllm_weight_bytes(spec, "bf16", "mxfp4", 1, "h100-sxm", (0, 11))

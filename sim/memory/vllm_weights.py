@@ -32,13 +32,18 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def mxfp4_expert_dims(hidden: int, inter: int, gpu: str, version: tuple[int, int]) -> tuple[int, int]:
-    """(hidden, expert width) as vLLM stores mxfp4 experts on this GPU and version."""
+def mxfp4_expert_dims(hidden: int, inter: int, gpu: str, version: tuple[int, int], tp: int = 1) -> tuple[int, int]:
+    """(hidden, one rank's expert width) as vLLM stores mxfp4 experts on this GPU and version. Marlin pads
+    each rank's width (quantization/mxfp4.py rounds `intermediate_size_per_partition` to 128, read in the
+    0.11.0 and 0.19.0 wheels), so at TP > 1 its padding is the per-rank width's. The Triton path's 256 is
+    what the TP1 logs show (vLLM's own rounding there is to 64; the rest is presumably the triton_kernels
+    layout, not read), so its padding is split over the ranks as the full width's."""
+    width = -(-inter // tp)
     if gpu in BLACKWELL:
-        return hidden, inter
+        return hidden, width
     if gpu in HOPPER and version >= TRITON_MXFP4_FROM:
-        return hidden, _round_up(inter, 256)
-    return _round_up(hidden, 256), _round_up(inter, 128)  # Marlin
+        return hidden, _round_up(inter, 256) // tp
+    return _round_up(hidden, 256), _round_up(width, 128)  # Marlin
 
 
 def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, gpu: str,
@@ -51,7 +56,7 @@ def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, g
         total += embed * (WEIGHT_BYTES["bf16"] - WEIGHT_BYTES[dtype])
     if expert_dtype == "mxfp4" and spec.moe is not None:
         moe = spec.moe
-        h, i = mxfp4_expert_dims(spec.hidden_size, moe.expert_intermediate, gpu, version)
-        extra = 3 * (h * i - spec.hidden_size * moe.expert_intermediate) * moe.num_experts * moe.moe_layers
+        h, width = mxfp4_expert_dims(spec.hidden_size, moe.expert_intermediate, gpu, version, tp)
+        extra = 3 * (h * width * tp - spec.hidden_size * moe.expert_intermediate) * moe.num_experts * moe.moe_layers
         total += extra * WEIGHT_BYTES["mxfp4"]
     return math.ceil(total / tp)
