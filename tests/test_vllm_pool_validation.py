@@ -46,8 +46,8 @@ def test_errors_are_what_the_model_achieves_now(checks):
     held = summary(checks, held_out=True)
     assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.008 and held["worst_abs_error"] <= 0.191
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 33 of 45 rows.
-    assert s["in_range"] == 33 and s["ranged_rows"] == 45
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 32 of 45 rows.
+    assert s["in_range"] == 32 and s["ranged_rows"] == 45
     assert s["compile_cache"] == {"cold": 16, "warm": 5, "unknown": 23, "eager": 1}
 
 
@@ -144,14 +144,19 @@ def test_measured_blocks_from_tokens_agree_with_the_available_memory(checks):
                 assert abs(from_gib / c.measured_blocks - 1) < 0.001, c.log.id
 
 
-def test_v1_cuda_graph_estimate_is_far_above_kvsims_formula(checks):
-    """vLLM 0.19.1's V1 runner logs 2.35 GiB of estimated CUDA-graph memory for Qwen3-8B (51 PIECEWISE +
-    35 FULL graphs; 2.44 GiB captured); kvsim's formula (largest capture's activations + 2 MiB a
-    graph) gives 0.17. Not subtracted in 0.19, so the row's pool is unaffected; kept visible here
-    (docs/CALIBRATION.md, 'What is not explained')."""
-    c = next(c for c in checks if c.log.id == "tokenkaki-a100-40gb-qwen3-8b")
-    logged, kvsim = c.terms["cudagraph_estimate"]
-    assert logged == 2.35 and 0.1 < kvsim < 0.25
+def test_v1_cuda_graph_estimate_from_the_logged_first_capture_and_per_graph_cost(checks):
+    """kvsim's estimate is vLLM's structure (the larger first capture + each further graph, PIECEWISE up to
+    min(512, 2 x max_num_seqs) tokens, FULL up to max_num_seqs) with the medians the 0.19.0 H100 logs print
+    at TP1 (256 MiB, 6 MiB a graph): 0.84 GiB at 1,024 rows, what 5 of the 15 H100 rows here log (the others
+    0.61-1.82; the per-graph cost runs higher at TP > 1). The A100 40GB start logs 2.35 GiB for 51 + 35 graphs where this gives 0.74: the per-graph
+    cost is the card's, not known here. None of these versions subtracts it (0.21 on do)."""
+    by_id = {c.log.id: c for c in checks}
+    assert by_id["llama31-8b-h100-tp1-8k"].terms["cudagraph_estimate"] == (0.84, pytest.approx(0.84, abs=0.005))
+    logged = [c.terms["cudagraph_estimate"][0] for c in checks if c.log.held_out.get("found") == "2026-11-29"
+              and "cudagraph_estimate" in c.terms and c.log.gpu == "h100-sxm"]
+    assert len(logged) == 15 and sum(v == 0.84 for v in logged) == 5 and min(logged) >= 0.61 and max(logged) <= 1.82
+    c = by_id["tokenkaki-a100-40gb-qwen3-8b"]
+    assert c.terms["cudagraph_estimate"][0] == 2.35 and 0.7 < c.terms["cudagraph_estimate"][1] < 0.8
     assert c.profile.cudagraph_bytes == 0 and abs(c.error) < 0.0075
 
 
@@ -214,7 +219,7 @@ def test_bench_prints_the_table_and_json():
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
     data = json.loads(js.stdout)
-    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 33
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 32
     shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
     assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2287, 2812] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
@@ -244,13 +249,14 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
     """A cold or unknown start's range runs from (available - 0.95 GiB) // block to the warm count, both
     +-0.75%; warm and eager starts get the +-0.75% only. The measured pool lies inside on every row but
     three multimodal ones (Mistral-Small-3.2, Gemma-3-27B, Llama-4-Scout: their vision encoders are not in
-    kvsim's specs), vllm#27508 (1.63 GiB short), and the A10G, RTX 3090 and 4 x L40S starts that kvsim puts
+    kvsim's specs), vllm#27508 (1.63 GiB short), the L4's bf16 start at 0.27.1 (0.23 GiB under: the CUDA-graph
+    estimate's per-graph cost is H100's here, and the card's seems smaller), and the A10G, RTX 3090 and 4 x L40S starts that kvsim puts
     0.036-0.072 GiB under vLLM (the RTX 3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is
     -0.9% on a 5 GiB pool, -14% on a 0.49 GiB one)."""
     outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
     small = {c.log.id for c in checks if c.in_range is False and -0.075 < c.available_error_gib < 0}
     assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "gemma-3-27b-h100-tp1-8k",
-                               "llama4-scout-h100-tp4-8k"}
+                               "llama4-scout-h100-tp4-8k", "vf-l4-qwen3-8b-bf16"}
     assert small == {"iw-a10g-qwen25-7b-flash", "iw-a10g-qwen25-7b-flex", "tb-3090-llama31-8b-g090",
                      "tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075", "tb-3090-llama31-8b-g070-FAILED",
                      "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}

@@ -280,12 +280,34 @@ def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting,
     return min(rows, TRITON_SAMPLER_ROWS) * spec.vocab_size * 4
 
 
+# vLLM's V1 estimate (gpu_model_runner.py profile_cudagraph_memory): per mode, the largest capture's memory
+# delta ("first capture") and the second one's ("per graph", at least 1 MiB) times the mode's other graphs;
+# the modes' first captures overlay (the larger counts), their per-graph parts add. Both deltas are
+# measured by vLLM at start-up, not countable from the model: the figures are the medians vLLM 0.19.0 logs
+# at TP1 on H100 ("Estimated PIECEWISE/FULL CUDA graph memory: A MiB first-capture + (N-1) x B MiB
+# per-graph", 34 start-ups of 20 models in llm-d-incubation/llm-d-planner commit d3121e0; the larger first
+# capture 228-328 MiB on FlashAttention models, 522 on MLA ones; per graph 4-12 MiB, 26 on two).
+CUDAGRAPH_FIRST_CAPTURE_BYTES = 256 * MiB
+CUDAGRAPH_PER_GRAPH_BYTES = 6 * MiB
+
+
+def cudagraph_capture_sizes(largest: int) -> list[int]:
+    """vLLM's default capture sizes up to `largest` (config/compilation.py, as the 0.19.0 logs list them:
+    1, 2, 4, then every 8 to 256, then every 16)."""
+    sizes = [1, 2, 4, *range(8, 257, 8), *range(272, largest + 1, 16)]
+    return [n for n in sizes if n <= largest]
+
+
 def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, weight_dtype: str) -> int:
-    """profile_cudagraph_memory: the first (largest) capture's pool + >= 1 MiB for each further graph,
-    for the FULL (decode) and PIECEWISE modes; the pool holds the largest size's activations."""
+    """profile_cudagraph_memory's estimate for FULL_AND_PIECEWISE: PIECEWISE graphs up to min(512, 2 x
+    max_num_seqs) tokens, FULL (decode) graphs up to max_num_seqs of them; the larger first capture (the
+    measured median, or the largest capture's activations where those are more) + each further graph's
+    measured median (above). spec, tp and weight_dtype set only the activations' floor."""
     largest = min(CAPTURE_SIZES_MAX, 2 * max_num_seqs)
-    sizes = 3 + largest // 8 if largest >= 8 else largest.bit_length()  # 1, 2, 4, then every 8
-    return forward_peak_bytes(spec, tp, largest, weight_dtype) + 2 * (sizes - 1) * MiB
+    piecewise = len(cudagraph_capture_sizes(largest))
+    full = len(cudagraph_capture_sizes(min(largest, max_num_seqs)))
+    first = max(CUDAGRAPH_FIRST_CAPTURE_BYTES, forward_peak_bytes(spec, tp, largest, weight_dtype))
+    return first + (piecewise - 1 + full - 1) * CUDAGRAPH_PER_GRAPH_BYTES
 
 
 @dataclass(frozen=True)
