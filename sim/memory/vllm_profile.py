@@ -382,9 +382,10 @@ def vllm_memory_profile(
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)"
             + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else ""),
             "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}",
-            "cudagraph": (CUDAGRAPH_SOURCE if graphs else "not subtracted in this version" if not acc.cudagraph_in_budget
-                          else "Model Runner V2's estimate is 0 in this version" if not estimated else "")
-            + (" (enforce_eager)" if enforce_eager else ""),
+            "cudagraph": (f"{CUDAGRAPH_SOURCE}; estimated as vLLM forms it, at the first-capture and per-graph medians "
+                          "of vLLM 0.19.0's H100 logs (cudagraph_estimate_bytes)" if graphs else "none: enforce_eager captures no CUDA graphs" if enforce_eager
+                          else "not subtracted in this version" if not acc.cudagraph_in_budget
+                          else "Model Runner V2's estimate is 0 in this version"),
             "non_torch": non_torch_for(parse_version(vllm_version)).source,
             "weights": "parameters at the weight dtype, embeddings in 16 bits under fp8/int8/int4, mxfp4 experts "
                        "padded to the MoE kernel's tile (sim/memory/vllm_weights.py)",
