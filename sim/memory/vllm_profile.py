@@ -173,6 +173,9 @@ class NonTorch:
     pcie_extra: int  # added at TP > 1 over PCIe
     source: str
 
+    def bytes_at(self, tp: int, nvlink: bool) -> int:
+        return self.tp1 + (0 if tp == 1 else self.nvlink_extra if nvlink else self.pcie_extra)
+
 
 NON_TORCH: tuple[NonTorch, ...] = (
     NonTorch((0, 10), round(0.13 * GiB), round(0.41 * GiB), round(0.41 * GiB),
@@ -189,11 +192,6 @@ NON_TORCH: tuple[NonTorch, ...] = (
 
 def non_torch_for(version: tuple[int, int]) -> NonTorch:
     return [n for n in NON_TORCH if n.first <= version][-1]
-
-
-def non_torch_bytes(tp: int, version: tuple[int, int] = NON_TORCH[0].first, nvlink: bool = True) -> int:
-    row = non_torch_for(version)
-    return row.tp1 + (0 if tp == 1 else row.nvlink_extra if nvlink else row.pcie_extra)
 
 
 TRITON_SAMPLER_ROWS = 128  # the Triton sampler's buffer rows: min(next_pow2(rows), SM count); 128-132 SMs on the cards here
@@ -349,14 +347,14 @@ def vllm_memory_profile(
     """num_gpu_blocks as vLLM sizes it on a warm compile cache, with the range a cold (or unknown)
     start may land in (sim/memory/vllm_first_start.py); raises PoolLayoutError where the pool layout
     is not modelled and ValueError for a bad version or compile-cache state."""
-    acc = accounting_for(vllm_version)
+    acc, version = accounting_for(vllm_version), parse_version(vllm_version)
     layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size, mamba_align, hybrid_manager)
     total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
     requested = math.ceil(total * gpu_mem_util)
     wdtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
-    weights = vllm_weight_bytes(spec, wdtype, experts, tp, gpu.name, parse_version(vllm_version))
+    weights = vllm_weight_bytes(spec, wdtype, experts, tp, gpu.name, version)
     rows = min(max_num_seqs, max_batched_tokens)
-    workspace = moe_workspace_bytes(spec, tp, max_batched_tokens, wdtype, experts, parse_version(vllm_version))
+    workspace = moe_workspace_bytes(spec, tp, max_batched_tokens, wdtype, experts, version)
     forward = max(forward_peak_bytes(spec, tp, max_batched_tokens, wdtype), workspace)
     hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
     sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler)
@@ -364,7 +362,8 @@ def vllm_memory_profile(
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
     graphs = cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype) if estimated and not enforce_eager else 0
-    non_torch = non_torch_bytes(tp, parse_version(vllm_version), gpu.nvlink_bandwidth > 0)
+    non_torch_row = non_torch_for(version)
+    non_torch = non_torch_row.bytes_at(tp, nvlink=gpu.nvlink_bandwidth > 0)
     available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
     deficit = first_start_deficit_bytes(compile_cache, enforce_eager)
@@ -386,7 +385,7 @@ def vllm_memory_profile(
                           "of vLLM 0.19.0's H100 logs (cudagraph_estimate_bytes)" if graphs else "none: enforce_eager captures no CUDA graphs" if enforce_eager
                           else "not subtracted in this version" if not acc.cudagraph_in_budget
                           else "Model Runner V2's estimate is 0 in this version"),
-            "non_torch": non_torch_for(parse_version(vllm_version)).source,
+            "non_torch": non_torch_row.source,
             "weights": "parameters at the weight dtype, embeddings in 16 bits under fp8/int8/int4, mxfp4 experts "
                        "padded to the MoE kernel's tile (sim/memory/vllm_weights.py)",
             "num_gpu_blocks": "available // bytes per pool block (vllm/v1/core/kv_cache_utils.py)",
