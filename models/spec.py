@@ -31,6 +31,7 @@ from models.kv_groups import (
 from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
+from models.vision import VisionTower, vision_from_config
 from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
@@ -99,6 +100,9 @@ class ModelSpec:
     moe: MoEShape | None = None
     mla: MLAShape | None = None
     linear_layer_params: int = 0  # parameters of one linear-attention (Gated DeltaNet) layer
+    # A multimodal checkpoint's image encoder + projector (models/vision.py): loaded beside the decoder,
+    # never streamed in text steps, so outside param_breakdown; None for a text-only checkpoint.
+    vision: VisionTower | None = None
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # --- parameters and weights --------------------------------------------------------------
@@ -220,6 +224,12 @@ class ModelSpec:
         experts = self.expert_params
         return math.ceil((self.num_params - experts) * WEIGHT_BYTES[dtype] + experts * WEIGHT_BYTES[expert_dtype])
 
+    def vision_weight_bytes(self, tp: int = 1) -> int:
+        """Bytes of the image encoder and projector on one TP rank, in 16 bits: quantised checkpoints
+        leave the tower unquantised (vLLM's fp8/compressed-tensors configs list it in their ignored
+        modules); 0 for a text-only checkpoint."""
+        return 0 if self.vision is None else 2 * self.vision.params_per_rank(tp)
+
     @property
     def shipped_dtypes(self) -> tuple[str, str]:
         """(weight dtype, expert dtype) the checkpoint ships, from its quantization_config:
@@ -278,6 +288,11 @@ class ModelSpec:
             raise SpecError(str(exc)) from None
         return dataclasses.replace(self, kv_groups=capped_groups(self.groups, eviction)) if eviction else self
 
+    def language_model_only(self) -> ModelSpec:
+        """The checkpoint served text-only (vLLM's --language-model-only, or every modality's
+        --limit-mm-per-prompt 0): the image encoder is not loaded."""
+        return dataclasses.replace(self, vision=None) if self.vision is not None else self
+
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""
         heads = self.num_attention_heads
@@ -308,6 +323,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     # every number in the file finite and within 1e18 before any arithmetic (the fields below have
     # tighter ranges; this covers the MoE, MLA and linear-attention ones read elsewhere)
     numbers_within(cfg, source, SpecError, limit=MAX_CONFIG_NUMBER)
+    top = cfg  # a multimodal wrapper's own keys (vision_config, projector settings)
     if "num_hidden_layers" not in cfg and "n_layer" not in cfg and isinstance(cfg.get("text_config"), dict):
         # multimodal wrapper: the text decoder, named as the checkpoint (its architectures, for aiconfigurator)
         cfg = {"architectures": cfg.get("architectures"), **cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
@@ -382,7 +398,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         num_kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, intermediate_size=intermediate,
         vocab_size=vocab, max_position_embeddings=max_pos, sliding_window=sliding, tie_word_embeddings=tie,
         hf_id=hf_id, layout=layout, kv_groups=groups, moe=moe_from_config(cfg, layers, intermediate),
-        mla=mla_from_config(cfg), linear_layer_params=linear, config=dict(cfg),
+        mla=mla_from_config(cfg), linear_layer_params=linear, vision=vision_from_config(top, hidden), config=dict(cfg),
     )
 
 

@@ -39,7 +39,7 @@ TIER_DEFAULTS = {"cpu_tier_gib": 0.0, "nvme_tier_gib": 0.0, "remote_tier_gib": 0
 FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, "prefill_tp": None, "decode_tp": None,
                   "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
                   "gpus_per_node": 8}
-ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0, "async_scheduling": None, "kv_pool": "kvsim"}
+ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0, "async_scheduling": None, "kv_pool": "kvsim", "language_model_only": False}
 MAX_GPUS_PER_NODE = 72  # GB200 NVL72, the largest NVLink domain sold as one system
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
@@ -101,6 +101,9 @@ class Scenario:
     # block (sim/core/kv/sliding_retention.py).
     prefix_cache_retention_interval: int | None = 0
     expert_parallel: bool = False  # MoE experts placed whole on ranks (vLLM --enable-expert-parallel)
+    # A multimodal checkpoint served text-only (vLLM --language-model-only): its image encoder is not
+    # loaded, so its weights stay out of the memory budget (models/vision.py). No effect on text models.
+    language_model_only: bool = False
     expert_imbalance: float = 1.0  # max / mean routed-token load per rank under expert parallelism
     kv_eviction: str | None = None  # cap KV per sequence: window:N, streaming:S+R, h2o:N (models/eviction.py)
     # Scheduler.
@@ -188,7 +191,7 @@ class Scenario:
                 raise bad("pd", str(exc)) from None
             if self.static_batch is not None:
                 raise bad("pd", "disaggregated prefill/decode needs continuous batching (no static_batch)")
-        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):
+        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined", "language_model_only"):
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")
         if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
@@ -225,7 +228,7 @@ class Scenario:
         if unknown:
             raise ScenarioError(f"scenario: unknown field(s): {', '.join(unknown)}")
         data = dict(data)
-        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined"):  # JSON/URL text "false" means False, not truthy
+        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined", "language_model_only"):  # JSON/URL text "false" means False, not truthy
             if isinstance(data.get(name), str):
                 data[name] = flag(data[name], f"scenario: {name}", ScenarioError)
         if isinstance(data.get("async_scheduling"), str):  # URL text: "none"/"" for vLLM's default

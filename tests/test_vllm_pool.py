@@ -194,14 +194,28 @@ def test_logged_max_concurrency_counts_window_plus_batch():
     assert oss.blocks_per_sequence(32768) == 2048 + 9  # at run time: the window's 9 blocks
 
 
-def test_capacity_cli_reports_vllm_pool():
+def _capacity_json(*flags: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm",
-                          "--contexts", "8192", "--json"], capture_output=True, text=True, check=True).stdout
-    table = json.loads(out)
+                          "--contexts", "8192", "--json", *flags], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def test_capacity_cli_reports_vllm_pool():
+    # the text model alone (--language-model-only): the issue's hand count, 17 sequences of 8K where kvsim's
+    # own grouping said 18
+    table = _capacity_json("--language-model-only")
     a, row = table["assumptions"], table["rows"][0]
-    assert a["num_gpu_blocks"] == a["vllm_memory"]["num_gpu_blocks"] > 0
+    assert a["num_gpu_blocks"] == a["vllm_memory"]["num_gpu_blocks"] > 0 and a["vision_weights_bytes"] == 0
     assert row["kv_per_seq_bytes"] == 1_182_269_440 and row["kv_per_seq_bytes_kvsim"] == 1_107_296_256
     assert row["vllm_max_concurrent"] == a["num_gpu_blocks"] // 902 == 17
+    # as served by default the checkpoint also loads its SigLIP tower (2 bytes x 423,060,336 parameters):
+    # the pool loses exactly those bytes' worth of blocks, and one 8K sequence
+    full = _capacity_json()["assumptions"]
+    assert full["vision_weights_bytes"] == 2 * 423_060_336
+    assert full["weights_bytes"] - a["weights_bytes"] == full["vision_weights_bytes"]
+    page = a["vllm_memory"]["bytes_per_block"]
+    assert full["num_gpu_blocks"] == (a["vllm_memory"]["available_kv_bytes"] - 2 * 423_060_336) // page
+    assert full["num_gpu_blocks"] // 902 == 16
     assert a["compile_cache"] == "unknown" and a["num_gpu_blocks_range"][0] < a["num_gpu_blocks"]
     assert a["num_gpu_blocks_range"] == a["vllm_memory"]["num_gpu_blocks_range"]
     warm = subprocess.run([sys.executable, "-m", "sim", "capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm",

@@ -42,12 +42,12 @@ def test_errors_are_what_the_model_achieves_now(checks):
     assert s["median_abs_error"] <= 0.0075  # 0.72%
     assert s["worst_abs_error"] <= 0.96  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
     assert s["median_abs_available_gib"] <= 0.13
-    assert s["worst_abs_available_gib"] <= 3.2  # Llama-4-Scout at TP4: its vision encoder is not counted
+    assert s["worst_abs_available_gib"] <= 2.8  # Llama-4-Scout at TP4: 2.53 GiB of its logged weights not traced
     held = summary(checks, held_out=True)
-    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.008 and held["worst_abs_error"] <= 0.191
+    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.0075 and held["worst_abs_error"] <= 0.167
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 32 of 45 rows.
-    assert s["in_range"] == 32 and s["ranged_rows"] == 45
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 33 of 45 rows.
+    assert s["in_range"] == 33 and s["ranged_rows"] == 45
     assert s["compile_cache"] == {"cold": 16, "warm": 5, "unknown": 23, "eager": 1}
 
 
@@ -74,16 +74,15 @@ def test_rows_independent_of_every_fitted_term(checks):
 
 
 def test_weights_term_matches_the_logged_model_loading(checks):
-    """Within 0.15 GiB wherever logged, but for the multimodal checkpoints (kvsim's specs are their text
-    models; vLLM also loads the vision encoder: 0.85 GiB for Mistral-Small-3.x, 1.14 for Gemma-3-27B, 2.94
-    per rank for Llama-4-Scout at TP4), gpt-oss-20b at TP2 on 0.19.0 (0.29 GiB over half of TP1's
+    """Within 0.15 GiB wherever logged (the multimodal checkpoints with their image encoders, models/vision.py:
+    Mistral-Small-3.x within 0.04 GiB at 0.11.0 and 0.19.0), but for Gemma-3-27B (0.35 GiB over its decoder +
+    SigLIP tower: not traced), Llama-4-Scout at TP4 (2.53 GiB per rank over decoder + tower: not traced), gpt-oss-20b at TP2 on 0.19.0 (0.29 GiB over half of TP1's
     count, which matches at 0.11.0: not traced) and Qwen3-8B quantised online to fp8 (--quantization fp8
     of the bf16 checkpoint: 9.06 GiB logged, 0.27 over fp8 layers with 16-bit embeddings: not traced)."""
     errs = {c.log.id: c.terms["weights"][1] - c.terms["weights"][0] for c in checks if "weights" in c.terms}
     assert len(errs) >= 8
     assert {k for k, e in errs.items() if abs(e) > 0.15} == {
-        "llmd-h100-mistral-small-24b", "mistral-small-31-24b-h100-tp1-8k", "gemma-3-27b-h100-tp1-8k",
-        "llama4-scout-h100-tp4-8k", "gpt-oss-20b-h100-tp2-8k", "vf-l4-qwen3-8b-fp8online", "vf-l4-qwen3-8b-fp8-fp8kv"}
+        "gemma-3-27b-h100-tp1-8k", "llama4-scout-h100-tp4-8k", "gpt-oss-20b-h100-tp2-8k", "vf-l4-qwen3-8b-fp8online", "vf-l4-qwen3-8b-fp8-fp8kv"}
     assert all(e < 0 for k, e in errs.items() if abs(e) > 0.15)  # each under vLLM's: something not counted
 
 
@@ -219,7 +218,7 @@ def test_bench_prints_the_table_and_json():
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
     data = json.loads(js.stdout)
-    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 32
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 33
     shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
     assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2287, 2812] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
@@ -248,14 +247,14 @@ def test_compile_cache_read_from_vllms_log_lines():
 def test_first_start_range_covers_cold_and_unknown_starts(checks):
     """A cold or unknown start's range runs from (available - 0.95 GiB) // block to the warm count, both
     +-0.75%; warm and eager starts get the +-0.75% only. The measured pool lies inside on every row but
-    three multimodal ones (Mistral-Small-3.2, Gemma-3-27B, Llama-4-Scout: their vision encoders are not in
-    kvsim's specs), vllm#27508 (1.63 GiB short), the L4's bf16 start at 0.27.1 (0.23 GiB under: the CUDA-graph
+    two multimodal ones (Mistral-Small-3.2 at 0.11.0: its logged activation peak is 2.71 GiB under the sampler's
+    count at 1,024 rows, not traced; Llama-4-Scout: 2.53 GiB of its weights not traced), vllm#27508 (1.63 GiB short), the L4's bf16 start at 0.27.1 (0.23 GiB under: the CUDA-graph
     estimate's per-graph cost is H100's here, and the card's seems smaller), and the A10G, RTX 3090 and 4 x L40S starts that kvsim puts
     0.036-0.072 GiB under vLLM (the RTX 3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is
     -0.9% on a 5 GiB pool, -14% on a 0.49 GiB one)."""
     outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
     small = {c.log.id for c in checks if c.in_range is False and -0.075 < c.available_error_gib < 0}
-    assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "gemma-3-27b-h100-tp1-8k",
+    assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b",
                                "llama4-scout-h100-tp4-8k", "vf-l4-qwen3-8b-bf16"}
     assert small == {"iw-a10g-qwen25-7b-flash", "iw-a10g-qwen25-7b-flex", "tb-3090-llama31-8b-g090",
                      "tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075", "tb-3090-llama31-8b-g070-FAILED",

@@ -43,6 +43,14 @@ def _index(options, value) -> int:
     return options.index(value) if value in options else 0
 
 
+def _has_image_encoder(model: str) -> bool:
+    """Whether the model is a multimodal checkpoint with an image encoder kvsim counts (the text-only toggle)."""
+    try:
+        return load_spec(model).vision is not None
+    except SpecError:
+        return False  # the form reports a bad model where it loads it
+
+
 def _help(field: str) -> str:
     """Form help from the registry's descriptions: 'name: what it does' per option."""
     registry = CHOICES[field]
@@ -182,6 +190,11 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
         mem_util = bounded.number(sb, "GPU memory utilisation", 0.50, 1.00, DEFAULT.gpu_mem_util, step=0.01,
                                   key="mem_util", slider=True)
         kv_pool = _choice(sb, "Pool sized by", "kv_pool", key="kv_pool")
+    text_only = DEFAULT.language_model_only
+    if _has_image_encoder(model):
+        text_only = sb.checkbox("Text only: image encoder not loaded", DEFAULT.language_model_only, key="text_only",
+                                bind=BIND, help="vLLM's --language-model-only: this multimodal checkpoint's image "
+                                                "encoder and projector stay off the GPU (models/vision.py)")
 
     sb.subheader("KV layout")
     bounded.choice("paging", CHOICES["allocator"].names())
@@ -226,7 +239,7 @@ def scenario_sidebar(title: str = "Scenario") -> Scenario | None:
             model=model, gpu=gpu, tp=int(tp), replicas=int(replicas), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
             kv_heads=kv_heads, kv_budget_gib=kv_budget_gib, kv_pool=kv_pool, gpu_mem_util=float(mem_util), allocator=paging,
             block_size=int(block_size), reserve=reserve, placement=placement, prefix_caching=bool(prefix),
-            prefix_cache_retention_interval=retention,
+            prefix_cache_retention_interval=retention, language_model_only=bool(text_only),
             max_num_seqs=int(max_seqs), max_batched_tokens=int(max_tokens), max_model_len=int(max_len) or None,
             chunked_prefill=bool(chunked), async_scheduling=async_scheduling, preemption=preemption, speedup=float(speedup), cost_source=cost_source,
             profile=profile, **fleet, **tiers,

@@ -33,6 +33,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV dtype (default %(default)s)")
     p.add_argument("--weight-dtype", default="native", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
+    p.add_argument("--language-model-only", action="store_true",
+                   help="a multimodal checkpoint served text-only (vLLM's flag): its image encoder is not loaded")
     p.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
     p.add_argument("--contexts", default=DEFAULT_CONTEXTS, help="comma-separated context lengths (default %(default)s)")
@@ -92,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     # A partial scenario (what is served, on what, the budget knobs), resolved through the one resolver.
     scenario = Scenario(model=args.model, gpu=args.gpu, tp=args.tp, weight_dtype=args.weight_dtype,
                         kv_dtype=args.kv_dtype, kv_heads=args.kv_heads, kv_eviction=args.kv_eviction,
+                        language_model_only=args.language_model_only,
                         gpu_mem_util=args.gpu_mem_util, max_batched_tokens=args.max_batched_tokens,
                         max_num_seqs=args.max_num_seqs, block_size=args.block_size)
     sizing = Sizing.of(scenario, runtime_overhead_bytes=int(args.overhead_gib * GIB))

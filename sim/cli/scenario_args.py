@@ -14,7 +14,7 @@ from sim.scenario import CHOICES, Scenario
 # flag dest -> Scenario field (same name unless listed)
 FIELDS = ("model", "gpu", "tp", "replicas", "router", "router_kv_weight", "pd", "prefill_tp", "decode_tp", "kv_link",
           "kv_layer_pipelined", "decode_router", "gpus_per_node", "weight_dtype", "kv_dtype", "kv_heads", "kv_budget_gib", "kv_pool", "gpu_mem_util",
-          "allocator", "block_size", "reserve", "placement", "prefix_caching", "prefix_cache_retention_interval", "kv_eviction", "expert_parallel", "expert_imbalance", "max_num_seqs",
+          "allocator", "block_size", "reserve", "placement", "prefix_caching", "prefix_cache_retention_interval", "kv_eviction", "expert_parallel", "expert_imbalance", "language_model_only", "max_num_seqs",
           "max_batched_tokens", "max_model_len", "chunked_prefill", "async_scheduling", "preemption", "swap_space_gib", "static_batch", "profile",
           "cost_source", "api_overhead_s", "seed", "speedup", "cpu_tier_gib", "nvme_tier_gib", "remote_tier_gib",
           "tier_policy", "cpu_tier_scope", "host_link_gb_s", "offload_layers")
@@ -72,6 +72,8 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
                    help="MoE: place whole experts on the TP ranks (step time follows the busiest rank)")
     g.add_argument("--expert-imbalance", type=float, default=d.expert_imbalance,
                    help="MoE with --expert-parallel: max / mean routed load per rank (default %(default)s)")
+    g.add_argument("--language-model-only", action="store_true", default=d.language_model_only,
+                   help="a multimodal checkpoint served text-only (vLLM's flag): its image encoder is not loaded")
     g.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
     g.add_argument("--kv-budget-gib", type=float, help="KV pool per replica in GiB (default: derived from the GPU)")

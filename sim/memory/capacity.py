@@ -132,7 +132,7 @@ def memory_budget(
     heads = kv_heads_per_gpu(spec, tp)
     usable = math.floor(gpu.hbm_bytes * gpu_mem_util)
     weight_dtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
-    weights = math.ceil(spec.weight_bytes(weight_dtype, experts) / tp)
+    weights = math.ceil(spec.weight_bytes(weight_dtype, experts) / tp) + spec.vision_weight_bytes(tp)
     activation = activation_peak_bytes(spec, tp, max_batched_tokens, max_num_seqs, weight_dtype)
     fixed = spec.kv_fixed_bytes(kv_dtype)
     budget = usable - weights - activation - runtime_overhead_bytes - fixed
@@ -225,6 +225,8 @@ def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], *, bu
     assumptions = {
         "model": spec.name, "gpu": gpu.name, "kv_dtype": kv_dtype, "weight_dtype": weight_dtype,
         "num_params": spec.num_params, "active_params": spec.active_params, "kv_heads": spec.num_kv_heads,
+        # a multimodal checkpoint's image encoder + projector, in weights_bytes (models/vision.py)
+        "vision_params": spec.vision.params if spec.vision else 0, "vision_weights_bytes": spec.vision_weight_bytes(tp),
         "kv_groups": [g.as_dict(kv_dtype, tp) for g in spec.groups],
         "max_batched_tokens": budget_args.get("max_batched_tokens", DEFAULT_MAX_BATCHED_TOKENS),
         "max_num_seqs": budget_args.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS),

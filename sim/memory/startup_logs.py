@@ -64,6 +64,22 @@ def async_scheduling_from_log(lines: tuple[str, ...] | list[str]) -> bool | None
 
 
 FLASHINFER_SAMPLER_LINE = "Using FlashInfer for top-p & top-k sampling"  # v1/sample/ops/topk_topp_sampler.py
+# a multimodal checkpoint served text-only: --language-model-only, or every modality's limit 0 (as the
+# command line or vLLM's "non-default args" line prints it)
+TEXT_ONLY_FLAG = re.compile(r"--language-model-only|'language_model_only': True")
+MM_LIMITS = re.compile(r"limit[-_]mm[-_]per[-_]prompt['\"]?\s*[:=]?\s*'?(\{[^}]*\})")
+
+
+def language_model_only_from_log(lines: tuple[str, ...] | list[str]) -> bool:
+    """True where the lines show the image encoder left unloaded (models/vision.py)."""
+    for line in lines:
+        if TEXT_ONLY_FLAG.search(line):
+            return True
+        for limits in MM_LIMITS.findall(line):
+            counts = re.findall(r":\s*(\d+)", limits)
+            if counts and all(int(c) == 0 for c in counts):
+                return True
+    return False
 
 
 class StartupLogError(ValueError):
@@ -106,6 +122,10 @@ class StartupLog:
     def flashinfer_sampler(self) -> bool:
         """The start-up sampled with FlashInfer: vLLM logs it (topk_topp_sampler.py) when it does."""
         return any(FLASHINFER_SAMPLER_LINE in line for line in self.lines)
+
+    @property
+    def language_model_only(self) -> bool:
+        return language_model_only_from_log(self.lines)
 
     @property
     def compile_cache(self) -> str:
@@ -188,6 +208,7 @@ def _measured_blocks(log: StartupLog, bytes_per_block: int, single_group: bool) 
 
 def check(log: StartupLog) -> PoolCheck:
     spec, gpu = load_spec(log.model), get_gpu(log.gpu)
+    spec = spec.language_model_only() if log.language_model_only else spec
     prof = vllm_memory_profile(
         spec, gpu, tp=log.tp, weight_dtype=log.weight_dtype, kv_dtype=log.kv_dtype, gpu_mem_util=log.gpu_mem_util,
         max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs, block_size=log.block_size,

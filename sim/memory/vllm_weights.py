@@ -13,6 +13,10 @@ places that public start-up logs show (docs/CALIBRATION.md, "Validation on publi
   and the hidden size to 256; the Triton kernels vLLM uses on Hopper from 0.11 round the expert
   width to 256 (gpt-oss-120b logs 64.38 GiB on an H100 at 0.11.0 and 0.14.1, 65.97 GiB with
   Marlin at 0.10.1). Blackwell's native paths are taken unpadded here.
+
+A multimodal checkpoint's image encoder and projector load too (models/vision.py), in 16 bits,
+matrices split over the ranks: Gemma-3-27B logs 51.45 GiB where its decoder counts 50.31 (+0.79
+for the SigLIP tower), Mistral-Small-3.1 44.76 vs 43.91 (+0.82 for Pixtral).
 """
 
 from __future__ import annotations
@@ -59,4 +63,4 @@ def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, g
         h, width = mxfp4_expert_dims(spec.hidden_size, moe.expert_intermediate, gpu, version, tp)
         extra = 3 * (h * width * tp - spec.hidden_size * moe.expert_intermediate) * moe.num_experts * moe.moe_layers
         total += extra * WEIGHT_BYTES["mxfp4"]
-    return math.ceil(total / tp)
+    return math.ceil(total / tp) + spec.vision_weight_bytes(tp)

@@ -85,10 +85,11 @@ class Deployment:
 
     @staticmethod
     def model_of(scenario: Scenario) -> ModelSpec:
-        """The scenario's model as it runs (kv-heads what-if, KV eviction cap): the spec `resolve`
+        """The scenario's model as it runs (kv-heads what-if, text-only, KV eviction cap): the spec `resolve`
         uses, for callers that need only the model (checking a grid's names before a sweep)."""
         spec = load_spec(scenario.model)
         spec = spec.with_kv_heads(scenario.kv_heads) if scenario.kv_heads else spec
+        spec = spec.language_model_only() if scenario.language_model_only else spec
         return spec.with_eviction(scenario.kv_eviction)
 
     @classmethod
