@@ -17,14 +17,20 @@ places that public start-up logs show (docs/CALIBRATION.md, "Validation on publi
 A multimodal checkpoint's image encoder and projector load too (models/vision.py), in 16 bits,
 matrices split over the ranks: Gemma-3-27B logs 51.45 GiB where its decoder counts 50.31 (+0.79
 for the SigLIP tower), Mistral-Small-3.1 44.76 vs 43.91 (+0.82 for Pixtral).
+
+And every rank holds the RoPE cos/sin caches its attention layers share (`rope_cache_bytes`): small
+for most models (32 MiB at 131,072 positions), 2.5 GiB for Llama-4-Scout, whose config.json allows
+10,485,760 positions (its TP4 start logs 53.12 GiB where decoder + encoder count 50.59).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from models.spec import ModelSpec
 from models.weight_dtypes import WEIGHT_BYTES
+from sim.memory.capacity import ACTIVATION_BYTES
 
 QUANTISED = ("fp8", "int8", "int4")  # weight dtypes whose checkpoints leave embeddings in 16 bits
 HOPPER = ("h100-sxm", "h100-pcie", "h200", "h20")  # SM 9.0 in the GPU catalog
@@ -50,6 +56,49 @@ def mxfp4_expert_dims(hidden: int, inter: int, gpu: str, version: tuple[int, int
     return _round_up(hidden, 256), _round_up(width, 128)  # Marlin
 
 
+# rope_type -> how many positions vLLM's cos/sin cache covers (rotary_embedding/*.py _compute_cos_sin_cache,
+# read in the 0.11.0 and 0.19.0 wheels): max_position x factor for linear and dynamic-NTK scaling,
+# original_max_position x factor for YaRN (get_rope passes the original length), max_position otherwise.
+ROPE_ROWS = {"linear": "max_x_factor", "dynamic": "max_x_factor", "yarn": "original_x_factor",
+             "deepseek_yarn": "original_x_factor"}
+FP32_ROPE_FAMILIES = ("gpt-oss",)  # model files that call get_rope(dtype=torch.float32): gpt_oss.py
+NO_ROPE_FAMILIES = ("opt",)  # learned positions
+
+
+def _rope_rows(params: dict[str, Any], max_position: int) -> int:
+    kind = str(params.get("rope_type") or params.get("type") or "default")
+    factor = params.get("factor", 1)
+    factor = factor if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1 else 1
+    rule = ROPE_ROWS.get(kind)
+    if rule == "max_x_factor":
+        return int(max_position * factor)
+    if rule == "original_x_factor":
+        original = params.get("original_max_position_embeddings")
+        original = original if isinstance(original, int) and not isinstance(original, bool) and original > 0 else max_position
+        return int(original * factor)
+    return max_position
+
+
+def rope_cache_bytes(spec: ModelSpec, dtype: str = "bf16") -> int:
+    """Bytes of the RoPE cos/sin caches one rank holds from model load: [positions, rotary_dim] in the
+    activation dtype (rotary_embedding/base.py), one per distinct rope configuration (get_rope's _ROPE_DICT
+    shares it across layers); Gemma-3's sliding layers take a second, unscaled one (gemma3.py)."""
+    if spec.family in NO_ROPE_FAMILIES:
+        return 0
+    cfg = spec.config
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    params = params if isinstance(params, dict) else {}
+    head = spec.mla.qk_rope_head_dim if spec.mla is not None else spec.head_dim
+    partial = cfg.get("partial_rotary_factor") or cfg.get("rotary_pct") or params.get("partial_rotary_factor") or 1.0
+    partial = partial if isinstance(partial, (int, float)) and 0 < partial <= 1 else 1.0
+    rotary_dim = int(head * partial)
+    elem = 4 if spec.family in FP32_ROPE_FAMILIES else ACTIVATION_BYTES.get(dtype, 2)
+    total = _rope_rows(params, spec.max_position_embeddings) * rotary_dim * elem
+    if spec.family == "gemma3":  # local (sliding) layers: the default rope at rope_local_base_freq
+        total += spec.max_position_embeddings * rotary_dim * elem
+    return total
+
+
 def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, gpu: str,
                       version: tuple[int, int]) -> int:
     """Weight bytes per TP rank as vLLM holds them (dtype / expert_dtype already resolved)."""
@@ -63,4 +112,4 @@ def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, g
         h, width = mxfp4_expert_dims(spec.hidden_size, moe.expert_intermediate, gpu, version, tp)
         extra = 3 * (h * width * tp - spec.hidden_size * moe.expert_intermediate) * moe.num_experts * moe.moe_layers
         total += extra * WEIGHT_BYTES["mxfp4"]
-    return math.ceil(total / tp) + spec.vision_weight_bytes(tp)
+    return math.ceil(total / tp) + spec.vision_weight_bytes(tp) + rope_cache_bytes(spec, dtype)
