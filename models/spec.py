@@ -52,6 +52,8 @@ FAMILIES = {  # model_type -> family
     "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen3_next": "qwen3-next", "mixtral": "mixtral",
     "deepseek_v3": "deepseek", "deepseek_v2": "deepseek", "kimi_k2": "deepseek", "gpt_oss": "gpt-oss",
     "llama4": "llama4", "llama4_text": "llama4", "gemma3": "gemma3", "gemma3_text": "gemma3",
+    # vision-language checkpoints whose decoder is one of the above (the tower: models/vision.py)
+    "qwen2_5_vl": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3",
 }
 QK_NORM_FAMILIES = ("qwen3", "qwen3-next", "gemma3")  # per-head q/k RMSNorm with weights
 
@@ -225,8 +227,8 @@ class ModelSpec:
         return math.ceil((self.num_params - experts) * WEIGHT_BYTES[dtype] + experts * WEIGHT_BYTES[expert_dtype])
 
     def vision_weight_bytes(self, tp: int = 1) -> int:
-        """Bytes of the image encoder and projector on one TP rank, in 16 bits: quantised checkpoints
-        leave the tower unquantised (vLLM's fp8/compressed-tensors configs list it in their ignored
+        """Bytes of the image encoder and projector on one TP rank, in 16 bits (quantised checkpoints
+        usually keep the tower unquantised: their quantization configs list it among the ignored
         modules); 0 for a text-only checkpoint."""
         return 0 if self.vision is None else 2 * self.vision.params_per_rank(tp)
 

@@ -7,10 +7,12 @@ KV pool is smaller than its text model's by the tower. The tower runs only on im
 streamed in text decode steps, so it stays out of ModelSpec.param_breakdown (the decoder).
 
 Parameters are counted from `vision_config` per encoder family, each as vLLM builds it (read in
-the 0.19.0 wheel): siglip.py (Gemma-3), pixtral.py PixtralHFVisionModel + mistral3.py's projector
-(Mistral-3), mllama4.py (Llama-4). Another family is counted as a SigLIP/CLIP-style ViT with one
-linear projector, and says so (`estimated`). Per TP rank (mm_encoder_tp_mode "weights", vLLM's
-default) the matrices are split and the vectors (norms, biases, embeddings) replicated.
+the 0.19.0 wheel): siglip.py + gemma3_mm.py (Gemma-3), pixtral.py PixtralHFVisionModel +
+mistral3.py (Mistral-3), mllama4.py (Llama-4), qwen2_5_vl.py (Qwen2.5-VL), qwen3_vl.py (Qwen3-VL,
+Qwen3.5). Another family is counted as a SigLIP/CLIP-style ViT with one linear projector, and says
+so (`estimated`). Per TP rank (mm_encoder_tp_mode "weights", vLLM's default) the parallel linears
+are split; norms, biases, position tables, patch convolutions and plain nn.Linear/nn.Parameter
+projector weights are whole on every rank.
 """
 
 from __future__ import annotations
@@ -19,17 +21,27 @@ from dataclasses import dataclass
 from typing import Any
 
 # vision_config model_type -> the encoder family whose layout is known (the rest: "vit", estimated)
-VISION_FAMILIES = {"siglip_vision_model": "siglip", "pixtral": "pixtral", "llama4_vision_model": "llama4"}
-KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers")
+VISION_FAMILIES = {
+    "siglip_vision_model": "siglip", "pixtral": "pixtral", "llama4_vision_model": "llama4",
+    "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "qwen3_vl_moe": "qwen3-vl", "qwen3_5": "qwen3-vl",
+    "qwen3_5_moe": "qwen3-vl",
+}
+SOURCES = {
+    "siglip": "siglip.py SiglipVisionModel + gemma3_mm.py Gemma3MultiModalProjector",
+    "pixtral": "pixtral.py PixtralHFVisionModel + mistral3.py Mistral3MultiModalProjector",
+    "llama4": "mllama4.py Llama4VisionModel + Llama4MultiModalProjector",
+    "qwen2.5-vl": "qwen2_5_vl.py Qwen2_5_VisionTransformer (gated MLP, RMSNorm) + its patch merger",
+    "qwen3-vl": "qwen3_vl.py Qwen3_VisionTransformer (position table, patch merger and deepstack mergers)",
+}
 
 
 @dataclass(frozen=True)
 class VisionTower:
-    """Parameters of one checkpoint's image encoder and projector, matrices apart from vectors."""
+    """Parameters of one checkpoint's image encoder and projector, split ones apart from whole ones."""
 
-    family: str  # siglip, pixtral, llama4, or vit (an unknown family, estimated)
-    matrix_params: int  # 2-D weights: split over TP ranks
-    vector_params: int  # norms, biases, class and position embeddings: replicated on every rank
+    family: str  # a VISION_FAMILIES value, or vit (an unknown family, estimated)
+    matrix_params: int  # tensor-parallel linears: split over TP ranks
+    vector_params: int  # norms, biases, embeddings, convolutions, replicated linears: whole on every rank
     source: str
 
     @property
@@ -44,46 +56,93 @@ class VisionTower:
         return -(-self.matrix_params // tp) + self.vector_params
 
 
-def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int | None:
-    value = cfg.get(key, default)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+def _int(cfg: dict[str, Any], *keys: str, default: int | None = None) -> int | None:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
+def _biased_vit_layers(layers: int, h: int, inter: int) -> tuple[int, int]:
+    """LayerNorm (weight + bias) blocks with biased q/k/v/o and a two-matrix MLP: (split, whole)."""
+    return layers * (4 * h * h + 2 * h * inter), layers * (4 * h + inter + h + 4 * h)
+
+
+def _pixtral(cfg: dict[str, Any], vc: dict[str, Any], h: int, inter: int, layers: int, text: int) -> tuple[int, int]:
+    """RMSNorm, no biases, gated MLP, 2-D RoPE; projector: RMSNorm, nn.Linear patch merger, two parallel linears."""
+    merge = _int(cfg, "spatial_merge_size", default=1) or 1
+    bias = 2 * text if cfg.get("multimodal_projector_bias") else 0
+    patch = _int(vc, "patch_size", default=14) or 14
+    split = layers * (4 * h * h + 3 * h * inter) + h * text + text * text
+    whole = layers * 2 * h + 3 * patch * patch * h + h + h + h * merge * merge * h + bias
+    return split, whole
+
+
+def _llama4(vc: dict[str, Any], h: int, inter: int, layers: int, text: int) -> tuple[int, int]:
+    """Unfold-conv patch linear (split), class + position embeddings, pixel-shuffle adapter, projector."""
+    patch, side = _int(vc, "patch_size", default=14) or 14, (_int(vc, "image_size", default=336) or 336)
+    side //= patch
+    ratio = vc.get("pixel_shuffle_ratio", 0.5)
+    shuffled = int(round(h / (ratio * ratio))) if isinstance(ratio, (int, float)) and ratio > 0 else 4 * h
+    adapter_in = _int(vc, "projector_input_dim", default=h) or h
+    adapter_out = _int(vc, "projector_output_dim", default=h) or h
+    out = _int(vc, "vision_output_dim", default=adapter_out) or adapter_out
+    split, whole = _biased_vit_layers(layers, h, inter)
+    split += 3 * patch * patch * h + shuffled * adapter_in + adapter_in * adapter_out + out * text
+    whole += h + (side * side + 1) * h + 4 * h + (text if vc.get("multi_modal_projector_bias") else 0)
+    return split, whole
+
+
+def _qwen_vl(family: str, vc: dict[str, Any], h: int, inter: int, layers: int) -> tuple[int, int]:
+    """Conv3d patches (temporal x patch x patch), rotary positions; merger: a norm and two biased linears over
+    merge^2 x h; Qwen2.5-VL: RMSNorm and a gated MLP, no patch bias; Qwen3-VL: LayerNorm, a position table,
+    a biased patch conv and one more merger per deepstack layer (post-shuffle norm)."""
+    patch = _int(vc, "patch_size", "spatial_patch_size", default=14) or 14
+    conv = (_int(vc, "in_channels", "in_chans", default=3) or 3) * (_int(vc, "temporal_patch_size", default=2) or 2)
+    merged = h * (_int(vc, "spatial_merge_size", default=2) or 2) ** 2
+    out = _int(vc, "out_hidden_size", default=h) or h
+    merger_split, merger_bias = merged * merged + merged * out, merged + out
+    if family == "qwen2.5-vl":
+        split = layers * (4 * h * h + 3 * h * inter) + merger_split
+        whole = layers * (2 * h + 3 * h + h + 2 * inter + h) + conv * patch * patch * h + h + merger_bias
+        return split, whole
+    split, whole = _biased_vit_layers(layers, h, inter)
+    positions = _int(vc, "num_position_embeddings", default=0) or 0
+    deepstack = vc.get("deepstack_visual_indexes")
+    extra = len(deepstack) if isinstance(deepstack, list) else 0
+    split += (1 + extra) * merger_split
+    whole += conv * patch * patch * h + h + positions * h + (1 + extra) * merger_bias + 2 * h + extra * 2 * merged
+    return split, whole
 
 
 def vision_from_config(cfg: dict[str, Any], text_hidden: int) -> VisionTower | None:
-    """The tower of a multimodal config.json (top level, with `vision_config`); None when it has none
-    or its vision_config lacks the ViT shape keys (hidden_size, intermediate_size, num_hidden_layers)."""
+    """The tower of a multimodal config.json (top level, with `vision_config`); None when it has none or
+    its vision_config lacks the ViT shape (hidden_size, intermediate_size, num_hidden_layers or depth)."""
     vc = cfg.get("vision_config")
     if not isinstance(vc, dict):
         return None
-    h, inter, layers = (_int(vc, k) for k in KEYS)
+    h, inter = _int(vc, "hidden_size"), _int(vc, "intermediate_size")
+    layers = _int(vc, "num_hidden_layers", "depth")
     if h is None or inter is None or layers is None:
         return None
     family = VISION_FAMILIES.get(str(vc.get("model_type", "")).lower(), "vit")
-    patch, channels = _int(vc, "patch_size", 14) or 14, _int(vc, "num_channels", 3) or 3
-    side = (_int(vc, "image_size", 224) or 224) // patch
-    patch_matrix = channels * patch * patch * h
-    if family == "pixtral":  # RMSNorm, no biases, gated MLP; 2-D RoPE (no position table); no post-norm
-        merge = _int(cfg, "spatial_merge_size", 1) or 1
-        bias = 1 if cfg.get("multimodal_projector_bias") else 0
-        matrix = layers * (4 * h * h + 3 * h * inter) + patch_matrix + h * merge * merge * h + h * text_hidden + text_hidden ** 2
-        vector = layers * 2 * h + h + h + bias * 2 * text_hidden  # attention/ffn norms, ln_pre, projector norm
-        return VisionTower(family, matrix, vector, "pixtral.py PixtralHFVisionModel + mistral3.py Mistral3MultiModalProjector")
-    # LayerNorm (weight + bias) ViTs with biased q/k/v/o and a two-matrix GELU MLP
-    layer_vectors = 4 * h + inter + h + 4 * h  # q, k, v, o biases; fc1, fc2 biases; two LayerNorms
-    matrix = layers * (4 * h * h + 2 * h * inter)
-    if family == "llama4":  # unfold-conv patch linear, class + position embeddings, pixel-shuffle adapter
-        ratio = vc.get("pixel_shuffle_ratio", 0.5)
-        shuffled = int(round(h / (ratio * ratio))) if isinstance(ratio, (int, float)) and ratio > 0 else 4 * h
-        adapter_in, adapter_out = _int(vc, "projector_input_dim", h) or h, _int(vc, "projector_output_dim", h) or h
-        out = _int(vc, "vision_output_dim", adapter_out) or adapter_out
-        bias = 1 if vc.get("multi_modal_projector_bias") else 0
-        matrix += patch_matrix + shuffled * adapter_in + adapter_in * adapter_out + out * text_hidden
-        vector = layers * layer_vectors + h + (side * side + 1) * h + 4 * h + bias * text_hidden
-        return VisionTower(family, matrix, vector, "mllama4.py Llama4VisionModel + Llama4MultiModalProjector")
-    # siglip (Gemma-3's projector: one vision x text matrix and an RMSNorm) and unknown ViTs (one linear)
-    matrix += patch_matrix + h * text_hidden
-    vector = layers * layer_vectors + h + side * side * h + 2 * h + (h if family == "siglip" else text_hidden)
-    source = ("siglip.py SiglipVisionModel + gemma3_mm.py Gemma3MultiModalProjector" if family == "siglip" else
-              f"vision_config model_type {vc.get('model_type')!r} not modelled: counted as a SigLIP-style ViT "
-              "with one linear projector (an estimate)")
-    return VisionTower(family, matrix, vector, source)
+    if family == "pixtral":
+        split, whole = _pixtral(cfg, vc, h, inter, layers, text_hidden)
+    elif family == "llama4":
+        split, whole = _llama4(vc, h, inter, layers, text_hidden)
+    elif family in ("qwen2.5-vl", "qwen3-vl"):
+        split, whole = _qwen_vl(family, vc, h, inter, layers)
+    else:  # siglip (Gemma-3: a whole vision x text matrix and an RMSNorm) and unknown ViTs (one split linear)
+        patch = _int(vc, "patch_size", default=14) or 14
+        side = (_int(vc, "image_size", default=224) or 224) // patch
+        channels = _int(vc, "num_channels", default=3) or 3
+        split, whole = _biased_vit_layers(layers, h, inter)
+        whole += channels * patch * patch * h + h + side * side * h + 2 * h
+        if family == "siglip":
+            whole += h * text_hidden + h
+        else:
+            split, whole = split + h * text_hidden, whole + text_hidden
+    source = SOURCES.get(family) or (f"vision_config model_type {vc.get('model_type')!r} not modelled: counted as "
+                                     "a SigLIP-style ViT with one linear projector (an estimate)")
+    return VisionTower(family, split, whole, source)

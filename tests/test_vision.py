@@ -103,3 +103,33 @@ def test_a_start_up_log_says_when_the_encoder_was_left_off():
     assert text_only(["vllm serve m --language-model-only"])
     assert not text_only(["non-default args: {'limit_mm_per_prompt': {'image': 2, 'video': 0}}"])
     assert not text_only(["non-default args: {'model': 'google/gemma-3-27b-it', 'max_model_len': 8192}"])
+
+
+QWEN25_VL_7B = {  # Qwen/Qwen2.5-VL-7B-Instruct's config.json (the keys kvsim reads)
+    "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "hidden_size": 3584,
+    "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+    "vocab_size": 152064, "max_position_embeddings": 128000, "tie_word_embeddings": False,
+    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16,
+                      "in_chans": 3, "out_hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2,
+                      "spatial_patch_size": 14, "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31],
+                      "tokens_per_second": 2, "temporal_patch_size": 2, "model_type": "qwen2_5_vl"}}
+
+
+def test_qwen_vl_towers_give_the_checkpoints_parameter_counts():
+    """Decoder + tower = the parameter count Hugging Face shows for the checkpoint's safetensors:
+    Qwen2.5-VL-7B-Instruct 8,292,166,656 (qwen2_5_vl.py: RMSNorm, gated MLP, Conv3d patches, one merger);
+    Qwen3-VL-8B-Instruct 8,767,123,696 (qwen3_vl.py: position table, biased Conv3d, three deepstack mergers),
+    its config as aiconfigurator-core caches it."""
+    import json
+    from importlib.resources import files
+
+    q25 = spec_from_config(QWEN25_VL_7B, name="qwen2.5-vl-7b")
+    assert q25.vision is not None and q25.vision.family == "qwen2.5-vl"
+    assert q25.num_params + q25.vision.params == 8_292_166_656
+    cfg = json.loads((files("aiconfigurator_core") / "model_configs" / "Qwen--Qwen3-VL-8B-Instruct_config.json").read_text())
+    q3 = spec_from_config(cfg, name="qwen3-vl-8b")
+    assert q3.vision is not None and q3.vision.family == "qwen3-vl"
+    assert q3.num_params + q3.vision.params == 8_767_123_696
+    # per rank: the merger and block linears split, the Conv3d patches and the position table whole
+    assert q3.vision.params_per_rank(2) < q3.vision.params / 2 + 20_000_000
