@@ -54,6 +54,7 @@ FAMILIES = {  # model_type -> family
     "llama4": "llama4", "llama4_text": "llama4", "gemma3": "gemma3", "gemma3_text": "gemma3",
     # vision-language checkpoints whose decoder is one of the above (the tower: models/vision.py)
     "qwen2_5_vl": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3",
+    "qwen3_5_text": "qwen3-next", "qwen3_5_moe_text": "qwen3-next",  # Qwen3.5: Qwen3-Next's layers, an image tower
 }
 QK_NORM_FAMILIES = ("qwen3", "qwen3-next", "gemma3")  # per-head q/k RMSNorm with weights
 
@@ -376,7 +377,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         layout = _Layout(qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, norm_bias=True)
     else:  # llama, mistral, qwen2, gemma and Llama-like unknowns
         kv_heads = _pick(cfg, "num_key_value_heads", default=heads)
-        intermediate = cfg.get("intermediate_size")
+        # an all-MoE config may name no dense width (Qwen3.5-35B-A3B): the expert width stands in, unused
+        intermediate = _pick(cfg, "intermediate_size", "moe_intermediate_size")
         attn_bias = need_flag("attention_bias", False)
         layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=need_flag("mlp_bias", False),
                          norms_per_layer=4 if family == "gemma3" else 2, qk_norm=family in QK_NORM_FAMILIES,

@@ -133,3 +133,25 @@ def test_qwen_vl_towers_give_the_checkpoints_parameter_counts():
     assert q3.num_params + q3.vision.params == 8_767_123_696
     # per rank: the merger and block linears split, the Conv3d patches and the position table whole
     assert q3.vision.params_per_rank(2) < q3.vision.params / 2 + 20_000_000
+
+
+def test_qwen35_reads_as_qwen3_next_layers_with_an_image_tower():
+    """Qwen3.5 (configs as aiconfigurator-core caches them): Qwen3-Next's layers (3 Gated DeltaNet : 1 full
+    attention, gated q, q/k norms, the SSM state in the config's float32) and a Qwen3-VL-style image tower;
+    the all-MoE 35B-A3B names no dense width."""
+    import json
+    from importlib.resources import files
+
+    from models.kv_groups import FullAttention, State
+
+    def spec(name: str):
+        path = files("aiconfigurator_core") / "model_configs" / f"Qwen--{name}_config.json"
+        return spec_from_config(json.loads(path.read_text()), name=name)
+
+    dense, moe = spec("Qwen3.5-27B"), spec("Qwen3.5-35B-A3B")
+    assert dense.family == moe.family == "qwen3-next" and dense.layout.qk_norm and dense.layout.attn_output_gate
+    assert [(type(g), g.num_layers) for g in dense.groups] == [(FullAttention, 16), (State, 48)]
+    assert moe.moe is not None and moe.moe.num_experts == 256 and moe.moe.moe_layers == 40
+    for s, billions in ((dense, 27), (moe, 35)):
+        assert s.vision is not None and s.vision.family == "qwen3-vl"
+        assert abs((s.num_params + s.vision.params) / 1e9 - billions) < 0.5, s.name
