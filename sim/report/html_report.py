@@ -128,7 +128,8 @@ def weights_bytes(result: Any) -> float | None:
         from sim.run.deployment import Deployment
 
         sc = result.scenario
-        return float(Deployment.model_of(sc).weight_bytes(sc.weight_dtype)) * sc.replicas
+        spec = Deployment.model_of(sc)  # a multimodal checkpoint's image encoder included (models/vision.py)
+        return float(spec.weight_bytes(sc.weight_dtype) + spec.vision_weight_bytes(1)) * sc.replicas
     except Exception:  # an uploaded config no longer on disk: draw the KV pool alone
         return None
 
