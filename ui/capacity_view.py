@@ -135,7 +135,7 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
     if not a["vllm_startup"]["starts"]:  # sim/memory/vllm_startup_check.py
         sentence += f" **{a['vllm_startup']['message']}**"
     terms = [("CUDA total x utilisation", v["requested_bytes"], v["cuda_total_source"]),
-             ("weights", -v["weights_bytes"], "parameter bytes / tp"),
+             ("weights", -v["weights_bytes"], v["sources"]["weights"]),
              ("profile-run peak", -v["transient_peak_bytes"], v["sources"]["forward_peak"]),
              ("sampler buffer", -v["sampler_buffer_bytes"], v["sources"]["sampler"]),
              ("non-torch memory", -v["non_torch_bytes"], v["sources"]["non_torch"]),

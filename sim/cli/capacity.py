@@ -131,6 +131,9 @@ def _print_human(table: dict[str, Any]) -> None:
                        ("runtime overhead", "runtime_overhead_bytes"), ("KV fixed scales", "kv_fixed_bytes")):
         size = a[key]
         print(f"  - {label:<16}" + (f"{size / GIB:9.2f} GiB" if size >= 2**20 or not size else f"{size:9,} B"))
+        if key == "weights_bytes" and a.get("vision_weights_bytes"):
+            print(f"      of which the image encoder {a['vision_weights_bytes'] / GIB:.2f} GiB "
+                  "(--language-model-only leaves it off the GPU)")
     print(f"  = KV budget       {a['kv_budget_bytes'] / GIB:9.2f} GiB per GPU  ({a['kv_bytes_per_token']:,} B/token per GPU)")
     _print_vllm(a)
     print(f"  {'context':>9} {'KV/seq GiB':>11} {'max seqs':>9} {'vLLM pool':>9} {'decode floor b=1':>17} {'at max':>9}")

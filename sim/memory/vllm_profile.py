@@ -387,7 +387,8 @@ def vllm_memory_profile(
                           else "Model Runner V2's estimate is 0 in this version"),
             "non_torch": non_torch_row.source,
             "weights": "parameters at the weight dtype, embeddings in 16 bits under fp8/int8/int4, mxfp4 experts "
-                       "padded to the MoE kernel's tile (sim/memory/vllm_weights.py)",
+                       "padded to the MoE kernel's tile, a multimodal checkpoint's image encoder, the RoPE cos/sin "
+                       "caches (sim/memory/vllm_weights.py)",
             "num_gpu_blocks": "available // bytes per pool block (vllm/v1/core/kv_cache_utils.py)",
             "num_gpu_blocks_range": (f"+-{WARM_ERROR:.2%}, the warm count's worst error on held-out logs; " + (
                 "enforce_eager: no torch.compile (config/vllm.py CompilationMode.NONE)" if enforce_eager
