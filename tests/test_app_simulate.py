@@ -307,3 +307,15 @@ def test_a_deployment_vllm_would_not_start_is_named():
     assert not at.exception and not at.error
     refusal = [w.value for w in at.warning if w.value.startswith("vLLM would not start")]
     assert len(refusal) == 1 and "estimated maximum model length is" in refusal[0]
+
+
+def test_text_only_box_is_offered_for_a_multimodal_checkpoint_and_reaches_the_run():
+    """The sidebar's "Text only" box (Scenario.language_model_only, models/vision.py) shows for a model with an
+    image encoder, binds to the link and changes the run; a text model has no such box."""
+    at = page(SIMULATE, model="gemma-3-27b", gpu="h100-sxm", text_only="true")
+    assert not at.exception and not at.error
+    assert at.checkbox(key="text_only").value is True
+    assert scenario_digest(at) == DEFAULT_SCENARIO.replace(model="gemma-3-27b", gpu="h100-sxm",
+                                                           language_model_only=True).digest()
+    plain = page(SIMULATE)
+    assert not plain.exception and "text_only" not in {c.key for c in plain.checkbox}
