@@ -72,18 +72,18 @@ def test_terms_by_hand_llama_8b_rtx4090():
 
 
 def test_first_start_range_by_hand_llama_8b_rtx4090():
-    """Unknown or cold compile cache: (available - 0.95 GiB) // block - 0.75% up to the warm count + 0.75%;
-    warm: the count +-0.75%; enforce_eager turns torch.compile off, so no first-start term."""
+    """Unknown or cold compile cache: (available - 0.95 GiB) // block - 1.55% up to the warm count + 1.55%;
+    warm: the count +-1.55%; enforce_eager turns torch.compile off, so no first-start term."""
     spec, gpu = load_spec("llama-3.1-8b"), get_gpu("rtx-4090")
     kw = dict(max_batched_tokens=2048, max_num_seqs=256, vllm_version="0.19")
     for state in ("unknown", "cold"):
         prof = vllm_memory_profile(spec, gpu, compile_cache=state, **kw)
         low = (prof.available_kv_bytes - round(0.95 * GiB)) // prof.bytes_per_block
-        assert prof.num_gpu_blocks_range == (math.floor(low * 0.9925), math.ceil(prof.num_gpu_blocks * 1.0075))
+        assert prof.num_gpu_blocks_range == (math.floor(low * 0.9845), math.ceil(prof.num_gpu_blocks * 1.0155))
         assert prof.compile_cache == state and "vllm#54122" in prof.sources["num_gpu_blocks_range"]
     warm = vllm_memory_profile(spec, gpu, compile_cache="warm", **kw)
     assert warm.num_gpu_blocks == prof.num_gpu_blocks and warm.first_start_deficit_bytes == 0
-    assert warm.num_gpu_blocks_range == (math.floor(warm.num_gpu_blocks * 0.9925), math.ceil(warm.num_gpu_blocks * 1.0075))
+    assert warm.num_gpu_blocks_range == (math.floor(warm.num_gpu_blocks * 0.9845), math.ceil(warm.num_gpu_blocks * 1.0155))
     eager = vllm_memory_profile(spec, gpu, compile_cache="cold", enforce_eager=True, **kw)
     assert eager.compile_cache == "eager" and eager.first_start_deficit_bytes == 0
     for eager in (False, True):
