@@ -44,11 +44,11 @@ def test_errors_are_what_the_model_achieves_now(checks):
     assert s["median_abs_available_gib"] <= 0.13
     assert s["worst_abs_available_gib"] <= 2.7  # the Mistral-Small-3.2 start at 0.11.0: its activation peak
     held = summary(checks, held_out=True)
-    # worst: the RTX 3090's 0.49 GiB pool, 0.10 GiB under (-20%); the source's repeated starts differ by 0.07-0.08
-    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.0075 and held["worst_abs_error"] <= 0.205
+    # worst: the RTX 3090's 0.49 GiB pool, 0.08 GiB under (-15%); the source's repeated starts differ by 0.07-0.08
+    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.0075 and held["worst_abs_error"] <= 0.155
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 37 of 45 rows.
-    assert s["in_range"] == 37 and s["ranged_rows"] == 45
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 36 of 45 rows.
+    assert s["in_range"] == 36 and s["ranged_rows"] == 45
     assert s["compile_cache"] == {"cold": 16, "warm": 5, "unknown": 23, "eager": 1}
 
 
@@ -224,9 +224,9 @@ def test_bench_prints_the_table_and_json():
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
     data = json.loads(js.stdout)
-    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 37
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 36
     shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
-    assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2253, 2819] and shared["in_range"]
+    assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2264, 2805] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.startswith("error:") and "Traceback" not in bad.stderr
@@ -252,19 +252,19 @@ def test_compile_cache_read_from_vllms_log_lines():
 
 def test_first_start_range_covers_cold_and_unknown_starts(checks):
     """A cold or unknown start's range runs from (available - 0.95 GiB) // block to the warm count, both
-    +-WARM_ERROR (1.55%, the warm and eager held-out rows' worst); warm and eager starts get the +-1.55% only.
+    +-WARM_ERROR (1.08%, the warm and eager held-out rows' worst); warm and eager starts get the +-1.08% only.
     The measured pool lies inside on every row but Mistral-Small-3.2 at 0.11.0 (its logged activation peak is
     2.71 GiB under the sampler's count at 1,024 rows, not traced), vllm#27508 (1.60 GiB short), the L4's bf16
     start at 0.27.1 (0.24 GiB under: the CUDA-graph estimate's per-graph cost is H100's here, and the card's
     seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.068-0.103 GiB under vLLM (their weights
     where logged are within 0.03 GiB, the RoPE cache counted; the rest is in terms measured on H100; the RTX
-    3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is -1.6% on a 5 GiB pool, -20% on
+    3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is -1.5% on a 5 GiB pool, -15% on
     a 0.49 GiB one)."""
     outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
     small = {c.log.id for c in checks if c.in_range is False and -0.105 < c.available_error_gib < 0}
     assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "vf-l4-qwen3-8b-bf16"}
-    assert small == {"tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075", "tb-3090-llama31-8b-g070-FAILED",
-                     "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}
+    assert small == {"tb-3090-llama31-8b-g090", "tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075",
+                     "tb-3090-llama31-8b-g070-FAILED", "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}
     # the bar is the warm and eager held-out rows' worst: each of them lies inside it
     warm = [c for c in checks if c.log.held_out and c.profile.compile_cache in ("warm", "eager")]
     assert len(warm) >= 6 and all(c.in_range for c in warm)
@@ -283,7 +283,7 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
         assert p.num_gpu_blocks_range[1] - p.num_gpu_blocks_range[0] <= 2 * WARM_ERROR * p.num_gpu_blocks + 2
     assert by_id["vllmgce-a100-40gb-llama-3.1-8b-eager"].profile.compile_cache == "eager"
     shared = by_id["llmservingsim-rtx4090-llama-3.1-8b"]
-    assert shared.profile.num_gpu_blocks_range == (2253, 2819) and shared.measured_blocks == 2588
+    assert shared.profile.num_gpu_blocks_range == (2264, 2805) and shared.measured_blocks == 2588
 
 
 def test_first_start_deficit_is_set_by_public_pairs_not_by_the_rows():
