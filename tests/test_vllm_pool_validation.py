@@ -256,7 +256,7 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
     The measured pool lies inside on every row but Mistral-Small-3.2 at 0.11.0 (its logged activation peak is
     2.71 GiB under the sampler's count at 1,024 rows, not traced), vllm#27508 (1.60 GiB short), the L4's bf16
     start at 0.27.1 (0.24 GiB under: the CUDA-graph estimate's per-graph cost is H100's here, and the card's
-    seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.068-0.103 GiB under vLLM (their weights
+    seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.068-0.082 GiB under vLLM (their weights
     where logged are within 0.03 GiB, the RoPE cache counted; the rest is in terms measured on H100; the RTX
     3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is -1.5% on a 5 GiB pool, -15% on
     a 0.49 GiB one)."""
