@@ -40,6 +40,8 @@ FLEET_DEFAULTS = {"router": "round-robin", "router_kv_weight": 1.0, "pd": None, 
                   "kv_link": "rdma-400g", "kv_layer_pipelined": False, "decode_router": "least-outstanding",
                   "gpus_per_node": 8}
 ENGINE_DEFAULTS = {"prefix_cache_retention_interval": 0, "async_scheduling": None, "kv_pool": "kvsim", "language_model_only": False}
+FLAG_FIELDS = (  # the plain true/false fields: validated, and read from JSON/URL text, alike
+    "prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined", "language_model_only")
 MAX_GPUS_PER_NODE = 72  # GB200 NVL72, the largest NVLink domain sold as one system
 
 # Scenario field -> the registry that holds its names (the one list; validation reads it live).
@@ -191,7 +193,7 @@ class Scenario:
                 raise bad("pd", str(exc)) from None
             if self.static_batch is not None:
                 raise bad("pd", "disaggregated prefill/decode needs continuous batching (no static_batch)")
-        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined", "language_model_only"):
+        for name in FLAG_FIELDS:
             if not isinstance(getattr(self, name), bool):  # "false" is not False: no truthiness here
                 raise bad(name, "must be true or false")
         if self.async_scheduling is not None and not isinstance(self.async_scheduling, bool):
@@ -228,7 +230,7 @@ class Scenario:
         if unknown:
             raise ScenarioError(f"scenario: unknown field(s): {', '.join(unknown)}")
         data = dict(data)
-        for name in ("prefix_caching", "chunked_prefill", "expert_parallel", "kv_layer_pipelined", "language_model_only"):  # JSON/URL text "false" means False, not truthy
+        for name in FLAG_FIELDS:  # JSON/URL text "false" means False, not truthy
             if isinstance(data.get(name), str):
                 data[name] = flag(data[name], f"scenario: {name}", ScenarioError)
         if isinstance(data.get("async_scheduling"), str):  # URL text: "none"/"" for vLLM's default

@@ -16,7 +16,7 @@ DEFAULT_CONTEXTS = "2048,8192,32768,131072"
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     from models.kv_dtypes import KV_DTYPES
     from models.weight_dtypes import WEIGHT_DTYPES
-    from sim.cli.scenario_args import add_async_scheduling_arg
+    from sim.cli.scenario_args import add_async_scheduling_arg, add_language_model_only_arg
     from sim.memory.capacity import DEFAULT_MAX_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_RUNTIME_OVERHEAD
     from sim.memory.vllm_first_start import COMPILE_CACHE_STATES, DEFAULT_COMPILE_CACHE
     from sim.memory.vllm_profile import DEFAULT_VLLM_VERSION
@@ -33,8 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV dtype (default %(default)s)")
     p.add_argument("--weight-dtype", default="native", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
-    p.add_argument("--language-model-only", action="store_true",
-                   help="a multimodal checkpoint served text-only (vLLM's flag): its image encoder is not loaded")
+    add_language_model_only_arg(p)
     p.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
     p.add_argument("--contexts", default=DEFAULT_CONTEXTS, help="comma-separated context lengths (default %(default)s)")

@@ -27,6 +27,12 @@ def retention_interval(text: str) -> int | None:
     return int(text)
 
 
+def add_language_model_only_arg(g: Any) -> None:
+    """--language-model-only, vLLM's flag (Scenario.language_model_only, models/vision.py)."""
+    g.add_argument("--language-model-only", action="store_true", default=Scenario.language_model_only,
+                   help="a multimodal checkpoint served text-only (vLLM's flag): its image encoder is not loaded")
+
+
 def add_async_scheduling_arg(g: Any, dest: str = "async_scheduling") -> None:
     """--async-scheduling / --no-async-scheduling, vLLM's flag (Scenario.async_scheduling); also
     `sim capacity`'s (the start-up line), `sim observe`'s and `sim validate`'s (a run's engine)."""
@@ -72,8 +78,7 @@ def add_scenario_args(p: argparse.ArgumentParser, *, model_required: bool = True
                    help="MoE: place whole experts on the TP ranks (step time follows the busiest rank)")
     g.add_argument("--expert-imbalance", type=float, default=d.expert_imbalance,
                    help="MoE with --expert-parallel: max / mean routed load per rank (default %(default)s)")
-    g.add_argument("--language-model-only", action="store_true", default=d.language_model_only,
-                   help="a multimodal checkpoint served text-only (vLLM's flag): its image encoder is not loaded")
+    add_language_model_only_arg(g)
     g.add_argument("--kv-eviction", help="cap KV per sequence: window:N, streaming:SINKS+RECENT or h2o:N "
                    "(memory only: output quality is not modelled)")
     g.add_argument("--kv-budget-gib", type=float, help="KV pool per replica in GiB (default: derived from the GPU)")
