@@ -19,7 +19,7 @@ from sim.fidelity.run_record import load_run_dir
 from sim.fidelity.validate import predicted_pool
 from sim.memory.capacity import capacity_table
 from sim.memory.vllm_pool import PoolLayoutError, pool_layout
-from sim.memory.vllm_profile import accounting_for, add_vllm_pool, vllm_memory_profile
+from sim.memory.vllm_profile import accounting_for, add_vllm_pool, triton_buffer_rows, vllm_memory_profile
 
 GiB = 1 << 30
 
@@ -65,6 +65,20 @@ def test_terms_by_hand_llama_8b_rtx4090():
     assert prof.cudagraph_bytes == 0  # not subtracted before 0.21
     assert prof.bytes_per_block == 16 * 131_072
     assert prof.num_gpu_blocks == prof.available_kv_bytes // prof.bytes_per_block
+
+
+def test_triton_buffer_rows_follow_the_sm_count():
+    """topk_topp_triton.py: programs = min(SMs, rows); a new buffer has min(next_pow2(programs), SMs) rows."""
+    assert triton_buffer_rows(256, 58) == 58  # L4: one program per SM
+    assert triton_buffer_rows(1024, 132) == 132  # H100: not rounded past the SMs
+    assert triton_buffer_rows(100, 132) == 128  # fewer rows than SMs: rounded up to a power of two
+    assert triton_buffer_rows(8, 132) == 8
+    assert triton_buffer_rows(256, 0) == 128  # no SM count in the catalog: the default
+    spec = load_spec("qwen3-8b")
+    l4 = vllm_memory_profile(spec, get_gpu("l4"), max_batched_tokens=2048, max_num_seqs=256, vllm_version="0.27")
+    assert get_gpu("l4").sm_count == 58
+    assert l4.sampler_buffer_bytes == 58 * spec.vocab_size * 4
+    assert "58 of 58 SMs" in l4.sources["sampler"]
 
 
 def test_first_start_range_by_hand_llama_8b_rtx4090():

@@ -17,7 +17,7 @@ from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.startup_logs import DATA, StartupLogError, check, load_logs, release_from_traceback, summary
 from sim.memory.vllm_first_start import MAX_DEFICIT_BYTES, PAIRS, WARM_ERROR, compile_cache_from_log
-from sim.memory.vllm_profile import SORT, TRITON, TRITON_SAMPLER_ROWS, accounting_for, vllm_memory_profile
+from sim.memory.vllm_profile import SORT, TRITON, accounting_for, triton_buffer_rows, vllm_memory_profile
 from sim.memory.vllm_weights import mxfp4_expert_dims, rope_cache_bytes, vllm_weight_bytes
 
 
@@ -39,16 +39,17 @@ def test_every_row_is_sourced_and_maps_to_the_catalogs():
 def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
     assert s["rows_with_pool"] == 45 and s["excluded"] == 1
-    assert s["median_abs_error"] <= 0.0065  # 0.64%
+    # 0.68% (0.64% before the Triton buffer followed the SM count: rows near 0 moved off it, the worst moved in)
+    assert s["median_abs_error"] <= 0.007
     assert s["worst_abs_error"] <= 0.96  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
     assert s["median_abs_available_gib"] <= 0.13
     assert s["worst_abs_available_gib"] <= 2.7  # the Mistral-Small-3.2 start at 0.11.0: its activation peak
     held = summary(checks, held_out=True)
-    # worst: the RTX 3090's 0.49 GiB pool, 0.08 GiB under (-15%); the source's repeated starts differ by 0.07-0.08
-    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.0075 and held["worst_abs_error"] <= 0.155
+    # worst: the RTX 3090's 0.49 GiB pool, 0.05 GiB under (-10%); the source's repeated starts differ by 0.07-0.08
+    assert held["rows_with_pool"] == 32 and held["median_abs_error"] <= 0.0076 and held["worst_abs_error"] <= 0.103
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 36 of 45 rows.
-    assert s["in_range"] == 36 and s["ranged_rows"] == 45
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 37 of 45 rows.
+    assert s["in_range"] == 37 and s["ranged_rows"] == 45
     assert s["compile_cache"] == {"cold": 16, "warm": 5, "unknown": 23, "eager": 1}
 
 
@@ -117,7 +118,7 @@ def test_sort_sampler_count_explains_the_logged_activation():
 
 def test_triton_sampler_count_explains_the_logged_activation():
     """The Triton path's 14 B per logit element (vllm_profile.TRITON) against the 0.19.0 dense text-model
-    rows: (peak activation - hidden states - the kernel's [128, vocab] fp32 buffer) / (rows x vocab) is
+    rows: (peak activation - hidden states - the kernel's [SMs, vocab] fp32 buffer) / (rows x vocab) is
     14.2-14.5 on four models with three vocabularies (the sort path leaves 0.25-0.55 B untraced the same way)."""
     per_elem, vocabularies = {}, set()
     for log in load_logs():
@@ -126,7 +127,8 @@ def test_triton_sampler_count_explains_the_logged_activation():
         if act is None or accounting_for(log.vllm_version).sampler is not TRITON or spec.moe or "multimodal" in log.notes:
             continue
         rows = min(log.max_num_seqs, log.max_num_batched_tokens)
-        rest = act * GiB - log.max_num_batched_tokens * spec.hidden_size * 2 - TRITON_SAMPLER_ROWS * spec.vocab_size * 4
+        buffer_rows = triton_buffer_rows(rows, get_gpu(log.gpu).sm_count)
+        rest = act * GiB - log.max_num_batched_tokens * spec.hidden_size * 2 - buffer_rows * spec.vocab_size * 4
         per_elem[log.id] = rest / (rows * spec.vocab_size)
         vocabularies.add(spec.vocab_size)
     assert len(per_elem) >= 4 and len(vocabularies) >= 3, per_elem
@@ -224,7 +226,7 @@ def test_bench_prints_the_table_and_json():
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
     data = json.loads(js.stdout)
-    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 36
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 37
     shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
     assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2264, 2805] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
@@ -255,16 +257,16 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
     +-WARM_ERROR (1.08%, the warm and eager held-out rows' worst); warm and eager starts get the +-1.08% only.
     The measured pool lies inside on every row but Mistral-Small-3.2 at 0.11.0 (its logged activation peak is
     2.71 GiB under the sampler's count at 1,024 rows, not traced), vllm#27508 (1.60 GiB short), the L4's bf16
-    start at 0.27.1 (0.24 GiB under: the CUDA-graph estimate's per-graph cost is H100's here, and the card's
-    seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.068-0.082 GiB under vLLM (their weights
-    where logged are within 0.03 GiB, the RoPE cache counted; the rest is in terms measured on H100; the RTX
-    3090 source's own repeated starts differ by 0.07-0.08 GiB; in blocks that is -1.5% on a 5 GiB pool, -15% on
-    a 0.49 GiB one)."""
+    start at 0.27.1 (0.20 GiB under: the CUDA-graph estimate's per-graph cost is H100's here, and the card's
+    seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.04-0.08 GiB under vLLM (their weights
+    where logged are within 0.03 GiB, the RoPE cache and the Triton buffer at the card's SM count counted; the
+    rest is in terms measured on H100; the RTX 3090 source's own repeated starts differ by 0.07-0.08 GiB; in
+    blocks that is -1.1% on a 5 GiB pool, -10% on a 0.49 GiB one)."""
     outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
     small = {c.log.id for c in checks if c.in_range is False and -0.105 < c.available_error_gib < 0}
     assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "vf-l4-qwen3-8b-bf16"}
-    assert small == {"tb-3090-llama31-8b-g090", "tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075",
-                     "tb-3090-llama31-8b-g070-FAILED", "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}
+    assert small == {"tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075", "tb-3090-llama31-8b-g070-FAILED",
+                     "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}
     # the bar is the warm and eager held-out rows' worst: each of them lies inside it
     warm = [c for c in checks if c.log.held_out and c.profile.compile_cache in ("warm", "eager")]
     assert len(warm) >= 6 and all(c.in_range for c in warm)

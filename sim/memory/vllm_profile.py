@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from models.cuda_memory import GiB, MiB, cuda_total_bytes
-from models.gpus import GPUSpec
+from models.gpus import SM_SOURCE, GPUSpec
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
@@ -194,7 +194,9 @@ def non_torch_for(version: tuple[int, int]) -> NonTorch:
     return [n for n in NON_TORCH if n.first <= version][-1]
 
 
-TRITON_SAMPLER_ROWS = 128  # the Triton sampler's buffer rows: min(next_pow2(rows), SM count); 128-132 SMs on the cards here
+# The Triton sampler's SM count where the catalog has none (a custom GPU, B300, GB200): 128, as many as an
+# RTX 4090 and near the H100's 132; the buffer's source line says so.
+TRITON_SAMPLER_DEFAULT_SMS = 128
 
 
 def parse_version(text: str) -> tuple[int, int]:
@@ -271,11 +273,21 @@ def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, f
     return rows * spec.vocab_size * sampler_path(spec, rows, accounting, flashinfer).bytes_per_logit
 
 
-def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False) -> int:
-    """Persistent fp32 buffer of the Triton sampler (cached per device, so counted as consumed)."""
+def triton_buffer_rows(rows: int, sm_count: int) -> int:
+    """Rows of the Triton sampler's cached buffer (v1/sample/ops/topk_topp_triton.py, read in 0.19.0): one
+    program per row up to the SM count, the buffer rounded up to a power of two but never past the SMs."""
+    sms = sm_count or TRITON_SAMPLER_DEFAULT_SMS
+    programs = min(sms, rows)
+    return min(1 << (programs - 1).bit_length(), sms)
+
+
+def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False,
+                         sm_count: int = 0) -> int:
+    """Persistent fp32 buffer of the Triton sampler (cached per device, so counted as consumed): its rows x
+    vocab x 4 B; sm_count 0 (not in the catalog) takes TRITON_SAMPLER_DEFAULT_SMS."""
     if sampler_path(spec, rows, accounting, flashinfer) is not TRITON:
         return 0
-    return min(rows, TRITON_SAMPLER_ROWS) * spec.vocab_size * 4
+    return triton_buffer_rows(rows, sm_count) * spec.vocab_size * 4
 
 
 # vLLM's V1 estimate (gpu_model_runner.py profile_cudagraph_memory): per mode, the largest capture's memory
@@ -359,7 +371,7 @@ def vllm_memory_profile(
     hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
     sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler)
     transient = max(forward, workspace + hidden_out + sampler)
-    buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler)
+    buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
     graphs = cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype) if estimated and not enforce_eager else 0
     non_torch_row = non_torch_for(version)
@@ -380,7 +392,11 @@ def vllm_memory_profile(
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)"
             + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else ""),
-            "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}",
+            "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}"
+            + (f"; the Triton buffer's rows: {triton_buffer_rows(rows, gpu.sm_count)} of {gpu.sm_count} SMs ({SM_SOURCE})"
+               if buffer and gpu.sm_count else
+               f"; the Triton buffer's rows: {TRITON_SAMPLER_DEFAULT_SMS} assumed SMs (this GPU's SM count is not in the catalog)"
+               if buffer else ""),
             "cudagraph": (f"{CUDAGRAPH_SOURCE}; estimated as vLLM forms it, at the first-capture and per-graph medians "
                           "of vLLM 0.19.0's H100 logs (cudagraph_estimate_bytes)" if graphs else "none: enforce_eager captures no CUDA graphs" if enforce_eager
                           else "not subtracted in this version" if not acc.cudagraph_in_budget
