@@ -67,6 +67,14 @@ class GPUSpec:
     # Streaming multiprocessors (AMD: compute units) as torch's multi_processor_count reports them
     # (0 = not at hand). vLLM sizes per-SM kernel buffers by it (the Triton sampler's, sim/memory/vllm_profile.py).
     sm_count: int = 0
+    # CUDA compute capability ("9.0"; "" = not a CUDA device): vLLM picks kernels by it (FlashAttention 3
+    # on 9.x, sim/memory/vllm_cudagraphs.py). NVIDIA's CUDA GPU table (developer.nvidia.com/cuda-gpus).
+    compute_capability: str = ""
+
+    @property
+    def cuda_major(self) -> int:
+        """The compute capability's major version (0: not a CUDA device)."""
+        return int(self.compute_capability.split(".")[0]) if self.compute_capability else 0
 
     @property
     def hbm_gib(self) -> float:
@@ -87,18 +95,19 @@ class GPUSpec:
 def _gpu(name: str, label: str, mib: int, bw_gbs: float, bf16_tf: float, fp8_tf: float, host: str, host_bw: float,
          nvlink_gbs: float, source: str, *, efficiency: tuple[float, float, str] | None = None,
          price: tuple[float, str] | None = None, measured_db: str = "", decode_efficiency: float = 0.0,
-         sms: int = 0) -> GPUSpec:
+         sms: int = 0, cc: str = "") -> GPUSpec:
     """One catalog entry in datasheet units; efficiency = (GEMM, streaming, source), price = (USD per
     GPU-hour, source), measured_db = the aiconfigurator-core system with vLLM kernel tables,
     decode_efficiency = compute-bound GEMMs at M = 256 (the efficiency source says where), sms = the
-    SM (compute unit) count, sourced in SM_SOURCE."""
+    SM (compute unit) count, sourced in SM_SOURCE, cc = the CUDA compute capability."""
     gemm, memory, where = efficiency or (0.0, 0.0, "")
     usd, price_source = price or (None, "")
     return GPUSpec(name=name, hbm_bytes=mib * MiB, hbm_bandwidth=bw_gbs * GB, bf16_flops=bf16_tf * TFLOPS,
                    fp8_flops=fp8_tf * TFLOPS, host_link_bandwidth=host_bw, nvlink_bandwidth=nvlink_gbs * GB,
                    source=source, host_link=host, label=label, gemm_efficiency=gemm, memory_efficiency=memory,
                    efficiency_source=where, usd_per_gpu_hour=usd, price_source=price_source,
-                   measured_db_system=measured_db, decode_efficiency=decode_efficiency, sm_count=sms)
+                   measured_db_system=measured_db, decode_efficiency=decode_efficiency, sm_count=sms,
+                   compute_capability=cc)
 
 
 # Measured GEMM / streaming efficiencies (efficiency=): medians over bf16 GEMMs with N, K >= 4096 in
@@ -122,89 +131,89 @@ GPUS: Registry[GPUSpec] = Registry("GPU", ((g.name, g) for g in (
          "NVIDIA H100 datasheet (SXM5: 3.35 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s bidir); "
          "memory 81,559 MiB as nvidia-smi reports",
          efficiency=(0.81, 0.84, AICONFIGURATOR), measured_db="h100_sxm", decode_efficiency=0.65,
-         price=(3.00, f"{MERCATUS} H100 SXM5 $2.50-3.50, midpoint"), sms=132),
+         price=(3.00, f"{MERCATUS} H100 SXM5 $2.50-3.50, midpoint"), sms=132, cc="9.0"),
     _gpu("h100-pcie", "NVIDIA H100 PCIe 80GB", 81_559, 2000, 756.0, 1513.0, "PCIe Gen5 x16", PCIE5_X16, 300,
          "NVIDIA H100 datasheet (PCIe: 2.0 TB/s, 756 TF bf16 / 1513 TF fp8 dense, NVLink bridge 600 GB/s bidir); "
-         "memory 81,559 MiB as nvidia-smi reports", sms=114),
+         "memory 81,559 MiB as nvidia-smi reports", sms=114, cc="9.0"),
     _gpu("h200", "NVIDIA H200 SXM 141GB", 143_771, 4800, 989.4, 1978.9, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H200 datasheet (SXM: 141 GB HBM3e, 4.8 TB/s, 989 TF bf16 / 1979 TF fp8 dense, NVLink 900 GB/s "
          "bidir); memory 143,771 MiB as nvidia-smi reports",
          efficiency=(0.79, 0.77, AICONFIGURATOR), measured_db="h200_sxm",
-         price=(4.00, f"{MERCATUS} H200 SXM5 $3.50-4.50, midpoint"), sms=132),
+         price=(4.00, f"{MERCATUS} H200 SXM5 $3.50-4.50, midpoint"), sms=132, cc="9.0"),
     _gpu("a100-40gb", "NVIDIA A100 SXM4 40GB", 40_960, 1555, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
          "NVIDIA A100 datasheet (40GB SXM: 1,555 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink 600 GB/s "
-         "bidir); memory 40,960 MiB as nvidia-smi reports", sms=108),
+         "bidir); memory 40,960 MiB as nvidia-smi reports", sms=108, cc="8.0"),
     _gpu("a100-80gb", "NVIDIA A100 SXM4 80GB", 81_920, 2039, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
          "NVIDIA A100 datasheet (80GB SXM: 2,039 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink 600 GB/s "
          "bidir); memory 81,920 MiB as nvidia-smi reports",
          efficiency=(0.89, 0.70, AICONFIGURATOR), measured_db="a100_sxm",
-         price=(1.30, f"{MERCATUS} A100 80GB $1.10-1.50, midpoint"), sms=108),
+         price=(1.30, f"{MERCATUS} A100 80GB $1.10-1.50, midpoint"), sms=108, cc="8.0"),
     _gpu("l40s", "NVIDIA L40S 48GB", 46_068, 864, 362.05, 733.0, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA L40S datasheet (48 GB GDDR6, 864 GB/s, 362 TF bf16 / 733 TF fp8 dense, no NVLink); "
          "memory 46,068 MiB as nvidia-smi reports",
          efficiency=(0.64, 0.81, AICONFIGURATOR), measured_db="l40s",
-         price=(1.861, "modal.com/blog/nvidia-l40s-price-article, Aug 2025: AWS g6e (1x L40S) on-demand, us-east-1"), sms=142),
+         price=(1.861, "modal.com/blog/nvidia-l40s-price-article, Aug 2025: AWS g6e (1x L40S) on-demand, us-east-1"), sms=142, cc="8.9"),
     _gpu("l4", "NVIDIA L4 24GB", 23_034, 300, 121.0, 242.5, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA L4 datasheet (24 GB GDDR6, 300 GB/s, 121 TF bf16 / 242.5 TF fp8 dense, no NVLink); "
-         "memory 23,034 MiB as nvidia-smi reports", sms=58),
+         "memory 23,034 MiB as nvidia-smi reports", sms=58, cc="8.9"),
     _gpu("a10g", "NVIDIA A10G 24GB", 23_028, 600, 125.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA A10 datasheet figures (A10G is AWS's A10 variant: 600 GB/s, 125 TF bf16 dense, no fp8 tensor "
-         "cores, no NVLink); memory 23,028 MiB as nvidia-smi reports on g5 instances", sms=80),
+         "cores, no NVLink); memory 23,028 MiB as nvidia-smi reports on g5 instances", sms=80, cc="8.6"),
     _gpu("rtx-4090", "NVIDIA GeForce RTX 4090 24GB", 24_564, 1008, 165.2, 330.3, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA Ada Lovelace whitepaper (RTX 4090: 1,008 GB/s GDDR6X, 165.2 TF bf16 / 330.3 TF fp8 dense with "
          "fp32 accumulate, no NVLink); memory 24,564 MiB as nvidia-smi reports",
          efficiency=(1.0, 0.93, "LLMServingSim RTX 4090 kernel profile (vLLM 0.19.0); the card runs above its "
                                 "2,520 MHz datasheet boost clock; at M = 256 the four projections run 154 TF/s"),
          decode_efficiency=0.93,
-         price=(0.34, "deploybase.ai/articles/nvidia-l40s-price, Mar 2026: RunPod RTX 4090 hourly"), sms=128),
+         price=(0.34, "deploybase.ai/articles/nvidia-l40s-price, Mar 2026: RunPod RTX 4090 hourly"), sms=128, cc="8.9"),
     _gpu("t4", "NVIDIA T4 16GB", 15_360, 320, 65.0, 0.0, "PCIe Gen3 x16", PCIE3_X16, 0,
          "NVIDIA T4 datasheet (16 GB GDDR6, 320 GB/s, 65 TF fp16 mixed precision; Turing has no bf16 or fp8 "
          "tensor cores, vLLM serves it in fp16, so the 16-bit peak is the fp16 figure; no NVLink); memory "
-         "15,360 MiB as nvidia-smi reports", sms=40),
+         "15,360 MiB as nvidia-smi reports", sms=40, cc="7.5"),
     _gpu("rtx-3090", "NVIDIA GeForce RTX 3090 24GB", 24_576, 936, 71.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 56.25,
          "NVIDIA Ampere GA102 whitepaper (RTX 3090: 936 GB/s GDDR6X, 71 TF fp16/bf16 dense with fp32 accumulate, "
-         "no fp8; NVLink bridge 112.5 GB/s bidir); memory 24,576 MiB as nvidia-smi reports", sms=82),
+         "no fp8; NVLink bridge 112.5 GB/s bidir); memory 24,576 MiB as nvidia-smi reports", sms=82, cc="8.6"),
     _gpu("a10", "NVIDIA A10 24GB", 23_028, 600, 125.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA A10 datasheet (24 GB GDDR6, 600 GB/s, 125 TF bf16 dense, no fp8 tensor cores, no NVLink); "
-         "memory 23,028 MiB as nvidia-smi reports (the same board as AWS's A10G)", sms=72),
+         "memory 23,028 MiB as nvidia-smi reports (the same board as AWS's A10G)", sms=72, cc="8.6"),
     _gpu("rtx-a6000", "NVIDIA RTX A6000 48GB", 49_140, 768, 154.8, 0.0, "PCIe Gen4 x16", PCIE4_X16, 56.25,
          "NVIDIA RTX A6000 datasheet (48 GB GDDR6, 768 GB/s, 309.7 TF tensor with sparsity = 154.8 dense, no fp8; "
-         "NVLink bridge 112.5 GB/s bidir); memory 49,140 MiB as nvidia-smi reports", sms=84),
+         "NVLink bridge 112.5 GB/s bidir); memory 49,140 MiB as nvidia-smi reports", sms=84, cc="8.6"),
     _gpu("l40", "NVIDIA L40 48GB", 46_068, 864, 181.0, 362.0, "PCIe Gen4 x16", PCIE4_X16, 0,
          "NVIDIA L40 datasheet (48 GB GDDR6, 864 GB/s, 362 / 724 TF bf16 / fp8 with sparsity = 181 / 362 dense, "
-         "no NVLink); memory 46,068 MiB as nvidia-smi reports (as the L40S, the same board memory)", sms=142),
+         "no NVLink); memory 46,068 MiB as nvidia-smi reports (as the L40S, the same board memory)", sms=142, cc="8.9"),
     _gpu("a100-80gb-pcie", "NVIDIA A100 PCIe 80GB", 81_920, 1935, 312.0, 0.0, "PCIe Gen4 x16", PCIE4_X16, 300,
          "NVIDIA A100 datasheet (80GB PCIe: 1,935 GB/s, 312 TF bf16 dense, no fp8 tensor cores, NVLink bridge "
-         "600 GB/s bidir); memory 81,920 MiB as nvidia-smi reports", sms=108),
+         "600 GB/s bidir); memory 81,920 MiB as nvidia-smi reports", sms=108, cc="8.0"),
     _gpu("rtx-pro-6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB", 97_887, 1792, 503.8, 1007.6,
          "PCIe Gen5 x16", PCIE5_X16, 0,
          "NVIDIA RTX Blackwell PRO GPU architecture whitepaper (RTX PRO 6000: 96 GB GDDR7, 1,792 GB/s, 503.8 TF "
          "bf16 / 1,007.6 TF fp8 dense at the 2,617 MHz boost clock, no NVLink); memory 97,887 MiB as nvidia-smi "
          "reports (aiconfigurator-core systems/rtx_pro_6000_server.yaml)",
-         efficiency=(0.78, 0.81, AICONFIGURATOR), measured_db="rtx_pro_6000_server", sms=188),
+         efficiency=(0.78, 0.81, AICONFIGURATOR), measured_db="rtx_pro_6000_server", sms=188, cc="12.0"),
     _gpu("mi300x", "AMD Instinct MI300X 192GB", 196_288, 5300, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
          "AMD Instinct MI300X datasheet (192 GB HBM3, 5.3 TB/s, 1307 TF bf16 / 2615 TF fp8 dense, Infinity Fabric "
          "7 links x 128 GB/s bidir); memory 196,288 MiB as rocm-smi reports", sms=304),
     _gpu("b200", "NVIDIA B200 SXM 180GB", 180 * 1024, 7700, 2250.0, 4500.0, "PCIe Gen6 x16", PCIE6_X16, 900,
          f"NVIDIA Blackwell datasheet via {AIC}b200_sxm.yaml (7.7 TB/s, 2,250 TF bf16 / 4,500 TF fp8 dense, "
          "NVLink 5 900 GB/s per direction, PCIe Gen6); memory 180 GiB as that file states",
-         measured_db="b200_sxm", sms=148),
+         measured_db="b200_sxm", sms=148, cc="10.0"),
     _gpu("b300", "NVIDIA B300 SXM 288GB", 275_040, 7750, 2250.0, 4500.0, "PCIe Gen6 x16", PCIE6_X16, 900,
          f"NVIDIA Blackwell Ultra datasheet via {AIC}b300_sxm.yaml (62 TB/s per 8 GPUs = 7.75 TB/s, 4.5 PF bf16 / "
          "9 PF fp8 sparse = 2,250 / 4,500 TF dense, NVLink 5 1.8 TB/s bidir); memory 275,040 MiB as nvidia-smi reports",
-         measured_db="b300_sxm"),
+         measured_db="b300_sxm", cc="10.3"),
     _gpu("gb200", "NVIDIA GB200 (one Blackwell GPU of a superchip)", 189_471, 8000, 2500.0, 5000.0,
          "NVLink-C2C to Grace", 450 * GB, 900,
          f"NVIDIA Blackwell datasheet via {AIC}gb200.yaml (per GPU: 8 TB/s, 2,500 TF bf16 / 5,000 TF fp8 dense, "
          "NVLink 5 900 GB/s per direction; host link NVLink-C2C 900 GB/s bidir); memory 189,471 MiB as nvidia-smi reports",
-         measured_db="gb200"),
+         measured_db="gb200", cc="10.0"),
     _gpu("h20", "NVIDIA H20 96GB", 96 * 1024, 4000, 148.0, 296.0, "PCIe Gen5 x16", PCIE5_X16, 450,
          "NVIDIA H20 specifications as published (96 GB HBM3, 4.0 TB/s, 148 TF fp16/bf16 dense, 296 TF fp8/int8 "
-         "dense, NVLink 900 GB/s bidir); memory taken as 96 GiB of HBM (no nvidia-smi figure at hand)", sms=78),
+         "dense, NVLink 900 GB/s bidir); memory taken as 96 GiB of HBM (no nvidia-smi figure at hand)", sms=78, cc="9.0"),
     _gpu("rtx-5090", "NVIDIA GeForce RTX 5090 32GB", 32_607, 1792, 209.6, 419.2, "PCIe Gen5 x16", PCIE5_X16, 0,
          "NVIDIA RTX 5090 specifications (32 GB GDDR7, 1,792 GB/s; 838.4 TF fp16 / 1,676.8 TF fp8 tensor sparse with "
          "fp16 accumulate, so 419.2 / 838.4 dense, halved again for fp32 accumulate as on the RTX 4090 entry; no "
-         "NVLink); memory 32,607 MiB as nvidia-smi reports (kthxo/distserving logs/2026-07-19_STEPS_RESULTS_yunuikang.md)", sms=170),
+         "NVLink); memory 32,607 MiB as nvidia-smi reports (kthxo/distserving logs/2026-07-19_STEPS_RESULTS_yunuikang.md)", sms=170, cc="12.0"),
     _gpu("mi325x", "AMD Instinct MI325X 256GB", 256 * 1024, 6000, 1307.4, 2614.9, "PCIe Gen5 x16", PCIE5_X16, 448,
          "AMD Instinct MI325X specifications (256 GB HBM3E, 6 TB/s, 1,307.4 TF bf16 / 2,614.9 TF fp8 dense: the "
          "MI300X's CDNA 3 compute; Infinity Fabric 7 links x 128 GB/s bidir); memory taken as 256 GiB (no rocm-smi "
@@ -269,7 +278,8 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
     values: dict[str, Any] = {}
     for key, value in d.items():
         target, factor = _UNIT_KEYS.get(key, (key, 1))
-        if target in ("name", "source", "host_link", "label", "efficiency_source", "price_source", "measured_db_system"):
+        if target in ("name", "source", "host_link", "label", "efficiency_source", "price_source", "measured_db_system",
+                      "compute_capability"):
             if not isinstance(value, str) or len(value) > 200:
                 raise GpuError(f"{source}: {key} must be a string of at most 200 characters")
             values[target] = value
@@ -292,8 +302,16 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
         efficiency_source=values.get("efficiency_source", ""),
         usd_per_gpu_hour=float(values["usd_per_gpu_hour"]) if "usd_per_gpu_hour" in values else None,
         price_source=values.get("price_source", ""), measured_db_system=values.get("measured_db_system", ""),
-        sm_count=int(values.get("sm_count", 0)),
+        sm_count=int(values.get("sm_count", 0)), compute_capability=_capability(values.get("compute_capability", ""), source),
     )
+
+
+def _capability(text: str, source: str) -> str:
+    """A custom GPU's compute capability, MAJOR.MINOR ("" = none)."""
+    parts = text.split(".")
+    if text and not (len(parts) == 2 and all(p.isdigit() and len(p) <= 2 for p in parts)):
+        raise GpuError(f"{source}: compute_capability must look like 9.0, not {text!r}")
+    return text
 
 
 def load_gpu_file(path: str | Path) -> GPUSpec:

@@ -7,6 +7,7 @@ printed term (weights, peak activation, non-torch) with kvsim's."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
@@ -147,19 +148,27 @@ def test_measured_blocks_from_tokens_agree_with_the_available_memory(checks):
                 assert abs(from_gib / c.measured_blocks - 1) < 0.001, c.log.id
 
 
-def test_v1_cuda_graph_estimate_from_the_logged_first_capture_and_per_graph_cost(checks):
-    """kvsim's estimate is vLLM's structure (the larger first capture + each further graph, PIECEWISE up to
-    min(512, 2 x max_num_seqs) tokens, FULL up to max_num_seqs) with the medians the 0.19.0 H100 logs print
-    at TP1 (256 MiB, 6 MiB a graph): 0.84 GiB at 1,024 rows, what 5 of the 15 H100 rows here log (the others
-    0.61-1.82; the per-graph cost runs higher at TP > 1). The A100 40GB start logs 2.35 GiB for 51 + 35 graphs where this gives 0.74: the per-graph
-    cost is the card's, not known here. None of these versions subtracts it (0.21 on do)."""
+def test_v1_cuda_graph_estimate_against_the_logged_totals(checks):
+    """kvsim's estimate (sim/memory/vllm_cudagraphs.py: FA3's fixed-split accumulators counted, the piecewise
+    first capture and the per-piece / per-layer graph costs the medians of vLLM 0.19.0's H100 logs) against
+    the totals the 15 H100 rows here log (0.61-1.82 GiB; the same logs the medians come from, so not held
+    out): median |error| 0.10 GiB where the flat 0.84 GiB it replaces (256 MiB + 6 MiB a graph) erred by
+    0.23; 80-layer models 0.10 where it erred by 0.8-1.0. The worst is Llama-3.1-8B at TP2, whose log reads
+    26 MiB a piecewise graph where TP1 and TP4 read 6 (vLLM's own pool came to 0.76 GiB, not its 1.69).
+    The A100 40GB start logs 2.35 GiB where this gives 0.69: FA2's captures are not measured here. None of
+    these versions subtracts it (0.21 on do)."""
     by_id = {c.log.id: c for c in checks}
-    assert by_id["llama31-8b-h100-tp1-8k"].terms["cudagraph_estimate"] == (0.84, pytest.approx(0.84, abs=0.005))
-    logged = [c.terms["cudagraph_estimate"][0] for c in checks if c.log.held_out.get("found") == "2026-11-29"
-              and "cudagraph_estimate" in c.terms and c.log.gpu == "h100-sxm"]
-    assert len(logged) == 15 and sum(v == 0.84 for v in logged) == 5 and min(logged) >= 0.61 and max(logged) <= 1.82
+    rows = {c.log.id: c.terms["cudagraph_estimate"] for c in checks if "cudagraph_estimate" in c.terms
+            and c.log.gpu == "h100-sxm"}
+    assert len(rows) == 15
+    errors = {k: abs(kv - logged) for k, (logged, kv) in rows.items()}
+    flat = {k: abs(0.84 - logged) for k, (logged, _) in rows.items()}
+    assert statistics.median(errors.values()) <= 0.105 < 0.2 < statistics.median(flat.values())
+    assert max(v for k, v in errors.items() if k != "llama31-8b-h100-tp2-8k") < 0.25
+    big = ("qwen25-72b-h100-tp2-8k", "llama33-70b-fp8-h100-tp2-8k", "llama33-70b-fp8-h100-tp4-8k")
+    assert all(errors[k] < 0.11 and flat[k] > 0.75 for k in big)
     c = by_id["tokenkaki-a100-40gb-qwen3-8b"]
-    assert c.terms["cudagraph_estimate"][0] == 2.35 and 0.7 < c.terms["cudagraph_estimate"][1] < 0.8
+    assert c.terms["cudagraph_estimate"][0] == 2.35 and 0.6 < c.terms["cudagraph_estimate"][1] < 0.8
     assert c.profile.cudagraph_bytes == 0 and abs(c.error) < 0.0075
 
 

