@@ -6,6 +6,7 @@ from models.cuda_memory import MiB
 from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.vllm_cudagraphs import (
+    LARGE_SEGMENT,
     MLA_FULL_FIRST_BYTES,
     PER_FULL_LAYER_BYTES,
     PER_PIECE_BYTES,
@@ -14,6 +15,7 @@ from sim.memory.vllm_cudagraphs import (
     cudagraph_estimate_bytes,
     full_first_capture_bytes,
     largest_capture,
+    segment_jump_bytes,
 )
 
 H100 = get_gpu("h100-sxm")
@@ -67,3 +69,29 @@ def test_estimate_by_hand_llama_8b_h100():
     # off Hopper the piecewise first capture is the larger: the same graphs, 136 MiB less
     l4 = cudagraph_estimate_bytes(spec, 1, 1024, get_gpu("l4"))
     assert l4 == PIECEWISE_FIRST_BYTES + expected - first
+
+
+def test_one_allocator_segment_a_graph_explains_the_outlying_readings():
+    """A mode whose second capture opens a new 20 MiB segment reads ~20 MiB more a graph. The A100 40GB
+    Qwen3-8B start (0.19.1, 256 rows: 50 + 34 further graphs) logs 2.35 GiB: the base estimate + both modes'
+    jump; Llama-3.1-8B at TP2 on H100 logs 1.69 GiB with 26 MiB a piecewise graph: the base + 50 segments."""
+    qwen = load_spec("qwen3-8b")
+    a100 = cudagraph_estimate_bytes(qwen, 1, 256, get_gpu("a100-40gb")) + segment_jump_bytes(qwen, 256)
+    assert segment_jump_bytes(qwen, 256) == (50 + 34) * LARGE_SEGMENT
+    assert abs(a100 / 2**30 - 2.35) < 0.03
+    llama = load_spec("llama-3.1-8b")
+    tp2 = cudagraph_estimate_bytes(llama, 2, 1024, H100) + 50 * LARGE_SEGMENT
+    assert abs(tp2 / 2**30 - 1.69) < 0.03
+
+
+def test_pool_range_takes_the_segment_jump_where_the_estimate_is_subtracted():
+    from sim.memory.vllm_profile import vllm_memory_profile
+
+    qwen, l4 = load_spec("qwen3-8b"), get_gpu("l4")
+    kw = {"max_batched_tokens": 2048, "max_num_seqs": 256, "compile_cache": "warm"}
+    before = vllm_memory_profile(qwen, l4, vllm_version="0.19", **kw)  # not subtracted: no jump
+    after = vllm_memory_profile(qwen, l4, vllm_version="0.27", **kw)
+    assert before.cudagraph_jump_bytes == 0 and after.cudagraph_jump_bytes == segment_jump_bytes(qwen, 256)
+    low = (after.available_kv_bytes - after.cudagraph_jump_bytes) // after.bytes_per_block
+    assert after.num_gpu_blocks_range[0] < low <= after.num_gpu_blocks
+    assert "20 MiB allocator segment" in after.sources["num_gpu_blocks_range"]

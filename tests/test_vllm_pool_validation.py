@@ -155,8 +155,8 @@ def test_v1_cuda_graph_estimate_against_the_logged_totals(checks):
     out): median |error| 0.10 GiB where the flat 0.84 GiB it replaces (256 MiB + 6 MiB a graph) erred by
     0.23; 80-layer models 0.10 where it erred by 0.8-1.0. The worst is Llama-3.1-8B at TP2, whose log reads
     26 MiB a piecewise graph where TP1 and TP4 read 6 (vLLM's own pool came to 0.76 GiB, not its 1.69).
-    The A100 40GB start logs 2.35 GiB where this gives 0.69: FA2's captures are not measured here. None of
-    these versions subtracts it (0.21 on do)."""
+    The A100 40GB start logs 2.35 GiB where this gives 0.69: both modes' second captures read one more 20 MiB
+    allocator segment (tests/test_vllm_cudagraphs.py). None of these versions subtracts it (0.21 on do)."""
     by_id = {c.log.id: c for c in checks}
     rows = {c.log.id: c.terms["cudagraph_estimate"] for c in checks if "cudagraph_estimate" in c.terms
             and c.log.gpu == "h100-sxm"}

@@ -29,8 +29,15 @@ d3121e0, accuracy/results/v0.19.0/logs: 25 start-ups print both modes' lines):
 Over the 25 start-ups the logged estimate is matched with a median error of 0.09 GiB (leave-one-out 0.10),
 where the flat 256 MiB + 6 MiB a graph it replaces erred by 0.25 GiB (0.8-1.1 GiB on 80-layer models).
 Only H100 logs print the parts: other cards take the same per-graph costs; their FULL first capture is
-FA2's (no fixed splits): not counted. The A100 40GB start at 0.19.1 logs 2.35 GiB in all, which this does
-not explain (docs/CALIBRATION.md).
+FA2's (no fixed splits): not counted.
+
+Why a reading sometimes jumps: PyTorch's caching allocator serves requests of 1-10 MiB from 20 MiB
+segments (CUDACachingAllocator.cpp kLargeBuffer), so when a mode's second capture opens a new segment its
+reading is ~20 MiB more, and vLLM multiplies it by N - 1. Four logged start-ups show it, to within 0.03 GiB
+of one segment per graph: three H100 ones in their PIECEWISE mode (Llama-3.1-8B TP2 26 MiB, Mistral-Small
+TP2 24, Granite-3.1-2B 26: +1.0 GiB over the model's own 6) and the A100 40GB Qwen3-8B start at 0.19.1 in
+both modes (2.35 GiB logged, 0.69 + 84 x 20 MiB = 2.33). Which start opens a segment is not predictable
+from the model; `segment_jump_bytes` is the most it adds, which kvsim's pool range takes (vllm_profile).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ PER_FULL_LAYER_BYTES = 0.167 * MiB  # per layer of a FULL graph, median of the l
 # whether or not the image encoder is loaded (--language-model-only keeps the model type)
 MM_PREFIX_ARCHITECTURES = frozenset({"Gemma3ForConditionalGeneration", "PaliGemmaForConditionalGeneration",
                                      "BagelForConditionalGeneration", "Molmo2ForConditionalGeneration"})
+LARGE_SEGMENT = 20 * MiB  # PyTorch's caching allocator's segment for 1-10 MiB requests (kLargeBuffer)
 PER_GRAPH_FLOOR = 1 * MiB  # vLLM's floor for a per-graph reading ("at least 1 MiB per graph for driver overhead")
 
 
@@ -97,3 +105,10 @@ def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, gpu: G
     layers = spec.num_layers
     return (first + (len(piecewise) - 1) * _per_graph(PER_PIECE_BYTES * (layers + 1))
             + (len(full) - 1) * _per_graph(PER_FULL_LAYER_BYTES * layers))
+
+
+def segment_jump_bytes(spec: ModelSpec, max_num_seqs: int) -> int:
+    """The most vLLM's estimate reads above `cudagraph_estimate_bytes` when both modes' second captures open
+    a new 20 MiB segment (the module docstring): one segment for each further graph of either mode."""
+    largest = largest_capture(spec, max_num_seqs)
+    return LARGE_SEGMENT * (len(capture_sizes(largest)) - 1 + len(capture_sizes(min(largest, max_num_seqs))) - 1)

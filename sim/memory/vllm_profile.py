@@ -33,7 +33,7 @@ from models.gpus import SM_SOURCE, GPUSpec
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
-from sim.memory.vllm_cudagraphs import cudagraph_estimate_bytes, largest_capture
+from sim.memory.vllm_cudagraphs import cudagraph_estimate_bytes, largest_capture, segment_jump_bytes
 from sim.memory.vllm_first_start import (
     DEFAULT_COMPILE_CACHE,
     WARM_ERROR,
@@ -318,6 +318,7 @@ class VllmMemoryProfile:
     num_gpu_blocks: int  # a warm-cache start's pool (or an eager one's)
     compile_cache: str = DEFAULT_COMPILE_CACHE  # the compile-cache state assumed: unknown, warm, cold (eager: none)
     first_start_deficit_bytes: int = 0  # the most a cold compile may take (0 when warm or eager)
+    cudagraph_jump_bytes: int = 0  # the most vLLM's CUDA-graph reading may add (a 20 MiB segment a graph; 0 if none)
     num_gpu_blocks_range: tuple[int, int] = (0, 0)  # [a cold start's low end, the warm count], both +- WARM_ERROR
     layout: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
@@ -356,14 +357,15 @@ def vllm_memory_profile(
     available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
     deficit = first_start_deficit_bytes(compile_cache, enforce_eager)
-    low, high = blocks_range(available, deficit, layout.bytes_per_block)
+    jump = segment_jump_bytes(spec, max_num_seqs) if graphs else 0
+    low, high = blocks_range(available, deficit + jump, layout.bytes_per_block)
     return VllmMemoryProfile(
         vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
         requested_bytes=requested, weights_bytes=weights, forward_peak_bytes=forward, sampler_peak_bytes=sampler,
         transient_peak_bytes=transient, sampler_buffer_bytes=buffer, non_torch_bytes=non_torch,
         cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
         num_gpu_blocks=int(blocks), compile_cache="eager" if enforce_eager else compile_cache, first_start_deficit_bytes=deficit,
-        num_gpu_blocks_range=(low, high), layout=layout.as_dict(),
+        cudagraph_jump_bytes=jump, num_gpu_blocks_range=(low, high), layout=layout.as_dict(),
         sources={
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
@@ -387,7 +389,9 @@ def vllm_memory_profile(
             "num_gpu_blocks_range": (f"+-{WARM_ERROR:.2%}, the warm count's worst error on held-out logs; " + (
                 "enforce_eager: no torch.compile (config/vllm.py CompilationMode.NONE)" if enforce_eager
                 else "warm compile cache: the steady-state profile" if not deficit
-                else f"compile cache {compile_cache}: {FIRST_START_SOURCE}")),
+                else f"compile cache {compile_cache}: {FIRST_START_SOURCE}")
+                + ("; the low end also takes vLLM's CUDA-graph reading one 20 MiB allocator segment a graph higher, as 4 "
+                   "of 27 logged start-ups read it (sim/memory/vllm_cudagraphs.py segment_jump_bytes)" if jump else "")),
         },
     )
 
