@@ -128,8 +128,8 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
     log = a["vllm_logged_max_concurrency"]
     sentence = (f"vLLM {v['vllm_version']} would size {a['num_gpu_blocks']:,} blocks of {v['layout']['block_size']} tokens "
                 f"({v['available_kv_bytes'] / GiB:.2f} GiB): {row['vllm_max_concurrent']:,} sequences of {context:,} tokens "
-                f"on a warm torch.compile cache; a first start may get {a['num_gpu_blocks_range'][0]:,}-"
-                f"{a['num_gpu_blocks_range'][1]:,} (compile scratch is charged to its profile). "
+                f"on a warm torch.compile cache; a start may get {a['num_gpu_blocks_range'][0]:,}-"
+                f"{a['num_gpu_blocks_range'][1]:,} ({_range_causes(v)}). "
                 f"Its start-up log would say 'Maximum concurrency for {log['max_model_len']:,} tokens per request: "
                 f"{log['concurrency']:.2f}x': {log['why_it_differs']}")
     if not a["vllm_startup"]["starts"]:  # sim/memory/vllm_startup_check.py
@@ -142,3 +142,15 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
              ("CUDA graphs", -v["cudagraph_bytes"], v["sources"]["cudagraph"]),
              ("= KV pool", v["available_kv_bytes"], v["sources"]["num_gpu_blocks"])]
     return sentence, pd.DataFrame([{"term": t, "GiB": round(b / GiB, 2), "source": s} for t, b, s in terms])
+
+
+def _range_causes(v: dict) -> str:
+    """What widens the pool's range below the warm count: a first start's compile scratch, and vLLM's
+    CUDA-graph reading one allocator segment a graph higher (sim/memory/vllm_cudagraphs.py)."""
+    causes = ["the warm count's error"]
+    if v["first_start_deficit_bytes"]:
+        causes.append("a first start's compile scratch charged to its profile")
+    if v.get("cudagraph_jump_bytes"):
+        causes.append(f"up to {v['cudagraph_jump_bytes'] / GiB:.2f} GiB more CUDA-graph estimate when vLLM's reading "
+                      "opens a 20 MiB allocator segment a graph")
+    return ", ".join(causes)

@@ -165,7 +165,9 @@ def _print_vllm(a: dict[str, Any]) -> None:
           f"-> num_gpu_blocks {a['num_gpu_blocks']:,} of {v['bytes_per_block']:,} B")
     low, high = a["num_gpu_blocks_range"]
     cold = f", up to {v['first_start_deficit_bytes'] / GIB:.2f} GiB to a first start's compile" if v["first_start_deficit_bytes"] else ""
-    print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks (the warm count +-{WARM_ERROR:.2%}{cold}; "
+    jump = v.get("cudagraph_jump_bytes", 0)
+    graphs = f", up to {jump / GIB:.2f} GiB more CUDA-graph estimate (a 20 MiB allocator segment a graph)" if jump else ""
+    print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks (the warm count +-{WARM_ERROR:.2%}{cold}{graphs}; "
           "--compile-cache, docs/CALIBRATION.md 'First starts')")
     log = a["vllm_logged_max_concurrency"]
     print(f"  vLLM logs 'Maximum concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' "
