@@ -288,6 +288,8 @@ def gpu_from_dict(d: dict[str, Any], source: str = "custom GPU") -> GPUSpec:
             raise GpuError(f"{source}: {key} is not a number field of a GPU")
         # bounded in the unit the file wrote (hbm_gib: 1e300 names hbm_gib, never overflows)
         values[target] = bounded(value, f"{source}: {key}", 0, GPU_LIMITS[target] / factor, GpuError) * factor
+        if target == "sm_count" and values[target] != int(values[target]):
+            raise GpuError(f"{source}: sm_count must be a whole number, not {value!r}")
     missing = [k for k in _REQUIRED if not values.get(k)]
     if missing:
         raise GpuError(f"{source}: needs a positive {', '.join(missing)} (or hbm_gib / hbm_bandwidth_gbs / bf16_tflops)")

@@ -45,6 +45,10 @@ def test_custom_gpu_from_dict_in_human_units():
     g = gpu_from_dict({"name": "my-gpu", "hbm_gib": 96, "hbm_bandwidth_gbs": 4000, "bf16_tflops": 500})
     assert g.hbm_bytes == 96 * 2**30 and g.hbm_bandwidth == 4e12 and g.bf16_flops == 5e14
     assert g.fp8_flops == 0 and g.nvlink_bandwidth == 0
+    assert g.sm_count == 0 and g.cuda_major == 0  # not given: the pool takes its defaults
+    g = gpu_from_dict({"name": "h", "hbm_gib": 96, "hbm_bandwidth_gbs": 4000, "bf16_tflops": 500, "sm_count": 78,
+                       "compute_capability": "9.0"})
+    assert g.sm_count == 78 and g.cuda_major == 9
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -57,6 +61,10 @@ def test_custom_gpu_from_dict_in_human_units():
     ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1e30}, "bf16_tflops: 1e\\+30 is out of range"),
     ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "gemm_efficiency": 1.5}, "gemm_efficiency: 1.5 is out of range"),
     ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "tdp": 700}, "unknown key"),
+    ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "compute_capability": "hopper"},
+     "compute_capability must look like 9.0, not 'hopper'"),
+    ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "sm_count": -3}, "sm_count: -3 is out of range"),
+    ({"hbm_gib": 80, "hbm_bandwidth_gbs": 1, "bf16_tflops": 1, "sm_count": 78.5}, "sm_count must be a whole number"),
     ([1, 2], "expected a JSON object"),
 ])
 def test_custom_gpu_errors_are_one_line(data, message):
