@@ -53,6 +53,8 @@ def test_capture_counts():
     assert len(capture_sizes(512)) == 51 and len(capture_sizes(256)) == 35
     assert largest_capture(load_spec("llama-3.1-8b"), 1024) == 512
     assert largest_capture(load_spec("llama-3.1-8b"), 128) == 256
+    assert largest_capture(load_spec("llama-3.1-8b"), 256, max_batched_tokens=256) == 256  # never past the budget
+    assert len(capture_sizes(largest_capture(load_spec("llama-3.1-8b"), 1024, max_batched_tokens=100))) == 15
     assert len(capture_sizes(largest_capture(load_spec("gpt-oss-20b"), 1024))) == 83
 
 

@@ -226,7 +226,8 @@ def check(log: StartupLog) -> PoolCheck:
     if "cudagraph_estimate_gib" in m:  # vLLM's "Estimated CUDA graph memory", whether subtracted or not
         wdtype = spec.weight_dtypes(log.weight_dtype, None)[0]
         terms["cudagraph_estimate"] = (m["cudagraph_estimate_gib"],
-                                       cudagraph_bytes(spec, gpu, log.tp, log.max_num_seqs, wdtype) / GiB)
+                                       cudagraph_bytes(spec, gpu, log.tp, log.max_num_seqs, wdtype,
+                                                       log.max_num_batched_tokens) / GiB)
     if "cuda_total_gib" in m:
         terms["cuda_total"] = (m["cuda_total_gib"], prof.cuda_total_bytes / GiB)
     return PoolCheck(log, prof, _measured_blocks(log, prof.bytes_per_block, len(layout.groups) == 1), terms)

@@ -47,6 +47,7 @@ from models.gpus import GPUSpec
 from models.spec import ModelSpec
 
 CAPTURE_SIZES_MAX = 512  # vLLM's largest default CUDA-graph capture size (compilation config)
+UNCAPPED = 1 << 40  # no max_num_batched_tokens given
 # GptOssForCausalLMConfig (model_executor/models/config.py) raises it to 1,024 when the user set none.
 CAPTURE_SIZES_MAX_BY_FAMILY = {"gpt-oss": 1024}
 FA3_SPLITS = 32  # attention_config.flash_attn_max_num_splits_for_cuda_graph's default
@@ -70,9 +71,10 @@ def capture_sizes(largest: int) -> list[int]:
     return [n for n in sizes if n <= largest]
 
 
-def largest_capture(spec: ModelSpec, max_num_seqs: int) -> int:
-    """The largest PIECEWISE capture: min(the model's cap, 2 x max_num_seqs)."""
-    return min(CAPTURE_SIZES_MAX_BY_FAMILY.get(spec.family, CAPTURE_SIZES_MAX), 2 * max_num_seqs)
+def largest_capture(spec: ModelSpec, max_num_seqs: int, max_batched_tokens: int = UNCAPPED) -> int:
+    """The largest PIECEWISE capture (config/vllm.py, read in 0.19.0): min(the model's cap, 2 x max_num_seqs),
+    never past max_num_batched_tokens."""
+    return min(CAPTURE_SIZES_MAX_BY_FAMILY.get(spec.family, CAPTURE_SIZES_MAX), 2 * max_num_seqs, max_batched_tokens)
 
 
 def _per_graph(nbytes: float) -> int:
@@ -94,11 +96,12 @@ def full_first_capture_bytes(spec: ModelSpec, tp: int, tokens: int, gpu: GPUSpec
     return FA3_SPLITS * heads * tokens * (spec.head_dim + 1) * 4  # fp32 out_accum + softmax_lse_accum
 
 
-def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, gpu: GPUSpec, activations_floor: int = 0) -> int:
+def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, gpu: GPUSpec, activations_floor: int = 0,
+                             max_batched_tokens: int = UNCAPPED) -> int:
     """profile_cudagraph_memory's estimate for FULL_AND_PIECEWISE (the module docstring): PIECEWISE graphs up
     to `largest_capture`, FULL ones up to max_num_seqs of them; the larger first capture (at least
     `activations_floor`, the largest capture's forward) plus each mode's per-graph cost x (N - 1)."""
-    largest = largest_capture(spec, max_num_seqs)
+    largest = largest_capture(spec, max_num_seqs, max_batched_tokens)
     piecewise = capture_sizes(largest)
     full = capture_sizes(min(largest, max_num_seqs))
     first = max(PIECEWISE_FIRST_BYTES, activations_floor, full_first_capture_bytes(spec, tp, full[-1], gpu))
@@ -107,8 +110,8 @@ def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, gpu: G
             + (len(full) - 1) * _per_graph(PER_FULL_LAYER_BYTES * layers))
 
 
-def segment_jump_bytes(spec: ModelSpec, max_num_seqs: int) -> int:
+def segment_jump_bytes(spec: ModelSpec, max_num_seqs: int, max_batched_tokens: int = UNCAPPED) -> int:
     """The most vLLM's estimate reads above `cudagraph_estimate_bytes` when both modes' second captures open
     a new 20 MiB segment (the module docstring): one segment for each further graph of either mode."""
-    largest = largest_capture(spec, max_num_seqs)
+    largest = largest_capture(spec, max_num_seqs, max_batched_tokens)
     return LARGE_SEGMENT * (len(capture_sizes(largest)) - 1 + len(capture_sizes(min(largest, max_num_seqs))) - 1)

@@ -290,11 +290,12 @@ def sampler_buffer_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting,
     return triton_buffer_rows(rows, sm_count) * spec.vocab_size * 4
 
 
-def cudagraph_bytes(spec: ModelSpec, gpu: GPUSpec, tp: int, max_num_seqs: int, weight_dtype: str) -> int:
+def cudagraph_bytes(spec: ModelSpec, gpu: GPUSpec, tp: int, max_num_seqs: int, weight_dtype: str,
+                    max_batched_tokens: int) -> int:
     """vLLM's CUDA-graph estimate (sim/memory/vllm_cudagraphs.py), its first capture at least the largest
     capture's activations."""
-    floor = forward_peak_bytes(spec, tp, largest_capture(spec, max_num_seqs), weight_dtype)
-    return cudagraph_estimate_bytes(spec, tp, max_num_seqs, gpu, floor)
+    floor = forward_peak_bytes(spec, tp, largest_capture(spec, max_num_seqs, max_batched_tokens), weight_dtype)
+    return cudagraph_estimate_bytes(spec, tp, max_num_seqs, gpu, floor, max_batched_tokens)
 
 
 @dataclass(frozen=True)
@@ -351,13 +352,14 @@ def vllm_memory_profile(
     transient = max(forward, workspace + hidden_out + sampler)
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
-    graphs = cudagraph_bytes(spec, gpu, tp, max_num_seqs, wdtype) if estimated and not enforce_eager else 0
+    graphs = (cudagraph_bytes(spec, gpu, tp, max_num_seqs, wdtype, max_batched_tokens)
+              if estimated and not enforce_eager else 0)
     non_torch_row = non_torch_for(version)
     non_torch = non_torch_row.bytes_at(tp, nvlink=gpu.nvlink_bandwidth > 0)
     available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
     deficit = first_start_deficit_bytes(compile_cache, enforce_eager)
-    jump = segment_jump_bytes(spec, max_num_seqs) if graphs else 0
+    jump = segment_jump_bytes(spec, max_num_seqs, max_batched_tokens) if graphs else 0
     low, high = blocks_range(available, deficit + jump, layout.bytes_per_block)
     return VllmMemoryProfile(
         vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
