@@ -116,7 +116,7 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
     """(one sentence, the terms table) of the pool vLLM itself would size: num_gpu_blocks beside the
     budget pie, from sim.memory.vllm_profile (its default version's accounting; `async_scheduling`
     sets the start-up line's window count, None = vLLM's GPU default)."""
-    from sim.memory.vllm_profile import add_vllm_pool
+    from sim.memory.vllm_profile import add_vllm_pool, range_causes
 
     sizing = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util)
     table = capacity_table(sizing.spec, sizing.gpu, [context], budget=sizing.budget, **sizing.budget_args())
@@ -129,7 +129,7 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
     sentence = (f"vLLM {v['vllm_version']} would size {a['num_gpu_blocks']:,} blocks of {v['layout']['block_size']} tokens "
                 f"({v['available_kv_bytes'] / GiB:.2f} GiB): {row['vllm_max_concurrent']:,} sequences of {context:,} tokens "
                 f"on a warm torch.compile cache; a start may get {a['num_gpu_blocks_range'][0]:,}-"
-                f"{a['num_gpu_blocks_range'][1]:,} ({_range_causes(v)}). "
+                f"{a['num_gpu_blocks_range'][1]:,} ({range_causes(v)}). "
                 f"Its start-up log would say 'Maximum concurrency for {log['max_model_len']:,} tokens per request: "
                 f"{log['concurrency']:.2f}x': {log['why_it_differs']}")
     if not a["vllm_startup"]["starts"]:  # sim/memory/vllm_startup_check.py
@@ -143,14 +143,3 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
              ("= KV pool", v["available_kv_bytes"], v["sources"]["num_gpu_blocks"])]
     return sentence, pd.DataFrame([{"term": t, "GiB": round(b / GiB, 2), "source": s} for t, b, s in terms])
 
-
-def _range_causes(v: dict) -> str:
-    """What widens the pool's range below the warm count: a first start's compile scratch, and vLLM's
-    CUDA-graph reading one allocator segment a graph higher (sim/memory/vllm_cudagraphs.py)."""
-    causes = ["the warm count's error"]
-    if v["first_start_deficit_bytes"]:
-        causes.append("a first start's compile scratch charged to its profile")
-    if v.get("cudagraph_jump_bytes"):
-        causes.append(f"up to {v['cudagraph_jump_bytes'] / GiB:.2f} GiB more CUDA-graph estimate when vLLM's reading "
-                      "opens a 20 MiB allocator segment a graph")
-    return ", ".join(causes)

@@ -151,7 +151,7 @@ def _print_human(table: dict[str, Any]) -> None:
 
 def _print_vllm(a: dict[str, Any]) -> None:
     """vLLM's own sizing beside kvsim's budget: num_gpu_blocks and the start-up concurrency line."""
-    from sim.memory.vllm_first_start import WARM_ERROR
+    from sim.memory.vllm_profile import range_causes
 
     v = a.get("vllm_memory") or {}
     if a.get("num_gpu_blocks") is None:
@@ -164,10 +164,7 @@ def _print_vllm(a: dict[str, Any]) -> None:
           f"{v['requested_bytes'] / GIB:.2f} - {terms} = {v['available_kv_bytes'] / GIB:.2f} GiB "
           f"-> num_gpu_blocks {a['num_gpu_blocks']:,} of {v['bytes_per_block']:,} B")
     low, high = a["num_gpu_blocks_range"]
-    cold = f", up to {v['first_start_deficit_bytes'] / GIB:.2f} GiB to a first start's compile" if v["first_start_deficit_bytes"] else ""
-    jump = v.get("cudagraph_jump_bytes", 0)
-    graphs = f", up to {jump / GIB:.2f} GiB more CUDA-graph estimate (a 20 MiB allocator segment a graph)" if jump else ""
-    print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks (the warm count +-{WARM_ERROR:.2%}{cold}{graphs}; "
+    print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks ({range_causes(v)}; "
           "--compile-cache, docs/CALIBRATION.md 'First starts')")
     log = a["vllm_logged_max_concurrency"]
     print(f"  vLLM logs 'Maximum concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' "

@@ -77,6 +77,12 @@ def largest_capture(spec: ModelSpec, max_num_seqs: int, max_batched_tokens: int 
     return min(CAPTURE_SIZES_MAX_BY_FAMILY.get(spec.family, CAPTURE_SIZES_MAX), 2 * max_num_seqs, max_batched_tokens)
 
 
+def mode_sizes(spec: ModelSpec, max_num_seqs: int, max_batched_tokens: int = UNCAPPED) -> tuple[list[int], list[int]]:
+    """The capture sizes of each mode: (PIECEWISE up to `largest_capture`, FULL up to max_num_seqs of those)."""
+    largest = largest_capture(spec, max_num_seqs, max_batched_tokens)
+    return capture_sizes(largest), capture_sizes(min(largest, max_num_seqs))
+
+
 def _per_graph(nbytes: float) -> int:
     """One more graph's cost: the median cost (vLLM reads it in the driver's 2 MiB pages; the expected
     reading is the cost itself), at least vLLM's floor."""
@@ -101,9 +107,7 @@ def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, gpu: G
     """profile_cudagraph_memory's estimate for FULL_AND_PIECEWISE (the module docstring): PIECEWISE graphs up
     to `largest_capture`, FULL ones up to max_num_seqs of them; the larger first capture (at least
     `activations_floor`, the largest capture's forward) plus each mode's per-graph cost x (N - 1)."""
-    largest = largest_capture(spec, max_num_seqs, max_batched_tokens)
-    piecewise = capture_sizes(largest)
-    full = capture_sizes(min(largest, max_num_seqs))
+    piecewise, full = mode_sizes(spec, max_num_seqs, max_batched_tokens)
     first = max(PIECEWISE_FIRST_BYTES, activations_floor, full_first_capture_bytes(spec, tp, full[-1], gpu))
     layers = spec.num_layers
     return (first + (len(piecewise) - 1) * _per_graph(PER_PIECE_BYTES * (layers + 1))
@@ -113,5 +117,5 @@ def cudagraph_estimate_bytes(spec: ModelSpec, tp: int, max_num_seqs: int, gpu: G
 def segment_jump_bytes(spec: ModelSpec, max_num_seqs: int, max_batched_tokens: int = UNCAPPED) -> int:
     """The most vLLM's estimate reads above `cudagraph_estimate_bytes` when both modes' second captures open
     a new 20 MiB segment (the module docstring): one segment for each further graph of either mode."""
-    largest = largest_capture(spec, max_num_seqs, max_batched_tokens)
-    return LARGE_SEGMENT * (len(capture_sizes(largest)) - 1 + len(capture_sizes(min(largest, max_num_seqs))) - 1)
+    piecewise, full = mode_sizes(spec, max_num_seqs, max_batched_tokens)
+    return LARGE_SEGMENT * (len(piecewise) - 1 + len(full) - 1)

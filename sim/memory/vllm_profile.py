@@ -398,6 +398,19 @@ def vllm_memory_profile(
     )
 
 
+def range_causes(vllm_memory: dict[str, Any]) -> str:
+    """What widens a profile's `num_gpu_blocks_range` (its `as_dict()`), in words: the warm count's error, a
+    first start's compile scratch, vLLM's CUDA-graph reading one allocator segment a graph higher."""
+    causes = [f"the warm count +-{WARM_ERROR:.2%}"]
+    if vllm_memory["first_start_deficit_bytes"]:
+        causes.append(f"up to {vllm_memory['first_start_deficit_bytes'] / GiB:.2f} GiB of a first start's compile "
+                      "scratch charged to its profile")
+    if vllm_memory["cudagraph_jump_bytes"]:
+        causes.append(f"up to {vllm_memory['cudagraph_jump_bytes'] / GiB:.2f} GiB more CUDA-graph estimate when "
+                      "vLLM's reading opens a 20 MiB allocator segment a graph")
+    return ", ".join(causes)
+
+
 def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec, max_model_len: int | None = None) -> dict[str, Any]:
     """{"num_gpu_blocks": n or None, "vllm_memory": terms or the reason there are none} for a run summary;
     with `max_model_len`, "vllm_startup": whether vLLM starts with it (sim/memory/vllm_startup_check.py)."""
