@@ -31,7 +31,7 @@ def test_sample_shows_the_side_by_side_table_and_curves():
     assert any("Step times: roofline" in c.value for c in at.caption)
     assert "TTFT mean, simulated" in [m.label for m in at.metric]
     captions = " ".join(c.value for c in at.caption)
-    assert "2,588 blocks measured, 2,775 by vLLM 0.19.0's start-up accounting" in captions
+    assert "2,588 blocks measured, 2,769 by vLLM 0.19.0's start-up accounting" in captions
     assert "8 of 12 measured 10-request window means fall inside" in captions
     assert [h.value for h in at.subheader][0] == "Run the bundled sample (samples/vllm_run)"  # not the server's path
 

@@ -66,8 +66,10 @@ SOURCE = ("a cold torch.compile cache charges compile scratch and kernel code to
 # The warm count's own error, widening both ends of the range: the worst |measured - kvsim| / kvsim of the
 # warm or eager held-out start-up logs. Set at 0.75% from three (0.19.1 warm, 0.15.1 eager, 0.24.0
 # restart); with the rows found since (warm 0.19.0 H100 starts, the warm 0.11.0 A10G start: 5,903 blocks
-# where kvsim counts 5,840, 1.08%) it is 1.08% (docs/CALIBRATION.md, "The weights term completed").
-WARM_ERROR = 0.0108
+# where kvsim counts 5,840, 1.08%) it was 1.08% (docs/CALIBRATION.md, "The weights term completed"). Since
+# the profile counts PyTorch's cuBLAS workspace and the sampled rows' hidden states (stop 32), the A10G
+# start is 5,903 against 5,827: 1.31%.
+WARM_ERROR = 0.0131
 
 
 def blocks_range(available: int, deficit: int, bytes_per_block: int) -> tuple[int, int]:

