@@ -187,11 +187,13 @@ NON_TORCH: tuple[NonTorch, ...] = (
              "vLLM 0.11.0 on H100: 0.13-0.14 GiB at TP1 (six start-ups, five models), 0.54-0.55 GiB at TP2 (two) "
              "(llm-d-benchmark config_explorer/empirical-vllm-memory-results.md); PCIe TP > 1 as NVLink (the L40S "
              "rows at 0.10.2 and 0.19.0, which print no breakdown, land within 0.05 GiB with it)"),
-    NonTorch((0, 19), round(0.25 * GiB), round(1.85 * GiB), round(0.29 * GiB),
+    NonTorch((0, 18), round(0.25 * GiB), round(1.85 * GiB), round(0.29 * GiB),
              "vLLM 0.19.0 on H100: 0.24-0.27 GiB at TP1 (seven start-ups), 2.07-2.10 GiB at TP2 (five) and "
              "2.17-2.21 GiB at TP4 (two), i.e. 1.85 GiB over TP1's (llm-d-incubation/llm-d-planner commit d3121e0, "
-             "accuracy/results/v0.19.0/logs); over PCIe no 0.19 start-up prints it: the 0.10 total at TP > 1 "
-             "(0.54 GiB) is kept, which the 4 x L40S start at 0.19.0 (custom all-reduce off) fits"),
+             "accuracy/results/v0.19.0/logs); from 0.18: the same sweep's Qwen3-14B start logs 0.25 GiB at 0.18.0 "
+             "and 0.13 at 0.15.0-0.17.0 (accuracy/results/version-sweep, TP1 only: TP > 1 is measured at 0.19); "
+             "over PCIe no 0.18+ start-up prints it: the 0.10 total at TP > 1 (0.54 GiB) is kept, which the "
+             "4 x L40S start at 0.19.0 (custom all-reduce off) fits"),
 )
 
 
