@@ -269,7 +269,8 @@ class GroupConfigError(ValueError):
 def layer_kinds(cfg: dict, num_layers: int) -> list[str]:
     """Each layer's kind ("full", "sliding", "chunked", "linear"), from the fields vLLM reads:
     layer_types; full_attention_interval (Qwen3-Next); attention_chunk_size with no_rope_layers
-    (Llama-4: NoPE layers are global); sliding_window with sliding_window_pattern (Gemma-3). A bare
+    (Llama-4: NoPE layers are global); sliding_window with sliding_window_pattern (Gemma-3), or alternating
+    (Gemma-2, whose configs name no pattern). A bare
     sliding_window without a pattern or layer_types is full attention, as in vLLM's Llama/Mistral."""
     types = cfg.get("layer_types")
     if isinstance(types, list):
@@ -291,6 +292,10 @@ def layer_kinds(cfg: dict, num_layers: int) -> list[str]:
     pattern = cfg.get("sliding_window_pattern")
     if cfg.get("sliding_window") and isinstance(pattern, int) and pattern > 0:
         return ["full" if (i + 1) % pattern == 0 else "sliding" for i in range(num_layers)]
+    if cfg.get("sliding_window") and str(cfg.get("model_type", "")).lower() == "gemma2":
+        # Gemma-2 configs name no pattern: transformers' Gemma2Config makes layer_types alternate, the even
+        # layers sliding, and vLLM reads them (model_executor/models/gemma2.py, config.layer_types)
+        return ["sliding" if (i + 1) % 2 else "full" for i in range(num_layers)]
     return ["full"] * num_layers
 
 

@@ -51,7 +51,7 @@ FAMILIES = {  # model_type -> family
     "refinedweb": "falcon", "refinedwebmodel": "falcon", "gemma": "gemma", "gpt_neox": "gpt-neox",
     "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen3_next": "qwen3-next", "mixtral": "mixtral",
     "deepseek_v3": "deepseek", "deepseek_v2": "deepseek", "kimi_k2": "deepseek", "gpt_oss": "gpt-oss",
-    "llama4": "llama4", "llama4_text": "llama4", "gemma3": "gemma3", "gemma3_text": "gemma3",
+    "llama4": "llama4", "llama4_text": "llama4", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3",
     # vision-language checkpoints whose decoder is one of the above (the tower: models/vision.py)
     "qwen2_5_vl": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3",
     "qwen3_5_text": "qwen3-next", "qwen3_5_moe_text": "qwen3-next",  # Qwen3.5: Qwen3-Next's layers, an image tower
@@ -347,7 +347,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     heads = need_int(_pick(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads")
     vocab = need_int(cfg.get("vocab_size"), "vocab_size")
     head_dim = need_int(hidden // heads if cfg.get("head_dim") is None else cfg["head_dim"], "head_dim")
-    tie = need_flag("tie_word_embeddings", family in ("opt", "falcon", "gemma", "gemma3"))
+    tie = need_flag("tie_word_embeddings", family in ("opt", "falcon", "gemma", "gemma2", "gemma3"))
     max_pos = need_int(_pick(cfg, "max_position_embeddings", "n_positions", default=2048), "max_position_embeddings")
     sliding = cfg.get("sliding_window")
     if family == "qwen2" and not need_flag("use_sliding_window", False):
@@ -381,7 +381,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         intermediate = _pick(cfg, "intermediate_size", "moe_intermediate_size")
         attn_bias = need_flag("attention_bias", False)
         layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=need_flag("mlp_bias", False),
-                         norms_per_layer=4 if family == "gemma3" else 2, qk_norm=family in QK_NORM_FAMILIES,
+                         norms_per_layer=4 if family in ("gemma2", "gemma3") else 2, qk_norm=family in QK_NORM_FAMILIES,
                          attn_sinks=family == "gpt-oss",
                          attn_output_gate=need_flag("attn_output_gate", family == "qwen3-next"))
     kv_heads = need_int(kv_heads, "num_key_value_heads")

@@ -153,6 +153,19 @@ def test_gemma_3_27b_five_local_layers_to_one_global():
     assert round(spec.num_params / 1e9, 1) == 27.0
 
 
+def test_gemma_2_9b_alternates_local_and_global_layers():
+    """Gemma-2 configs name no pattern: transformers' Gemma2Config alternates layer_types (the even layers
+    sliding) and vLLM reads them (models/gemma2.py); its embeddings are tied and each layer has four norms."""
+    spec = load_spec("gemma-2-9b-it")
+    assert spec.groups == (FullAttention(21, num_kv_heads=8, head_dim=256),
+                           SlidingWindow(21, num_kv_heads=8, head_dim=256, window=4096))
+    assert layer_kinds(spec.config, 4) == ["sliding", "full", "sliding", "full"]
+    layer = 8 * 256 * 2 * 2
+    assert kv_report("gemma-2-9b-it")["per_sequence_bytes"]["8192"] == 21 * 8192 * layer + 21 * 4096 * layer
+    assert spec.tie_word_embeddings and spec.num_params == 9_241_705_984  # "9.24B"
+    assert layer_kinds({"model_type": "gemma2", "sliding_window": 4096, "layer_types": ["full_attention"] * 2}, 2) == ["full"] * 2
+
+
 def test_qwen3_next_state_is_constant_and_only_12_layers_keep_tokens():
     spec = load_spec("qwen3-next-80b-a3b")
     state = 36 * (3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 2)
