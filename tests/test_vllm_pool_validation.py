@@ -40,8 +40,8 @@ def test_every_row_is_sourced_and_maps_to_the_catalogs():
 
 def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
-    assert s["rows_with_pool"] == 65 and s["excluded"] == 1
-    # 0.25% (0.68% on the 45 rows before stop 32 added 20 llm-d H100 starts, counted the cuBLAS workspace and the
+    assert s["rows_with_pool"] == 67 and s["excluded"] == 1
+    # 0.25% (0.68% on the 45 rows before stop 32 added 22 llm-d H100 starts, counted the cuBLAS workspace and the
     # sampled rows' hidden states, and took 0.19's non-torch memory from 0.18 on)
     assert s["median_abs_error"] <= 0.0026
     assert s["worst_abs_error"] <= 0.92  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
@@ -49,11 +49,11 @@ def test_errors_are_what_the_model_achieves_now(checks):
     assert s["worst_abs_available_gib"] <= 2.75  # the Mistral-Small-3.2 start at 0.11.0: its activation peak
     held = summary(checks, held_out=True)
     # worst: the RTX 3090's 0.49 GiB pool, 0.07 GiB under (-12.5%); the source's repeated starts differ by 0.07-0.08
-    assert held["rows_with_pool"] == 52 and held["median_abs_error"] <= 0.0015 and held["worst_abs_error"] <= 0.126
+    assert held["rows_with_pool"] == 54 and held["median_abs_error"] <= 0.0015 and held["worst_abs_error"] <= 0.126
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 57 of 65 rows.
-    assert s["in_range"] == 57 and s["ranged_rows"] == 65
-    assert s["compile_cache"] == {"cold": 31, "warm": 6, "unknown": 27, "eager": 1}
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 59 of 67 rows.
+    assert s["in_range"] == 59 and s["ranged_rows"] == 67
+    assert s["compile_cache"] == {"cold": 33, "warm": 6, "unknown": 27, "eager": 1}
 
 
 def test_held_out_rows_record_the_prediction_made_before_the_change():
@@ -175,9 +175,9 @@ def test_measured_blocks_from_tokens_agree_with_the_available_memory(checks):
 def test_v1_cuda_graph_estimate_against_the_logged_totals(checks):
     """kvsim's estimate (sim/memory/vllm_cudagraphs.py: FA3's fixed-split accumulators counted, the piecewise
     first capture and the per-piece / per-layer graph costs the medians of vLLM 0.19.0's H100 logs) against
-    the totals the 31 H100 rows here log (0.57-1.92 GiB; the same logs the medians come from, so not held
-    out): median |error| 0.08 GiB where the flat 0.84 GiB it replaces (256 MiB + 6 MiB a graph) erred by
-    0.20; 80-layer models 0.10 where it erred by 0.8-1.0. The worst are Llama-3.1-8B and the W8A8
+    the totals the 33 H100 rows here log (0.57-1.92 GiB; the same logs the medians come from, so not held
+    out): median |error| 0.09 GiB where the flat 0.84 GiB it replaces (256 MiB + 6 MiB a graph) erred by
+    0.15; 80-layer models 0.10 where it erred by 0.8-1.0. The worst are Llama-3.1-8B and the W8A8
     Mistral-Small at TP2, whose logs read ~26 MiB a piecewise graph where TP1 and TP4 read 6 (Llama's own
     pool came to 0.76 GiB, not its 1.69).
     The A100 40GB start logs 2.35 GiB where this gives 0.69: both modes' second captures read one more 20 MiB
@@ -185,12 +185,15 @@ def test_v1_cuda_graph_estimate_against_the_logged_totals(checks):
     by_id = {c.log.id: c for c in checks}
     rows = {c.log.id: c.terms["cudagraph_estimate"] for c in checks if "cudagraph_estimate" in c.terms
             and c.log.gpu == "h100-sxm"}
-    assert len(rows) == 31
+    assert len(rows) == 33
     errors = {k: abs(kv - logged) for k, (logged, kv) in rows.items()}
     flat = {k: abs(0.84 - logged) for k, (logged, _) in rows.items()}
-    assert statistics.median(errors.values()) <= 0.09 < 0.19 < statistics.median(flat.values())
+    assert statistics.median(errors.values()) <= 0.095 < 0.14 < statistics.median(flat.values())
     jumps = ("llama31-8b-h100-tp2-8k", "mistral-small-31-w8a8-h100-tp2-8k")  # a 20 MiB segment a graph, read higher
-    assert max(v for k, v in errors.items() if k not in jumps) < 0.25
+    # Phi-4 (40 layers) and Gemma-2-9B (42) read 4-6 MiB a graph where the per-layer medians give 6.7-8.9: 0.25
+    # and 0.19 GiB over in all (0.19 prints the estimate but does not subtract it; from 0.21 it would cost them)
+    assert max(v for k, v in errors.items() if k not in jumps) <= 0.26
+    assert errors["phi-4-h100-tp1-8k"] > 0.2 and errors["gemma-2-9b-h100-tp1-8k"] > 0.15
     big = ("qwen25-72b-h100-tp2-8k", "llama33-70b-fp8-h100-tp2-8k", "llama33-70b-fp8-h100-tp4-8k")
     assert all(errors[k] < 0.11 and flat[k] > 0.75 for k in big)
     c = by_id["tokenkaki-a100-40gb-qwen3-8b"]
@@ -263,7 +266,7 @@ def test_bench_prints_the_table_and_json():
     js = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--json"], capture_output=True, text=True,
                         check=True)
     data = json.loads(js.stdout)
-    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 57
+    assert data["summary"]["rows"] >= 16 and data["summary"]["in_range"] == 59
     shared = next(r for r in data["rows"] if r["id"] == "llmservingsim-rtx4090-llama-3.1-8b")
     assert shared["compile_cache"] == "unknown" and shared["num_gpu_blocks_range"] == [2253, 2806] and shared["in_range"]
     bad = subprocess.run([sys.executable, "bench/vllm_pool_validation.py", "--file", "/nonexistent.jsonl"],
