@@ -43,6 +43,10 @@ class VisionTower:
     matrix_params: int  # tensor-parallel linears: split over TP ranks
     vector_params: int  # norms, biases, embeddings, convolutions, replicated linears: whole on every rank
     source: str
+    # The largest image, as vLLM's start-up profiles it (sim/memory/vllm_mm_profile.py); 0 where not modelled
+    item_tokens: int = 0  # prompt tokens it takes (vLLM's encoder budget counts these)
+    item_embeds: int = 0  # rows of the encoder's output (each text-hidden wide)
+    item_pixels: int = 0  # pixel values fed to the encoder (channels x height x width, every tile)
 
     @property
     def params(self) -> int:
@@ -145,4 +149,26 @@ def vision_from_config(cfg: dict[str, Any], text_hidden: int) -> VisionTower | N
             split, whole = split + h * text_hidden, whole + text_hidden
     source = SOURCES.get(family) or (f"vision_config model_type {vc.get('model_type')!r} not modelled: counted as "
                                      "a SigLIP-style ViT with one linear projector (an estimate)")
-    return VisionTower(family, split, whole, source)
+    return VisionTower(family, split, whole, source, *_largest_image(family, cfg, vc))
+
+
+LLAMA4_MAX_TILES = 16 + 1  # Llama4ImageProcessor's max_patches (16, the checkpoints' preprocessor default) + the global tile
+
+
+def _largest_image(family: str, cfg: dict[str, Any], vc: dict[str, Any]) -> tuple[int, int, int]:
+    """(prompt tokens, encoder output rows, pixel values) of the largest image vLLM's dummy data holds
+    (the processors' max image size: gemma3_mm.py, mistral3.py / pixtral.py, mllama4.py); (0, 0, 0) for a
+    family with dynamic resolution (Qwen-VL: the bound is in the processor's files, not config.json)."""
+    size, patch = _int(vc, "image_size", default=0) or 0, _int(vc, "patch_size", default=14) or 14
+    pixels = (_int(vc, "num_channels", default=3) or 3) * size * size
+    if family == "siglip":
+        tokens = _int(cfg, "mm_tokens_per_image", default=256) or 256
+        return tokens, tokens, pixels
+    if family == "pixtral":
+        rows = size // patch // (_int(cfg, "spatial_merge_size", default=1) or 1)
+        return rows * (rows + 1), rows * rows, pixels  # an [IMG_BREAK] ends each row, [IMG_END] the last
+    if family == "llama4":
+        ratio = float(vc.get("pixel_shuffle_ratio") or 1.0)
+        per_tile = int((size // patch) ** 2 * ratio * ratio)
+        return LLAMA4_MAX_TILES * per_tile, LLAMA4_MAX_TILES * per_tile, LLAMA4_MAX_TILES * pixels
+    return 0, 0, 0

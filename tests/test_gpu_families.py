@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 # Simulated only: their KV groups are not one full-attention pool (MLA, sliding, chunked, state).
-GROUPED = {"deepseek-v3", "deepseek-r1", "gpt-oss-20b", "gpt-oss-120b", "gemma-3-27b", "llama-4-scout",
+GROUPED = {"deepseek-v3", "deepseek-r1", "gpt-oss-20b", "gpt-oss-120b", "gemma-2-9b-it", "gemma-3-27b", "llama-4-scout",
            "llama-4-maverick", "qwen3-next-80b-a3b"}
 
 

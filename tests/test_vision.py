@@ -155,3 +155,21 @@ def test_qwen35_reads_as_qwen3_next_layers_with_an_image_tower():
     for s, billions in ((dense, 27), (moe, 35)):
         assert s.vision is not None and s.vision.family == "qwen3-vl"
         assert abs((s.num_params + s.vision.params) / 1e9 - billions) < 0.5, s.name
+
+
+def test_start_up_profile_holds_the_dummy_images_and_their_encoder_outputs():
+    """vLLM's profile encodes as many copies of the largest image as its encoder budget takes and keeps them
+    with their outputs through the language model's run: the counts its 0.19.0 logs print ("profiled with 32 /
+    2 / 3 image items"), and the bytes by hand (model dtype): Gemma-3-27B's 32 x (3 x 896^2 pixels + 256 rows
+    x 5,376) x 2 B. Their logged torch peaks (3.99, 2.03, 3.19 GiB) are now within 0.01 GiB
+    (tests/test_vllm_pool_validation.py); a text-only start profiles no images."""
+    from sim.memory.vllm_mm_profile import mm_profile_bytes, mm_profile_items
+
+    gemma, mistral, scout = (load_spec(m) for m in ("gemma-3-27b", "mistral-small-3.1-24b", "llama-4-scout"))
+    assert [mm_profile_items(s, 8192, 1024) for s in (gemma, mistral, scout)] == [32, 2, 3]
+    assert mm_profile_bytes(gemma, 8192, 1024, "bf16") == 32 * (3 * 896 * 896 + 256 * 5376) * 2
+    assert (mistral.vision.item_tokens, mistral.vision.item_embeds) == (55 * 56, 55 * 55)  # 1540 px / 14 / merge 2
+    assert scout.vision.item_embeds == 17 * 144  # 16 tiles + the global one, 24^2 patches shuffled by 0.5^2
+    assert mm_profile_items(gemma, 2048, 4) == 4  # never more than max_num_seqs
+    assert mm_profile_bytes(gemma.language_model_only(), 8192, 1024, "bf16") == 0
+    assert mm_profile_bytes(load_spec("llama-3.1-8b"), 8192, 1024, "bf16") == 0

@@ -41,15 +41,15 @@ def test_every_row_is_sourced_and_maps_to_the_catalogs():
 def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
     assert s["rows_with_pool"] == 67 and s["excluded"] == 1
-    # 0.25% (0.68% on the 45 rows before stop 32 added 22 llm-d H100 starts, counted the cuBLAS workspace and the
-    # sampled rows' hidden states, and took 0.19's non-torch memory from 0.18 on)
-    assert s["median_abs_error"] <= 0.0026
+    # 0.18% (0.68% on the 45 rows before stop 32 added 22 llm-d H100 starts, counted the cuBLAS workspace, the
+    # sampled rows' hidden states and a multimodal profile's dummy images, and took 0.19's non-torch from 0.18)
+    assert s["median_abs_error"] <= 0.0019
     assert s["worst_abs_error"] <= 0.92  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
     assert s["median_abs_available_gib"] <= 0.07
-    assert s["worst_abs_available_gib"] <= 2.75  # the Mistral-Small-3.2 start at 0.11.0: its activation peak
+    assert s["worst_abs_available_gib"] <= 2.8  # the Mistral-Small-3.2 start at 0.11.0: its activation peak
     held = summary(checks, held_out=True)
     # worst: the RTX 3090's 0.49 GiB pool, 0.07 GiB under (-12.5%); the source's repeated starts differ by 0.07-0.08
-    assert held["rows_with_pool"] == 54 and held["median_abs_error"] <= 0.0015 and held["worst_abs_error"] <= 0.126
+    assert held["rows_with_pool"] == 54 and held["median_abs_error"] <= 0.0014 and held["worst_abs_error"] <= 0.126
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
     # ranges do not change it. What they add: the measured pool inside kvsim's range on 59 of 67 rows.
     assert s["in_range"] == 59 and s["ranged_rows"] == 67
@@ -296,7 +296,7 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
     """A cold or unknown start's range runs from (available - 0.95 GiB) // block to the warm count, both
     +-WARM_ERROR (1.31%, the warm and eager held-out rows' worst); warm and eager starts get the +-1.31% only.
     The measured pool lies inside on every row but Mistral-Small-3.2 at 0.11.0 (its logged activation peak is
-    2.76 GiB under the sampler's count at 1,024 rows, not traced), vllm#27508 (1.56 GiB short), the L4's bf16
+    2.84 GiB under the sampler's count at 1,024 rows, not traced), vllm#27508 (1.56 GiB short), the L4's bf16
     start at 0.27.1 (0.16 GiB under: the CUDA-graph estimate's per-graph cost is H100's here, and the card's
     seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.06-0.10 GiB under vLLM (their weights
     where logged are within 0.03 GiB, the RoPE cache and the Triton buffer at the card's SM count counted; the

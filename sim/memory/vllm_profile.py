@@ -45,6 +45,8 @@ from sim.memory.vllm_first_start import (
     first_start_deficit_bytes,
 )
 from sim.memory.vllm_first_start import SOURCE as FIRST_START_SOURCE
+from sim.memory.vllm_mm_profile import SOURCE as MM_SOURCE
+from sim.memory.vllm_mm_profile import mm_profile_bytes
 from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
 from sim.memory.vllm_startup_check import startup_check
 from sim.memory.vllm_weights import vllm_weight_bytes
@@ -336,6 +338,7 @@ class VllmMemoryProfile:
     non_torch_bytes: int
     cublas_workspace_bytes: int  # in transient_peak_bytes: PyTorch's, allocated by the profile run's first GEMM
     sampled_hidden_bytes: int  # in transient_peak_bytes: the sampled rows' hidden states beside the logits
+    mm_profile_bytes: int  # in transient_peak_bytes: a multimodal model's dummy images and encoder outputs
     cudagraph_bytes: int
     available_kv_bytes: int
     bytes_per_block: int
@@ -374,7 +377,8 @@ def vllm_memory_profile(
     sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler, wdtype)
     sampled = sampled_hidden_bytes(spec, rows, acc, wdtype, flashinfer_sampler)
     cublas = cublas_workspace_bytes(gpu)
-    transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas
+    images = mm_profile_bytes(spec, max_batched_tokens, max_num_seqs, wdtype)
+    transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas + images
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
     graphs = (cudagraph_bytes(spec, gpu, tp, max_num_seqs, wdtype, max_batched_tokens)
@@ -390,7 +394,7 @@ def vllm_memory_profile(
         vllm_version=vllm_version, cuda_total_bytes=total, cuda_total_source=total_source, gpu_mem_util=gpu_mem_util,
         requested_bytes=requested, weights_bytes=weights, forward_peak_bytes=forward, sampler_peak_bytes=sampler,
         transient_peak_bytes=transient, sampler_buffer_bytes=buffer, non_torch_bytes=non_torch,
-        cublas_workspace_bytes=cublas, sampled_hidden_bytes=sampled,
+        cublas_workspace_bytes=cublas, sampled_hidden_bytes=sampled, mm_profile_bytes=images,
         cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
         num_gpu_blocks=int(blocks), compile_cache="eager" if enforce_eager else compile_cache, first_start_deficit_bytes=deficit,
         cudagraph_jump_bytes=jump, num_gpu_blocks_range=(low, high), layout=layout.as_dict(),
@@ -400,7 +404,7 @@ def vllm_memory_profile(
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)"
             + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else "")
             + "; beside the sampler, the sampled rows' hidden states (gathered, and a rand_like copy on the V1 runner)"
-            + (f"; {CUBLAS_SOURCE}" if cublas else ""),
+            + (f"; {CUBLAS_SOURCE}" if cublas else "") + (f"; {MM_SOURCE}" if images else ""),
             "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}"
             + (f"; the Triton buffer's rows: {triton_buffer_rows(rows, gpu.sm_count)} of {gpu.sm_count} SMs ({SM_SOURCE})"
                if buffer and gpu.sm_count else
