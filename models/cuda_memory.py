@@ -29,9 +29,10 @@ MEASURED: dict[str, CudaTotal] = {
     "rtx-4090": CudaTotal(25_250_627_584, 24_564,
                           "../shared/fidelity/rtx4090-llama-3.1-8b/run/meta.json hardware.device_total_memory_bytes "
                           "(torch.cuda, vLLM 0.19.0 run)"),
-    "h100-sxm": CudaTotal(round(79.22 * GiB), 81_559,
-                          "vLLM memory-profiling log 'total_gpu_memory 79.22GiB' on an H100 80GB HBM3 "
-                          "(vllm-project/vllm PR #10511 and #12126 sanity checks)"),
+    "h100-sxm": CudaTotal(round(79.19 * GiB), 81_559,
+                          "vLLM 0.19.0 'Free memory on device (78.68/79.19 GiB) on startup' on H100 80GB "
+                          "(llm-d-incubation/llm-d-planner d3121e0, 33 start-ups, 2026-04; 79.18 in llm-d-benchmark's "
+                          "0.11.0 results, 79.22 in vllm-project/vllm PR #10511 and #12126, 2024)"),
     "rtx-3090": CudaTotal(round(23.58 * GiB), 24_576,
                           "vLLM log 'total_gpu_memory=23.58GiB' on an RTX 3090 (vllm-project/vllm issue #10517)"),
     "a100-40gb": CudaTotal(42_298_834_944, 40_960,
