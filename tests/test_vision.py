@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.gpus import get_gpu
 from models.spec import load_spec, spec_from_config
 from models.vision import vision_from_config
 from sim.run.deployment import Sizing
@@ -173,3 +174,9 @@ def test_start_up_profile_holds_the_dummy_images_and_their_encoder_outputs():
     assert mm_profile_items(gemma, 2048, 4) == 4  # never more than max_num_seqs
     assert mm_profile_bytes(gemma.language_model_only(), 8192, 1024, "bf16") == 0
     assert mm_profile_bytes(load_spec("llama-3.1-8b"), 8192, 1024, "bf16") == 0
+    # Model Runner V2 (every model from 0.29) keeps the encoder outputs but frees the pixel batch
+    from sim.memory.vllm_profile import vllm_memory_profile
+
+    h100 = get_gpu("h100-sxm")
+    v1, v2 = (vllm_memory_profile(gemma, h100, vllm_version=v, max_num_seqs=1024).mm_profile_bytes for v in ("0.28", "0.29"))
+    assert v1 == mm_profile_bytes(gemma, 8192, 1024, "bf16") and v2 == 32 * 256 * 5376 * 2

@@ -241,13 +241,13 @@ def test_capacity_cli_reports_vllm_pool():
     graphs = a["vllm_memory"]["cudagraph_bytes"]  # 0.99 GiB: 62 layers' graphs (a prefix-LM: no FA3 splits)
     assert (a["vllm_memory"]["available_kv_bytes"] + rope + graphs) // page // 902 == 17
     # as served by default the checkpoint also loads its SigLIP tower (2 bytes x 423,060,336 parameters) and
-    # profiles 32 dummy images (sim/memory/vllm_mm_profile.py): the pool loses exactly those bytes' worth of
-    # blocks, and one 8K sequence
+    # profiles 32 dummy images, whose encoder outputs Model Runner V2 (0.32) keeps through the run
+    # (sim/memory/vllm_mm_profile.py): the pool loses exactly those bytes' worth of blocks, and one 8K sequence
     full = _capacity_json()["assumptions"]
     assert full["vision_weights_bytes"] == 2 * 423_060_336
     assert full["weights_bytes"] - a["weights_bytes"] == full["vision_weights_bytes"]
     images = full["vllm_memory"]["mm_profile_bytes"]
-    assert images == 32 * (3 * 896 * 896 + 256 * 5376) * 2 and a["vllm_memory"]["mm_profile_bytes"] == 0
+    assert images == 32 * 256 * 5376 * 2 and a["vllm_memory"]["mm_profile_bytes"] == 0
     assert full["num_gpu_blocks"] == (a["vllm_memory"]["available_kv_bytes"] - 2 * 423_060_336 - images) // page
     assert full["num_gpu_blocks"] // 902 == 15
     assert a["compile_cache"] == "unknown" and a["num_gpu_blocks_range"][0] < a["num_gpu_blocks"]

@@ -14,7 +14,8 @@ The profile run (gpu_model_runner.profile_run) is one forward over max_num_batch
 and then the dummy sampler over min(max_num_seqs, tokens) rows of full-vocabulary logits; the
 transient peak is the larger of the two, plus PyTorch's cuBLAS workspace, which the run's first GEMM
 allocates and keeps (sim/memory/cublas_workspace.py). Beside the sampler's logits stay the forward's
-hidden states and the sampled rows' (`sampled_hidden_bytes`). The sampler's bytes per logit element
+hidden states and the sampled rows' (`sampled_hidden_bytes`), and a multimodal checkpoint's dummy images
+(sim/memory/vllm_mm_profile.py). The sampler's bytes per logit element
 are counted from the code path the version, model runner and row count take (SamplerPath: sort 38,
 Triton 14, Model Runner V2 6); nothing in the sum is fitted to a log. CUDA-graph memory is estimated
 and subtracted only from vLLM 0.21 on ("CUDA graph memory profiling is enabled (default since
@@ -377,7 +378,7 @@ def vllm_memory_profile(
     sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler, wdtype)
     sampled = sampled_hidden_bytes(spec, rows, acc, wdtype, flashinfer_sampler)
     cublas = cublas_workspace_bytes(gpu)
-    images = mm_profile_bytes(spec, max_batched_tokens, max_num_seqs, wdtype)
+    images = mm_profile_bytes(spec, max_batched_tokens, max_num_seqs, wdtype, pixels_kept=not acc.uses_v2_runner(spec))
     transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas + images
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
