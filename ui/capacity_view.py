@@ -142,4 +142,3 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
              ("CUDA graphs", -v["cudagraph_bytes"], v["sources"]["cudagraph"]),
              ("= KV pool", v["available_kv_bytes"], v["sources"]["num_gpu_blocks"])]
     return sentence, pd.DataFrame([{"term": t, "GiB": round(b / GiB, 2), "source": s} for t, b, s in terms])
-
