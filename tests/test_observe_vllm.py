@@ -181,7 +181,9 @@ def test_shared_prefixes_reach_the_servers_prefix_cache(server, tmp_path):
 
 def test_ctrl_c_keeps_what_was_measured(server, tmp_path):
     out = tmp_path / "run"
-    proc = _observe(server["url"], out, "--speedup", "0.5")  # ~8 s of arrivals
+    # ~50 s of arrivals: the first 5 answers (about 6 s in) come long before the last send, even on a
+    # loaded CI machine where answers took over 8 s (the old 0.5 speed-up had sent all 40 by then)
+    proc = _observe(server["url"], out, "--speedup", "0.08")
     _wait_for_lines(out, 5)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
