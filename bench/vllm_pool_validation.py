@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.json:
         rows = [{"id": c.log.id, "url": c.log.url, "vllm_version": c.log.vllm_version, "gpu": c.log.gpu,
-                 "model": c.log.model, "tp": c.log.tp, "measured_blocks": c.measured_blocks,
+                 "model": c.log.model, "tp": c.log.tp, "pp": c.log.pp, "measured_blocks": c.measured_blocks,
                  "predicted_blocks": c.predicted_blocks, "error": c.error,
                  "available_error_gib": c.available_error_gib, "terms_gib": c.terms,
                  "compile_cache": c.profile.compile_cache, "num_gpu_blocks_range": list(c.profile.num_gpu_blocks_range),

@@ -106,6 +106,9 @@ class ModelSpec:
     # A multimodal checkpoint's image encoder + projector (models/vision.py): loaded beside the decoder,
     # never streamed in text steps, so outside param_breakdown; None for a text-only checkpoint.
     vision: VisionTower | None = None
+    # A pipeline stage holds part of the model (ModelSpec.pipeline_stage): whether it holds the input
+    # embedding, and the output head with the final norm. A whole model holds both.
+    pipeline_ends: tuple[bool, bool] = (True, True)
     config: dict[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     # --- parameters and weights --------------------------------------------------------------
@@ -124,12 +127,14 @@ class ModelSpec:
             attention = (L - linear) * attn + linear * self.linear_layer_params
         norm = h * (2 if lay.norm_bias else 1)
         embed_dim = lay.embed_proj_dim or h
+        first, last = self.pipeline_ends  # a tied head's stage holds its own copy of the embedding
         parts = {
-            "embedding": self.vocab_size * embed_dim + lay.learned_positions * h,
+            "embedding": (self.vocab_size * embed_dim + lay.learned_positions * h
+                          if first or (last and self.tie_word_embeddings) else 0),
             "attention": attention,
             "mlp": self._mlp_params(),
-            "norms": L * lay.norms_per_layer * norm + (norm if lay.final_norm else 0),
-            "lm_head": 0 if self.tie_word_embeddings else self.vocab_size * embed_dim,
+            "norms": L * lay.norms_per_layer * norm + (norm if lay.final_norm and last else 0),
+            "lm_head": 0 if self.tie_word_embeddings or not last else self.vocab_size * embed_dim,
         }
         if lay.embed_proj_dim and lay.embed_proj_dim != h:
             parts["embedding"] += 2 * embed_dim * h  # project_in and project_out
@@ -295,6 +300,24 @@ class ModelSpec:
         """The checkpoint served text-only (vLLM's --language-model-only, or every modality's
         --limit-mm-per-prompt 0): the image encoder is not loaded."""
         return dataclasses.replace(self, vision=None) if self.vision is not None else self
+
+    def pipeline_stage(self, layers: int, first: bool, last: bool) -> ModelSpec:
+        """The part of the model one pipeline-parallel stage holds: `layers` decoder layers, the input
+        embedding if `first`, the head and final norm if `last` (a tied head brings its embedding, as
+        vLLM's models build it: llama.py makes embed_tokens on the last rank when tie_word_embeddings).
+        Only models whose layers are all alike are split; SpecError names what is not."""
+        why = ("its layers keep KV in more than one way" if len(self.groups) != 1 or self.groups[0].cap is not None
+               else "its MoE and dense layers differ" if self.moe is not None and self.moe.moe_layers != self.num_layers
+               else "its image encoder sits on the first stage (not modelled)" if self.vision is not None
+               else "its learned positions and embedding projections (not modelled)"
+               if self.layout.learned_positions or self.layout.embed_proj_dim else "")
+        if why:
+            raise SpecError(f"{self.name}: pipeline parallelism is modelled for models whose layers are all alike; {why}")
+        if not 1 <= layers <= self.num_layers:
+            raise SpecError(f"{self.name}: a pipeline stage of {layers} layers (the model has {self.num_layers})")
+        moe = dataclasses.replace(self.moe, moe_layers=layers) if self.moe is not None else None
+        return dataclasses.replace(self, num_layers=layers, kv_groups=(dataclasses.replace(self.groups[0], num_layers=layers),),
+                                   moe=moe, pipeline_ends=(first, last))
 
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""

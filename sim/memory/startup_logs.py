@@ -25,6 +25,7 @@ from models.cuda_memory import GiB
 from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.vllm_first_start import check_state, compile_cache_from_log
+from sim.memory.vllm_pipeline import pipeline_stages
 from sim.memory.vllm_pool import pool_layout
 from sim.memory.vllm_profile import VllmMemoryProfile, cudagraph_bytes, vllm_memory_profile
 
@@ -112,6 +113,7 @@ class StartupLog:
     held_out: dict[str, Any] = field(default_factory=dict)
     # the compile-cache state where the source says it in prose and the lines do not show it ("" = not said)
     compile_cache_stated: str = ""
+    pp: int = 1  # pipeline-parallel stages; the measured terms are then the stage that sets the pool's
 
     @property
     def async_scheduling(self) -> bool | None:
@@ -210,10 +212,12 @@ def check(log: StartupLog) -> PoolCheck:
     spec, gpu = load_spec(log.model), get_gpu(log.gpu)
     spec = spec.language_model_only() if log.language_model_only else spec
     prof = vllm_memory_profile(
-        spec, gpu, tp=log.tp, weight_dtype=log.weight_dtype, kv_dtype=log.kv_dtype, gpu_mem_util=log.gpu_mem_util,
-        max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs, block_size=log.block_size,
-        enforce_eager=log.enforce_eager, vllm_version=log.vllm_version, compile_cache=log.compile_cache,
-        flashinfer_sampler=log.flashinfer_sampler)
+        spec, gpu, tp=log.tp, pp=log.pp, weight_dtype=log.weight_dtype, kv_dtype=log.kv_dtype,
+        gpu_mem_util=log.gpu_mem_util, max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
+        block_size=log.block_size, enforce_eager=log.enforce_eager, vllm_version=log.vllm_version,
+        compile_cache=log.compile_cache, flashinfer_sampler=log.flashinfer_sampler)
+    if log.pp > 1:  # the terms below are the stage that sets the pool's
+        spec = pipeline_stages(spec.num_layers, log.pp)[prof.pp_rank].spec(spec)
     layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)
     m = log.measured
     terms = {}
@@ -261,7 +265,7 @@ def _summary_line(label: str, s: dict[str, Any]) -> str:
 
 
 def table(checks: list[PoolCheck]) -> str:
-    head = (f"{'row':36} {'vLLM':7} {'GPU':10} {'TP':>2} {'measured':>9} {'kvsim':>9} {'error':>8} "
+    head = (f"{'row':36} {'vLLM':7} {'GPU':10} {'TP':>4} {'measured':>9} {'kvsim':>9} {'error':>8} "
             f"{'avail GiB':>9} {'kvsim':>7} {'cache':>7} {'range':>15}  terms logged/kvsim GiB")
     out = [head, "-" * len(head)]
     for c in checks:
@@ -272,7 +276,8 @@ def table(checks: list[PoolCheck]) -> str:
         terms = " ".join(f"{k} {a:.2f}/{b:.2f}" for k, (a, b) in c.terms.items())
         low, high = c.profile.num_gpu_blocks_range
         span = (f"{low:,}-{high:,}" if high else "-") + ("" if c.in_range in (None, True) else "!")
-        out.append(f"{c.log.id:36} {c.log.vllm_version:7} {c.log.gpu:10} {c.log.tp:>2} {meas:>9} "
+        par = f"{c.log.tp}" + (f"x{c.log.pp}" if c.log.pp > 1 else "")  # TP, x PP stages where there are
+        out.append(f"{c.log.id:36} {c.log.vllm_version:7} {c.log.gpu:10} {par:>4} {meas:>9} "
                    f"{c.predicted_blocks:>9,} {err:>8} {c.measured_available_gib:>9.2f} "
                    f"{c.profile.available_kv_bytes / GiB:>7.2f} {c.profile.compile_cache:>7} {span:>15}  {terms}")
     out.extend(f"* {c.log.id}: not counted, {c.log.excluded}" for c in checks if c.log.excluded)

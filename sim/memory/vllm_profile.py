@@ -28,7 +28,7 @@ The terms and their sources are in docs/CALIBRATION.md ("vLLM's KV pool").
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from models.cuda_memory import GiB, cuda_total_bytes
@@ -48,6 +48,8 @@ from sim.memory.vllm_first_start import (
 from sim.memory.vllm_first_start import SOURCE as FIRST_START_SOURCE
 from sim.memory.vllm_mm_profile import SOURCE as MM_SOURCE
 from sim.memory.vllm_mm_profile import mm_profile_bytes
+from sim.memory.vllm_pipeline import SOURCE as PIPELINE_SOURCE
+from sim.memory.vllm_pipeline import PipelineStage, intermediate_tensor_bytes, pipeline_stages
 from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
 from sim.memory.vllm_startup_check import startup_check
 from sim.memory.vllm_weights import vllm_weight_bytes
@@ -180,8 +182,13 @@ class NonTorch:
     nvlink_extra: int  # added at TP > 1 on NVLink-connected GPUs (custom all-reduce and NCCL over NVLink)
     pcie_extra: int  # added at TP > 1 over PCIe
     source: str
+    # a pipeline stage of one GPU (PP > 1, TP1): what it logs in place of tp1; None = not measured, tp1's taken
+    pp_stage: int | None = None
 
-    def bytes_at(self, tp: int, nvlink: bool) -> int:
+    def bytes_at(self, tp: int, nvlink: bool, pp: int = 1) -> int:
+        """TP > 1 takes TP's figure at any PP (PP x TP together is not measured)."""
+        if tp == 1 and pp > 1 and self.pp_stage is not None:
+            return self.pp_stage
         return self.tp1 + (0 if tp == 1 else self.nvlink_extra if nvlink else self.pcie_extra)
 
 
@@ -196,7 +203,9 @@ NON_TORCH: tuple[NonTorch, ...] = (
              "accuracy/results/v0.19.0/logs); from 0.18: the same sweep's Qwen3-14B start logs 0.25 GiB at 0.18.0 "
              "and 0.13 at 0.15.0-0.17.0 (accuracy/results/version-sweep, TP1 only: TP > 1 is measured at 0.19); "
              "over PCIe no 0.18+ start-up prints it: the 0.10 total at TP > 1 (0.54 GiB) is kept, which the "
-             "4 x L40S start at 0.19.0 (custom all-reduce off) fits"),
+             "4 x L40S start at 0.19.0 (custom all-reduce off) fits; a pipeline stage at TP1: 0.07 GiB on all six "
+             "stages of the same sweep's Llama-3.1-8B PP2 and PP4 starts (their NCCL group is made before vLLM's "
+             "snapshot: 1.43-1.48 GiB at init against TP1's 0.51)", pp_stage=round(0.07 * GiB)),
 )
 
 
@@ -348,6 +357,10 @@ class VllmMemoryProfile:
     first_start_deficit_bytes: int = 0  # the most a cold compile may take (0 when warm or eager)
     cudagraph_jump_bytes: int = 0  # the most vLLM's CUDA-graph reading may add (a 20 MiB segment a graph; 0 if none)
     num_gpu_blocks_range: tuple[int, int] = (0, 0)  # [a cold start's low end, the warm count], both +- WARM_ERROR
+    pp: int = 1  # pipeline-parallel stages; with pp > 1 every term is the stage that sets the pool's (`pp_rank`)
+    pp_rank: int = 0
+    intermediate_tensors_bytes: int = 0  # in transient_peak_bytes: a later stage's received hidden states and residual
+    stages: tuple[dict[str, Any], ...] = ()  # pp > 1: each stage's layers, terms and pool before vLLM takes the least
     layout: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
 
@@ -356,16 +369,46 @@ class VllmMemoryProfile:
 
 
 def vllm_memory_profile(
-    spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+    spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, pp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
     gpu_mem_util: float = 0.9, max_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
     enforce_eager: bool = False, vllm_version: str = DEFAULT_VLLM_VERSION, expert_dtype: str | None = None,
     mamba_align: bool = False, hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE,
-    flashinfer_sampler: bool = False,
+    flashinfer_sampler: bool = False, pp_partition: str | None = None,
 ) -> VllmMemoryProfile:
     """num_gpu_blocks as vLLM sizes it on a warm compile cache, with the range a cold (or unknown)
     start may land in (sim/memory/vllm_first_start.py); raises PoolLayoutError where the pool layout
-    is not modelled and ValueError for a bad version or compile-cache state."""
+    is not modelled, SpecError where the model cannot be split into `pp` stages, and ValueError for a
+    bad version or compile-cache state. With pp > 1 each stage is profiled on its own and the pool is
+    the least stage's (sim/memory/vllm_pipeline.py; `pp_partition`: VLLM_PP_LAYER_PARTITION)."""
+    kwargs: dict[str, Any] = dict(
+        tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util,
+        max_batched_tokens=max_batched_tokens, max_num_seqs=max_num_seqs, block_size=block_size,
+        enforce_eager=enforce_eager, vllm_version=vllm_version, expert_dtype=expert_dtype, mamba_align=mamba_align,
+        hybrid_manager=hybrid_manager, compile_cache=compile_cache, flashinfer_sampler=flashinfer_sampler)
+    if pp == 1 and not pp_partition:
+        return _stage_profile(spec, gpu, None, **kwargs)
+    split = pipeline_stages(spec.num_layers, pp, pp_partition)
+    profiles = [_stage_profile(stage.spec(spec), gpu, stage, **kwargs) for stage in split]
+    least = min(profiles, key=lambda p: (p.num_gpu_blocks, p.available_kv_bytes))
+    low = min(p.num_gpu_blocks_range[0] for p in profiles)
+    stages = tuple({"rank": s.rank, "layers": s.layers, "weights_bytes": p.weights_bytes,
+                    "transient_peak_bytes": p.transient_peak_bytes, "non_torch_bytes": p.non_torch_bytes,
+                    "available_kv_bytes": p.available_kv_bytes, "bytes_per_block": p.bytes_per_block,
+                    "num_gpu_blocks": p.num_gpu_blocks} for s, p in zip(split, profiles, strict=True))
+    sources = {**least.sources, "pipeline": f"{PIPELINE_SOURCE}; stage {least.pp_rank} of {pp} sets the pool"}
+    return replace(least, num_gpu_blocks_range=(low, least.num_gpu_blocks_range[1]), stages=stages, sources=sources)
+
+
+def _stage_profile(
+    spec: ModelSpec, gpu: GPUSpec, stage: PipelineStage | None, *, tp: int, weight_dtype: str, kv_dtype: str,
+    gpu_mem_util: float, max_batched_tokens: int, max_num_seqs: int, block_size: int, enforce_eager: bool,
+    vllm_version: str, expert_dtype: str | None, mamba_align: bool, hybrid_manager: bool, compile_cache: str,
+    flashinfer_sampler: bool,
+) -> VllmMemoryProfile:
+    """One rank's profile: the whole model (stage None), or one pipeline stage's part of it (`spec` is
+    that part): the sampler runs on the last stage only, and a later stage keeps what it receives."""
     acc, version = accounting_for(vllm_version), parse_version(vllm_version)
+    samples = stage is None or stage.last
     layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size, mamba_align, hybrid_manager)
     total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
     requested = math.ceil(total * gpu_mem_util)
@@ -374,18 +417,20 @@ def vllm_memory_profile(
     rows = min(max_num_seqs, max_batched_tokens)
     workspace = moe_workspace_bytes(spec, tp, max_batched_tokens, wdtype, experts, version)
     forward = max(forward_peak_bytes(spec, tp, max_batched_tokens, wdtype), workspace)
-    hidden_out = max_batched_tokens * spec.hidden_size * ACTIVATION_BYTES.get(wdtype, 2)
-    sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler, wdtype)
-    sampled = sampled_hidden_bytes(spec, rows, acc, wdtype, flashinfer_sampler)
+    act = ACTIVATION_BYTES.get(wdtype, 2)
+    hidden_out = max_batched_tokens * spec.hidden_size * act if samples else 0
+    sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler, wdtype) if samples else 0
+    sampled = sampled_hidden_bytes(spec, rows, acc, wdtype, flashinfer_sampler) if samples else 0
     cublas = cublas_workspace_bytes(gpu)
     images = mm_profile_bytes(spec, max_batched_tokens, max_num_seqs, wdtype, pixels_kept=not acc.uses_v2_runner(spec))
-    transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas + images
-    buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count)
+    received = intermediate_tensor_bytes(stage, spec, max_batched_tokens, act)
+    transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas + images + received
+    buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count) if samples else 0
     estimated = acc.cudagraph_in_budget and (acc.v2_estimates_cudagraphs or not acc.uses_v2_runner(spec))
     graphs = (cudagraph_bytes(spec, gpu, tp, max_num_seqs, wdtype, max_batched_tokens)
               if estimated and not enforce_eager else 0)
     non_torch_row = non_torch_for(version)
-    non_torch = non_torch_row.bytes_at(tp, nvlink=gpu.nvlink_bandwidth > 0)
+    non_torch = non_torch_row.bytes_at(tp, nvlink=gpu.nvlink_bandwidth > 0, pp=stage.pp if stage else 1)
     available = requested - weights - transient - buffer - non_torch - graphs
     blocks = max(0, available // layout.bytes_per_block)
     deficit = first_start_deficit_bytes(compile_cache, enforce_eager)
@@ -399,13 +444,17 @@ def vllm_memory_profile(
         cudagraph_bytes=graphs, available_kv_bytes=available, bytes_per_block=layout.bytes_per_block,
         num_gpu_blocks=int(blocks), compile_cache="eager" if enforce_eager else compile_cache, first_start_deficit_bytes=deficit,
         cudagraph_jump_bytes=jump, num_gpu_blocks_range=(low, high), layout=layout.as_dict(),
+        pp=stage.pp if stage else 1, pp_rank=stage.rank if stage else 0, intermediate_tensors_bytes=received,
         sources={
             "requested": "vllm/v1/worker/utils.py request_memory: ceil(total_memory x gpu_memory_utilization)",
             "non_kv": "vllm/utils/mem_utils.py memory_profiling: total_consumed + transient_peak_headroom",
             "forward_peak": "one decoder layer's largest live block at max_num_batched_tokens (gpu_model_runner.profile_run)"
             + ("; the fused-MoE workspace stays allocated beside the sampler (v1/worker/workspace.py)" if workspace else "")
             + "; beside the sampler, the sampled rows' hidden states (gathered, and a rand_like copy on the V1 runner)"
-            + (f"; {CUBLAS_SOURCE}" if cublas else "") + (f"; {MM_SOURCE}" if images else ""),
+            + (f"; {CUBLAS_SOURCE}" if cublas else "") + (f"; {MM_SOURCE}" if images else "")
+            + ("; a later pipeline stage's received hidden states and residual (gpu_model_runner._dummy_run "
+               "intermediate_tensors)" if received else "")
+            + ("; no sampler: it runs on the last pipeline stage only (profile_run)" if not samples else ""),
             "sampler": f"{sampler_path(spec, rows, acc, flashinfer_sampler).source}; {acc.source}"
             + (f"; the Triton buffer's rows: {triton_buffer_rows(rows, gpu.sm_count)} of {gpu.sm_count} SMs ({SM_SOURCE})"
                if buffer and gpu.sm_count else
@@ -477,21 +526,25 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
                   max_model_len: int | None = None, enforce_eager: bool = False,
                   vllm_version: str = DEFAULT_VLLM_VERSION, mamba_align: bool = False,
                   hybrid_manager: bool = True, compile_cache: str = DEFAULT_COMPILE_CACHE,
-                  async_scheduling: bool | None = None) -> dict[str, Any]:
+                  async_scheduling: bool | None = None, pp: int = 1) -> dict[str, Any]:
     """Put vLLM's pool into a capacity_table() result: `num_gpu_blocks` and `vllm_memory` in the
     assumptions; per row, `kv_per_seq_bytes` becomes what vLLM's pool spends on one sequence
     (whole blocks in every group, padding layers included; kvsim's own figure stays as
     `kv_per_seq_bytes_kvsim`), `vllm_max_concurrent` = num_gpu_blocks // blocks per sequence and
     `vllm_logged_max_concurrency` = vLLM's start-up "Maximum concurrency" line at max_model_len
     (`async_scheduling`: vLLM's setting, None = its GPU default; from 0.32 it sets how many batches'
-    tokens a window counts)."""
+    tokens a window counts; `pp`: pipeline stages, `spec` the whole model: the rows are the stage that
+    sets the pool's)."""
     a = table["assumptions"]
     try:
         prof = vllm_memory_profile(
-            spec, gpu, tp=a["tp"], weight_dtype=a["weight_dtype"], kv_dtype=a["kv_dtype"], gpu_mem_util=a["gpu_mem_util"],
-            max_batched_tokens=a["max_batched_tokens"], max_num_seqs=a["max_num_seqs"], block_size=block_size,
-            enforce_eager=enforce_eager, vllm_version=vllm_version, expert_dtype=a.get("expert_dtype"),
-            mamba_align=mamba_align, hybrid_manager=hybrid_manager, compile_cache=compile_cache)
+            spec, gpu, tp=a["tp"], pp=pp, weight_dtype=a["weight_dtype"], kv_dtype=a["kv_dtype"],
+            gpu_mem_util=a["gpu_mem_util"], max_batched_tokens=a["max_batched_tokens"], max_num_seqs=a["max_num_seqs"],
+            block_size=block_size, enforce_eager=enforce_eager, vllm_version=vllm_version,
+            expert_dtype=a.get("expert_dtype"), mamba_align=mamba_align, hybrid_manager=hybrid_manager,
+            compile_cache=compile_cache)
+        if pp > 1:
+            spec = pipeline_stages(spec.num_layers, pp)[prof.pp_rank].spec(spec)
         layout = pool_layout(spec, a["kv_dtype"], a["tp"], block_size, mamba_align, hybrid_manager)
     except PoolLayoutError as exc:
         a["num_gpu_blocks"] = None
