@@ -30,6 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--model", required=True, help="catalog name, HF id, config.json or its directory")
     p.add_argument("--gpu", required=True, help="catalog GPU (h100-sxm, a100-80gb, ...) or a custom GPU .json")
     p.add_argument("--tp", type=bounded_int(1, limits.MAX_TP), default=1, help="tensor-parallel degree (default %(default)s)")
+    p.add_argument("--pp", type=bounded_int(1, limits.MAX_PP), default=1,
+                   help="pipeline-parallel stages, one TP group each: memory only, the simulator has no pipeline "
+                   "(default %(default)s)")
     p.add_argument("--kv-dtype", default="bf16", choices=KV_DTYPES.names(), help="KV dtype (default %(default)s)")
     p.add_argument("--weight-dtype", default="native", choices=WEIGHT_DTYPES.names(), help="weight dtype (default %(default)s)")
     p.add_argument("--kv-heads", type=bounded_int(1, limits.MAX_KV_HEADS), help="GQA what-if: use N kv heads")
@@ -73,7 +76,8 @@ def parse_contexts(text: str) -> list[int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sim.memory.capacity import capacity_table, gpus_required
+    from models.spec import SpecError
+    from sim.memory.capacity import capacity_table, gpus_required, pipeline_budget
     from sim.memory.vllm_profile import accounting_for, add_vllm_pool
     from sim.run.deployment import Sizing
     from sim.scenario import Scenario
@@ -98,11 +102,20 @@ def run(args: argparse.Namespace) -> int:
                         max_num_seqs=args.max_num_seqs, block_size=args.block_size)
     sizing = Sizing.of(scenario, runtime_overhead_bytes=int(args.overhead_gib * GIB))
     spec, gpu, budget_args = sizing.spec, sizing.gpu, sizing.budget_args()
-    table = capacity_table(spec, gpu, contexts, budget=sizing.budget, **budget_args)
+    part, budget = spec, sizing.budget  # the model on one GPU, or the pipeline stage that sets the pool
+    if args.pp > 1:
+        try:
+            part, budget, stage = pipeline_budget(spec, gpu, args.pp, **budget_args)
+        except SpecError as exc:
+            raise CliError(f"--pp {args.pp}: {exc}") from None
+    table = capacity_table(part, gpu, contexts, budget=budget, whole_model=spec, **budget_args)
+    if args.pp > 1:
+        table["assumptions"].update(pp=args.pp, pp_stage={"rank": stage.rank, "layers": stage.layers},
+                                    num_params=spec.num_params, active_params=spec.active_params)
     add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,
                   enforce_eager=args.enforce_eager, vllm_version=args.vllm_version, mamba_align=args.prefix_caching,
                   hybrid_manager=not args.disable_hybrid_kv_cache_manager, compile_cache=args.compile_cache,
-                  async_scheduling=args.async_scheduling)
+                  async_scheduling=args.async_scheduling, pp=args.pp)
     if args.kv_eviction:
         from models.eviction import QUALITY_NOTE
 
@@ -112,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         if args.users < 1:
             raise CliError(f"--users {args.users}: must be a positive integer")
         table["gpus_required"] = [
-            {"context": c, **gpus_required(spec, gpu, args.users, c, budget=sizing.budget,
+            {"context": c, **gpus_required(spec, gpu, args.users, c, budget=sizing.budget, pp=args.pp,
                                            **budget_args).as_dict()}
             for c in contexts]
     if args.json:
@@ -124,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_human(table: dict[str, Any]) -> None:
     a = table["assumptions"]
-    print(f"{a['model']} on {a['gpu']} x tp={a['tp']}  (weights {a['weight_dtype']}, KV {a['kv_dtype']})")
+    stage = (f" x pp={a['pp']} (stage {a['pp_stage']['rank']}, {a['pp_stage']['layers']} layers, sets the pool)"
+             if a.get("pp", 1) > 1 else "")
+    print(f"{a['model']} on {a['gpu']} x tp={a['tp']}{stage}  (weights {a['weight_dtype']}, KV {a['kv_dtype']})")
     print(f"  GPU memory        {a['total_bytes'] / GIB:9.2f} GiB  x gpu_mem_util {a['gpu_mem_util']:g} = {a['usable_bytes'] / GIB:.2f} GiB")
     for label, key in (("weights", "weights_bytes"), ("activation peak", "activation_peak_bytes"),
                        ("runtime overhead", "runtime_overhead_bytes"), ("KV fixed scales", "kv_fixed_bytes")):
@@ -146,7 +161,8 @@ def _print_human(table: dict[str, Any]) -> None:
     if table.get("note"):
         print(f"  KV eviction {table['assumptions']['kv_eviction']}: {table['note']}")
     for g in table.get("gpus_required", []):
-        print(f"  {g['context']:>9,} tokens: {g['gpus']} GPU(s) = {g['replicas']} replica(s) x tp={g['tp']}")
+        stages = f" x pp={g['pp']}" if g["pp"] > 1 else ""
+        print(f"  {g['context']:>9,} tokens: {g['gpus']} GPU(s) = {g['replicas']} replica(s) x tp={g['tp']}{stages}")
 
 
 def _print_vllm(a: dict[str, Any]) -> None:

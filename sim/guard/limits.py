@@ -11,6 +11,7 @@ from models.spec import CONFIG_LIMITS  # noqa: F401 - model config.json bounds l
 
 # Deployment and scheduler counts (Scenario, CLI flags, URL parameters).
 MAX_TP = 64
+MAX_PP = 64  # pipeline stages (sim capacity --pp); a model's layer count bounds it further
 MAX_REPLICAS = 1024
 MAX_BLOCK_SIZE = 1024
 MAX_NUM_SEQS = 65_536

@@ -28,6 +28,7 @@ from models.gpus import GPUSpec
 from models.kv_groups import total_bytes_per_token
 from models.spec import ModelSpec, SpecError
 from models.weight_dtypes import WEIGHT_BYTES
+from sim.memory.vllm_pipeline import PipelineStage, intermediate_tensor_bytes, pipeline_stages
 
 GiB = 1 << 30
 DEFAULT_GPU_MEM_UTIL = 0.9  # vLLM's gpu_memory_utilization default
@@ -35,6 +36,7 @@ DEFAULT_MAX_BATCHED_TOKENS = 8192  # vLLM's profiling batch on large GPUs (max_n
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's max_num_seqs default: rows of logits in the profiling sampler pass
 DEFAULT_RUNTIME_OVERHEAD = 1 * GiB  # non-torch memory + CUDA graph pool; see docs/CAPACITY.md
 TP_CHOICES = (1, 2, 4, 8)  # tensor-parallel degrees offered and searched: the GPUs of one NVLink node
+PP_CHOICES = (1, 2, 4, 8)  # pipeline stages offered on the Capacity page (sim capacity --pp takes any)
 LOGIT_COPIES = 2  # fp32 logits plus the sampler's probabilities of the same shape
 ACTIVATION_BYTES = {"fp32": 4}  # activation element size by weight dtype; everything else runs in 16-bit
 
@@ -100,13 +102,15 @@ def kv_groups_per_sequence(spec: ModelSpec, context: int, kv_dtype: str = "bf16"
 
 
 def activation_peak_bytes(spec: ModelSpec, tp: int = 1, tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
-                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, weight_dtype: str = "bf16") -> int:
+                          max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, weight_dtype: str = "bf16",
+                          stage: PipelineStage | None = None) -> int:
     """Peak activation memory of the profiling forward pass over `tokens` tokens, per TP rank.
 
     One decoder layer at a time is live: the residual stream and its normed copy (2 x hidden per
     token) plus the larger of the attention block (q/k/v and attention output) and the MLP block
     (gate+up output and the activated intermediate). Then the logits of the sampled rows
     (one per sequence, at most max_num_seqs) in fp32 with the sampler's copy, full vocabulary.
+    A pipeline stage samples only if it is the last, and keeps what it receives if it is not the first.
     """
     act = ACTIVATION_BYTES.get(weight_dtype, 2)
     d, h = spec.head_dim, spec.hidden_size
@@ -115,25 +119,26 @@ def activation_peak_bytes(spec: ModelSpec, tp: int = 1, tokens: int = DEFAULT_MA
     up = spec.intermediate_size * (2 if spec.layout.mlp_gated else 1)
     mlp = (up + spec.intermediate_size) // tp
     layer = tokens * (2 * h + max(attn, mlp)) * act
-    logits = min(max_num_seqs, tokens) * spec.vocab_size * 4 * LOGIT_COPIES
-    return layer + logits
+    logits = min(max_num_seqs, tokens) * spec.vocab_size * 4 * LOGIT_COPIES if stage is None or stage.last else 0
+    return layer + logits + intermediate_tensor_bytes(stage, spec, tokens, act)
 
 
 def memory_budget(
     spec: ModelSpec, gpu: GPUSpec, *, tp: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
     gpu_mem_util: float = DEFAULT_GPU_MEM_UTIL, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, runtime_overhead_bytes: int = DEFAULT_RUNTIME_OVERHEAD,
-    expert_dtype: str | None = None,
+    expert_dtype: str | None = None, stage: PipelineStage | None = None,
 ) -> MemoryBudget:
     """The per-GPU memory plan; every term a field. Weights (every expert of an MoE) are split
-    evenly over the tp ranks, whether by tensor or by expert parallelism."""
+    evenly over the tp ranks, whether by tensor or by expert parallelism. `stage`: one pipeline
+    stage's GPU (`spec` is then that stage's part, PipelineStage.spec)."""
     if not 0 < gpu_mem_util <= 1:
         raise SpecError(f"gpu_mem_util={gpu_mem_util}: must be in (0, 1]")
     heads = kv_heads_per_gpu(spec, tp)
     usable = math.floor(gpu.hbm_bytes * gpu_mem_util)
     weight_dtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
     weights = math.ceil(spec.weight_bytes(weight_dtype, experts) / tp) + spec.vision_weight_bytes(tp)
-    activation = activation_peak_bytes(spec, tp, max_batched_tokens, max_num_seqs, weight_dtype)
+    activation = activation_peak_bytes(spec, tp, max_batched_tokens, max_num_seqs, weight_dtype, stage)
     fixed = spec.kv_fixed_bytes(kv_dtype)
     budget = usable - weights - activation - runtime_overhead_bytes - fixed
     return MemoryBudget(
@@ -142,6 +147,22 @@ def memory_budget(
         kv_budget_bytes=budget, tp=tp, kv_heads_per_gpu=heads,
         kv_bytes_per_token=kv_bytes_per_token_per_gpu(spec, kv_dtype, tp), kv_dtype=kv_dtype, expert_dtype=experts,
     )
+
+
+def pipeline_budget(spec: ModelSpec, gpu: GPUSpec, pp: int, partition: str | None = None,
+                    **budget_args: Any) -> tuple[ModelSpec, MemoryBudget, PipelineStage]:
+    """(its part of the model, its budget, the stage) for the pipeline stage whose GPU holds the fewest
+    tokens of KV: every stage keeps that many, as vLLM makes every stage take the least one's pool
+    (sim/memory/vllm_pipeline.py). SpecError where the model cannot be split."""
+    best: tuple[float, ModelSpec, MemoryBudget, PipelineStage] | None = None
+    for stage in pipeline_stages(spec.num_layers, pp, partition):
+        part = stage.spec(spec)
+        budget = memory_budget(part, gpu, stage=stage, **budget_args)
+        tokens = budget.kv_budget_bytes / budget.kv_bytes_per_token
+        if best is None or tokens < best[0]:
+            best = (tokens, part, budget, stage)
+    assert best is not None  # pipeline_stages gives at least one stage
+    return best[1], best[2], best[3]
 
 
 def max_sequences(kv_budget_bytes: int, kv_per_seq_bytes: int) -> int:
@@ -185,39 +206,46 @@ class GpuPlan:
     replicas: int  # data-parallel copies of the TP group; 0 when even tp=8 cannot hold one sequence
     gpus: int
     per_replica: int  # max concurrent sequences one TP group holds
+    pp: int = 1  # pipeline stages of one replica (gpus = replicas x tp x pp)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def gpus_required(spec: ModelSpec, gpu: GPUSpec, users: int, context: int, *, tp: int | None = None,
-                  tp_choices: Iterable[int] = TP_CHOICES, budget: MemoryBudget | None = None,
+                  tp_choices: Iterable[int] = TP_CHOICES, budget: MemoryBudget | None = None, pp: int = 1,
                   **budget_args: Any) -> GpuPlan:
     """Fewest GPUs for `users` concurrent sequences: replicas of a TP group (tp given or searched;
-    `budget`: the given tp's budget when the caller has it, so it is not computed again)."""
+    `budget`: the given tp's budget when the caller has it, so it is not computed again; `pp` > 1:
+    each replica is that many pipeline stages, sized by pipeline_budget)."""
     best: GpuPlan | None = None
     for t in [tp] if tp else tp_choices:
+        part = spec
         try:
-            if budget is None or budget.tp != t:
+            if pp > 1:
+                part, budget, _ = pipeline_budget(spec, gpu, pp, tp=t, **budget_args)
+            elif budget is None or budget.tp != t:
                 budget = memory_budget(spec, gpu, tp=t, **budget_args)
         except SpecError:
             if tp:
                 raise
             continue  # this tp does not divide the heads
-        per = max_concurrent(budget, context, spec)
+        per = max_concurrent(budget, context, part)
         if per < 1:
             continue
         replicas = math.ceil(users / per)
-        plan = GpuPlan(tp=t, replicas=replicas, gpus=replicas * t, per_replica=per)
+        plan = GpuPlan(tp=t, replicas=replicas, gpus=replicas * t * pp, per_replica=per, pp=pp)
         if best is None or plan.gpus < best.gpus:
             best = plan
-    return best or GpuPlan(tp=tp or max(tp_choices), replicas=0, gpus=0, per_replica=0)
+    return best or GpuPlan(tp=tp or max(tp_choices), replicas=0, gpus=0, per_replica=0, pp=pp)
 
 
 def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], *, budget: MemoryBudget | None = None,
-                   **budget_args: Any) -> dict[str, Any]:
+                   whole_model: ModelSpec | None = None, **budget_args: Any) -> dict[str, Any]:
     """{"assumptions": every budget term, "rows": one per context}: what the CLI and the UI show.
-    `budget`: memory_budget(spec, gpu, **budget_args) when the caller has it (computed once)."""
+    `budget`: memory_budget(spec, gpu, **budget_args) when the caller has it (computed once).
+    `whole_model`: `spec` is one pipeline stage's part (pipeline_budget); a token passes every stage in
+    turn, so the decode floors are the whole model's on one TP group."""
     budget = budget or memory_budget(spec, gpu, **budget_args)
     tp = budget.tp
     weight_dtype, expert_dtype = spec.weight_dtypes(budget_args.get("weight_dtype", "bf16"), budget_args.get("expert_dtype"))
@@ -243,8 +271,8 @@ def capacity_table(spec: ModelSpec, gpu: GPUSpec, contexts: Iterable[int], *, bu
             "context": context, "kv_per_seq_bytes": per_seq, "kv_per_seq_gib": per_seq / GiB,
             "kv_per_seq_groups": kv_groups_per_sequence(spec, context, kv_dtype, tp),
             "kv_budget_bytes": budget.kv_budget_bytes, "max_concurrent": n,
-            "decode_floor_ms_batch1": 1e3 * bandwidth_floor_s(spec, gpu, batch=1, context=context, **floor),
-            "decode_floor_ms_full": 1e3 * bandwidth_floor_s(spec, gpu, batch=n, context=context, **floor),
+            "decode_floor_ms_batch1": 1e3 * bandwidth_floor_s(whole_model or spec, gpu, batch=1, context=context, **floor),
+            "decode_floor_ms_full": 1e3 * bandwidth_floor_s(whole_model or spec, gpu, batch=n, context=context, **floor),
             "beyond_model_context": context > spec.max_position_embeddings,
         })
     table: dict[str, Any] = {"assumptions": assumptions, "rows": rows, "fits": budget.fits}
