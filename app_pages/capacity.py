@@ -6,7 +6,7 @@ from models.gpus import list_gpus
 from models.kv_dtypes import KV_DTYPES
 from models.spec import list_catalog
 from models.weight_dtypes import WEIGHT_DTYPES
-from sim.memory.capacity import TP_CHOICES
+from sim.memory.capacity import PP_CHOICES, TP_CHOICES
 from sim.report import charts
 from ui import bounded
 from ui.capacity_view import (
@@ -16,6 +16,7 @@ from ui.capacity_view import (
     need_columns,
     planner_tables,
     seed_columns,
+    sizing_of,
     vllm_pool_view,
 )
 from ui.defaults import DEFAULT_SCENARIO
@@ -31,7 +32,7 @@ st.caption("vLLM-like budget: total x utilisation - weights - activation peak - 
 with st.sidebar:
     st.header("Planner")
     for key, options in (("cap_models", list_catalog()), ("cap_gpus", list_gpus()), ("cap_kv", KV_DTYPES.names()),
-                         ("cap_w", WEIGHT_DTYPES.names()), ("cap_tp", TP_CHOICES)):
+                         ("cap_w", WEIGHT_DTYPES.names()), ("cap_tp", TP_CHOICES), ("cap_pp", PP_CHOICES)):
         bounded.choice(key, options)
     # The dashboard's one default scenario (ui/defaults.py), as on Plan and Simulate.
     models = st.multiselect("Models", list_catalog(), default=[DEFAULT_SCENARIO.model], key="cap_models", bind=BIND)
@@ -43,6 +44,10 @@ with st.sidebar:
     weight_dtype = st.selectbox("Weights", WEIGHT_DTYPES.names(), index=WEIGHT_DTYPES.names().index(DEFAULT_SCENARIO.weight_dtype),
                                 key="cap_w", bind=BIND)
     tp = st.selectbox("Tensor parallel", TP_CHOICES, key="cap_tp", bind=BIND)
+    pp = int(st.selectbox("Pipeline stages", PP_CHOICES, key="cap_pp", bind=BIND,
+                          help="pipeline parallelism: each stage a TP group holding its share of the layers; every "
+                               "stage keeps as many KV blocks as the fullest one (memory only: the simulator has no "
+                               "pipeline)"))
     util = bounded.number(st, "GPU memory utilisation", 0.5, 1.0, 0.9, step=0.01, key="cap_util", slider=True)
     bounded.choice("cap_async", list(ASYNC))
     async_scheduling = ASYNC[st.selectbox("Async scheduling", list(ASYNC), key="cap_async", bind=BIND,
@@ -58,7 +63,7 @@ if not (models and gpus and kv_dtypes):
     st.stop()
 
 curves, table, need, errors = planner_tables(models, gpus, kv_dtypes, tp=int(tp), gpu_mem_util=float(util),
-                                             weight_dtype=weight_dtype, users=int(users), context=int(context))
+                                             weight_dtype=weight_dtype, users=int(users), context=int(context), pp=pp)
 for err in errors:
     st.error(err)
 if table.empty:
@@ -81,11 +86,12 @@ st.subheader("Memory budget of one GPU")
 first = table.iloc[0]
 with stop_on_error():
     parts = budget_parts(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
-                         weight_dtype=weight_dtype, kv_dtype=first["kv dtype"])
-st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV)"), key="cap-pie")
+                         weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], pp=pp)
+stage = f", the pipeline stage that sets the pool, of {pp}" if pp > 1 else ""
+st.plotly_chart(charts.budget_pie(parts, f"{first['model']} on {first['gpu']} ({first['kv dtype']} KV{stage})"), key="cap-pie")
 pool_sentence, pool_terms = vllm_pool_view(first["model"], first["gpu"], tp=int(tp), gpu_mem_util=float(util),
                                            weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], context=int(context),
-                                           async_scheduling=async_scheduling)
+                                           async_scheduling=async_scheduling, pp=pp)
 st.markdown("**vLLM's own pool (num_gpu_blocks)**: " + pool_sentence)
 if not pool_terms.empty:
     st.dataframe(pool_terms, hide_index=True, key="cap-vllm-pool")
@@ -93,6 +99,10 @@ if not pool_terms.empty:
 st.subheader(f"KV layer groups of one {int(context):,}-token sequence")
 st.caption("Sliding-window and chunked layers keep a bounded window, MLA one latent per token (not split "
            "over TP), linear-attention layers a fixed state (docs/CAPACITY.md, KV groups).")
-groups = group_parts(first["model"], int(context), kv_dtype=first["kv dtype"], tp=int(tp))
-st.plotly_chart(charts.kv_groups_bar(groups, f"{first['model']} ({first['kv dtype']} KV, per GPU at tp={int(tp)})"),
+with stop_on_error():
+    sizing = sizing_of(first["model"], first["gpu"], tp=int(tp), weight_dtype=weight_dtype, kv_dtype=first["kv dtype"],
+                       gpu_mem_util=float(util))
+groups = group_parts(first["model"], int(context), kv_dtype=first["kv dtype"], tp=int(tp), pp=pp, sizing=sizing)
+st.plotly_chart(charts.kv_groups_bar(groups, f"{first['model']} ({first['kv dtype']} KV, per GPU at tp={int(tp)}"
+                                             + (f", one of {pp} pipeline stages)" if pp > 1 else ")")),
                 key="cap-groups")

@@ -160,3 +160,26 @@ def test_async_scheduling_moves_the_startup_line():
         a = add_vllm_pool(table, spec, gpu, async_scheduling=setting)["assumptions"]
         want[setting] = f"{a['vllm_logged_max_concurrency']['concurrency']:.2f}"
     assert shown == want and shown[None] != shown[False]
+
+
+def test_pipeline_stages_size_the_stage_that_sets_the_pool():
+    """Pipeline stages: every figure is the binding stage's GPU (sim.memory.capacity.pipeline_budget), the
+    GPUs count every stage, and vLLM's pool is the least stage's; a model it cannot split is one line."""
+    from models.gpus import get_gpu
+    from models.spec import load_spec
+    from sim.memory.capacity import max_concurrent, pipeline_budget
+    from sim.memory.vllm_profile import vllm_memory_profile
+
+    spec, gpu = load_spec("llama-3.1-8b"), get_gpu("h100-sxm")
+    at = page(cap_pp="2", cap_models="llama-3.1-8b", cap_gpus="h100-sxm")
+    assert not at.exception and not at.error
+    part, budget, _ = pipeline_budget(spec, gpu, 2)
+    row, need = at.dataframe[1].value.iloc[0], at.dataframe[0].value.iloc[0]
+    assert row["sequences at 8K"] == max_concurrent(budget, 8192, part) and row[PER_TOKEN] == 65_536
+    assert need["pp"] == 2 and need["GPUs"] == 2 * need["replicas"]
+    assert at.markdown[0].value.startswith("### llama-3.1-8b on 2 x h100-sxm (2 pipeline stages) at 8,192-token")
+    blocks = vllm_memory_profile(spec, gpu, pp=2).num_gpu_blocks
+    assert f"would size {blocks:,} blocks" in " ".join(m.value for m in at.markdown)
+    bad = page(cap_pp="2", cap_models="gpt-oss-20b", cap_gpus="h100-sxm")
+    assert not bad.exception and bad.error and "pipeline parallelism is modelled" in bad.error[0].value
+    assert "\n" not in bad.error[0].value

@@ -11,9 +11,16 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from models.spec import load_spec
+from models.spec import ModelSpec, load_spec
 from sim.guard.text import public_error
-from sim.memory.capacity import GiB, capacity_table, gpus_required, kv_groups_per_sequence
+from sim.memory.capacity import (
+    GiB,
+    MemoryBudget,
+    capacity_table,
+    gpus_required,
+    kv_groups_per_sequence,
+    pipeline_budget,
+)
 from sim.run.deployment import Sizing
 from sim.scenario import Scenario
 from ui.page_errors import INPUT_ERRORS
@@ -29,8 +36,10 @@ def answer(need: pd.DataFrame, users: int, context: int) -> str:
     if need.empty:
         return ""
     row = need.iloc[0]
-    tp = int(row["tp"])
+    tp, pp = int(row["tp"]), int(row.get("pp", 1))
     where = f"one {row['gpu']}" if tp == 1 else f"{tp} x {row['gpu']} (tensor parallel {tp})"
+    if pp > 1:
+        where = f"{tp * pp} x {row['gpu']} ({pp} pipeline stages" + (f" of tensor parallel {tp})" if tp > 1 else ")")
     per = int(row["sequences per replica"])
     head = f"{row['model']} on {where} at {context:,}-token context ({row['kv dtype']} KV): "
     if per < 1:
@@ -54,19 +63,22 @@ def need_columns() -> dict[str, Any]:
 
 
 def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterable[str], *, tp: int, gpu_mem_util: float,
-                   weight_dtype: str, users: int, context: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
-    """(curves, seed-context table, GPUs-required table, one-line errors) for every model x GPU x KV dtype."""
+                   weight_dtype: str, users: int, context: int,
+                   pp: int = 1) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[str]]:
+    """(curves, seed-context table, GPUs-required table, one-line errors) for every model x GPU x KV dtype
+    (`pp` > 1: one replica is that many pipeline stages, each figure its binding stage's GPU)."""
     curves, table, need, errors = [], [], [], []
     for m in models:
         for g in gpus:
             for d in kv_dtypes:
-                label = f"{m} / {g} / {d}" + (f" / tp{tp}" if tp > 1 else "")
+                label = f"{m} / {g} / {d}" + (f" / tp{tp}" if tp > 1 else "") + (f" / pp{pp}" if pp > 1 else "")
                 try:
                     sizing = sizing_of(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=d, gpu_mem_util=gpu_mem_util)
-                    spec, gpu, budget, args = sizing.spec, sizing.gpu, sizing.budget, sizing.budget_args()
+                    gpu, args = sizing.gpu, sizing.budget_args()
+                    spec, budget = stage_of(sizing, pp)
                     rows = capacity_table(spec, gpu, sorted(set(CURVE_CONTEXTS) | set(SEED_CONTEXTS)), budget=budget,
-                                          **args)["rows"]
-                    plan = gpus_required(spec, gpu, users, context, budget=budget, **args)
+                                          whole_model=sizing.spec, **args)["rows"]
+                    plan = gpus_required(sizing.spec, gpu, users, context, budget=sizing.budget, pp=pp, **args)
                 except INPUT_ERRORS as exc:
                     errors.append(f"{label}: {public_error(exc)}")
                     continue
@@ -80,7 +92,7 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
                               "KV cache per GPU (GiB)": round(rows[0]["kv_budget_bytes"] / GiB, 2),
                               **{f"sequences at {c // 1024}K": seed[c] for c in SEED_CONTEXTS}})
                 need.append({"model": m, "gpu": g, "kv dtype": d, "users": users, "context (tokens)": context,
-                             "tp": plan.tp, "replicas": plan.replicas, "GPUs": plan.gpus,
+                             "tp": plan.tp, "pp": plan.pp, "replicas": plan.replicas, "GPUs": plan.gpus,
                              "sequences per replica": plan.per_replica})
     return pd.DataFrame(curves), pd.DataFrame(table), pd.DataFrame(need), errors
 
@@ -91,9 +103,19 @@ def sizing_of(model: str, gpu: str, *, tp: int, weight_dtype: str, kv_dtype: str
                               gpu_mem_util=gpu_mem_util))
 
 
-def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str) -> dict[str, float]:
+def stage_of(sizing: Sizing, pp: int) -> tuple[ModelSpec, MemoryBudget]:
+    """(the model on one GPU, its budget): the whole model's, or with `pp` > 1 the pipeline stage that
+    holds the fewest tokens of KV (sim.memory.capacity.pipeline_budget)."""
+    if pp == 1:
+        return sizing.spec, sizing.budget
+    part, budget, _ = pipeline_budget(sizing.spec, sizing.gpu, pp, **sizing.budget_args())
+    return part, budget
+
+
+def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str,
+                 pp: int = 1) -> dict[str, float]:
     """One GPU's HBM split into the planner's budget terms (bytes), for the pie."""
-    b = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util).budget
+    _, b = stage_of(sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util), pp)
     return {
         "weights": b.weights_bytes, "activation peak": b.activation_peak_bytes,
         "runtime overhead": b.runtime_overhead_bytes, "KV fixed (scales)": b.kv_fixed_bytes,
@@ -101,10 +123,12 @@ def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_d
     }
 
 
-def group_parts(model: str, context: int, *, kv_dtype: str, tp: int) -> dict[str, dict[str, int]]:
+def group_parts(model: str, context: int, *, kv_dtype: str, tp: int, pp: int = 1,
+                sizing: Sizing | None = None) -> dict[str, dict[str, int]]:
     """One sequence of `context` tokens per KV group (bytes per GPU), next to what the same layers
-    would hold keeping every token: {label: {"kept": bytes, "all tokens": bytes}}."""
-    spec = load_spec(model)
+    would hold keeping every token: {label: {"kept": bytes, "all tokens": bytes}} (`pp` > 1: the
+    layers of the pipeline stage that sets the pool, found from `sizing`)."""
+    spec = stage_of(sizing, pp)[0] if pp > 1 and sizing is not None else load_spec(model)
     kept = kv_groups_per_sequence(spec, context, kv_dtype, tp)
     return {g.label(): {"kept": kept[g.label()],
                         "all tokens": context * g.bytes_per_token(kv_dtype, tp) + g.state_bytes(tp)}
@@ -112,15 +136,16 @@ def group_parts(model: str, context: int, *, kv_dtype: str, tp: int) -> dict[str
 
 
 def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str,
-                   context: int, async_scheduling: bool | None = None) -> tuple[str, pd.DataFrame]:
+                   context: int, async_scheduling: bool | None = None, pp: int = 1) -> tuple[str, pd.DataFrame]:
     """(one sentence, the terms table) of the pool vLLM itself would size: num_gpu_blocks beside the
     budget pie, from sim.memory.vllm_profile (its default version's accounting; `async_scheduling`
     sets the start-up line's window count, None = vLLM's GPU default)."""
     from sim.memory.vllm_profile import add_vllm_pool, range_causes
 
     sizing = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util)
-    table = capacity_table(sizing.spec, sizing.gpu, [context], budget=sizing.budget, **sizing.budget_args())
-    add_vllm_pool(table, sizing.spec, sizing.gpu, async_scheduling=async_scheduling)
+    spec, budget = stage_of(sizing, pp)
+    table = capacity_table(spec, sizing.gpu, [context], budget=budget, whole_model=sizing.spec, **sizing.budget_args())
+    add_vllm_pool(table, sizing.spec, sizing.gpu, async_scheduling=async_scheduling, pp=pp)
     a, row = table["assumptions"], table["rows"][0]
     v = a["vllm_memory"]
     if a["num_gpu_blocks"] is None:
