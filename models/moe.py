@@ -58,6 +58,20 @@ class MoEShape:
         return self.router_params(hidden) + self.num_experts * self.expert_params(hidden) + self.shared_params(hidden)
 
 
+def moe_layer_flags(cfg: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
+    """Which layers are MoE, in order (a pipeline stage counts its own range of them)."""
+    if cfg.get("first_k_dense_replace") is not None:  # DeepSeek: the first k layers dense
+        first_moe = _int(cfg, "first_k_dense_replace")
+        return tuple(i >= first_moe for i in range(num_layers))
+    if cfg.get("interleave_moe_layer_step"):  # Llama-4: every step-th layer
+        step = _int(cfg, "interleave_moe_layer_step", default=1)
+        return tuple((i + 1) % step == 0 for i in range(num_layers))
+    # Qwen-style decoder_sparse_step and mlp_only_layers; Mixtral/gpt-oss: every layer
+    step = _int(cfg, "decoder_sparse_step", default=1) or 1
+    dense = set(cfg.get("mlp_only_layers") or [])
+    return tuple(i not in dense and (i + 1) % step == 0 for i in range(num_layers))
+
+
 def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> MoEShape | None:
     """The MoE shape, or None for a dense model."""
     experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts")
@@ -66,15 +80,7 @@ def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> 
     per_tok = _int(cfg, "num_experts_per_tok", "experts_per_token", default=1)
     width = _int(cfg, "moe_intermediate_size", default=intermediate)
     dense_width = _int(cfg, "intermediate_size_mlp", default=intermediate)
-    if cfg.get("first_k_dense_replace") is not None:  # DeepSeek
-        moe_layers = num_layers - _int(cfg, "first_k_dense_replace")
-    elif cfg.get("interleave_moe_layer_step"):  # Llama-4: every step-th layer
-        step = _int(cfg, "interleave_moe_layer_step", default=1)
-        moe_layers = sum(1 for i in range(num_layers) if (i + 1) % step == 0)
-    else:  # Qwen-style decoder_sparse_step and mlp_only_layers; Mixtral/gpt-oss: every layer
-        step = _int(cfg, "decoder_sparse_step", default=1) or 1
-        dense = set(cfg.get("mlp_only_layers") or [])
-        moe_layers = sum(1 for i in range(num_layers) if i not in dense and (i + 1) % step == 0)
+    moe_layers = sum(moe_layer_flags(cfg, num_layers))
     if cfg.get("n_shared_experts"):
         shared, gate = _int(cfg, "n_shared_experts") * width, False
     elif cfg.get("shared_expert_intermediate_size"):

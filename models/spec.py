@@ -28,7 +28,7 @@ from models.kv_groups import (
     total_bytes_per_token,
     total_per_sequence_bytes,
 )
-from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config
+from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config, moe_layer_flags
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
 from models.vision import VisionTower, vision_from_config
@@ -301,23 +301,28 @@ class ModelSpec:
         --limit-mm-per-prompt 0): the image encoder is not loaded."""
         return dataclasses.replace(self, vision=None) if self.vision is not None else self
 
-    def pipeline_stage(self, layers: int, first: bool, last: bool) -> ModelSpec:
-        """The part of the model one pipeline-parallel stage holds: `layers` decoder layers, the input
-        embedding if `first`, the head and final norm if `last` (a tied head brings its embedding, as
-        vLLM's models build it: llama.py makes embed_tokens on the last rank when tie_word_embeddings).
-        Only models whose layers are all alike are split; SpecError names what is not."""
+    def pipeline_stage(self, start: int, layers: int, first: bool, last: bool) -> ModelSpec:
+        """The part of the model one pipeline-parallel stage holds: decoder layers [start, start + layers),
+        the input embedding if `first`, the head and final norm if `last` (a tied head brings its
+        embedding, as vLLM's models build it: llama.py makes embed_tokens on the last rank when
+        tie_word_embeddings); an MoE stage counts its own MoE and dense layers (DeepSeek's first dense
+        ones sit on the first stage). Models whose layers keep KV in more than one way are not split;
+        SpecError names what is not."""
         why = ("its layers keep KV in more than one way" if len(self.groups) != 1 or self.groups[0].cap is not None
-               else "its MoE and dense layers differ" if self.moe is not None and self.moe.moe_layers != self.num_layers
                else "its image encoder sits on the first stage (not modelled)" if self.vision is not None
                else "its learned positions and embedding projections (not modelled)"
                if self.layout.learned_positions or self.layout.embed_proj_dim else "")
         if why:
-            raise SpecError(f"{self.name}: pipeline parallelism is modelled for models whose layers are all alike; {why}")
-        if not 1 <= layers <= self.num_layers:
-            raise SpecError(f"{self.name}: a pipeline stage of {layers} layers (the model has {self.num_layers})")
-        moe = dataclasses.replace(self.moe, moe_layers=layers) if self.moe is not None else None
+            raise SpecError(f"{self.name}: pipeline parallelism is modelled for models whose layers keep KV alike; {why}")
+        if not (0 <= start and 1 <= layers and start + layers <= self.num_layers):
+            raise SpecError(f"{self.name}: a pipeline stage of layers {start}-{start + layers - 1} "
+                            f"(the model has {self.num_layers})")
+        moe, inter = self.moe, self.intermediate_size
+        if moe is not None:
+            moe_here = sum(moe_layer_flags(self.config, self.num_layers)[start:start + layers])
+            moe, inter = (dataclasses.replace(moe, moe_layers=moe_here), inter) if moe_here else (None, moe.dense_intermediate)
         return dataclasses.replace(self, num_layers=layers, kv_groups=(dataclasses.replace(self.groups[0], num_layers=layers),),
-                                   moe=moe, pipeline_ends=(first, last))
+                                   moe=moe, intermediate_size=inter, pipeline_ends=(first, last))
 
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""

@@ -51,9 +51,20 @@ def test_each_stage_holds_its_layers_and_its_ends():
     assert sum(sum(p.values()) for p in tied) == gemma.num_params + gemma.vocab_size * gemma.hidden_size
 
 
-def test_models_whose_layers_differ_are_refused_in_one_line():
-    for name, why in (("gpt-oss-20b", "more than one way"), ("deepseek-v3", "MoE and dense layers differ"),
-                      ("gemma-3-27b", "more than one way")):
+def test_an_moe_stage_counts_its_own_dense_and_moe_layers():
+    """DeepSeek-V3 (61 layers, first_k_dense_replace 3) over 2 stages: 31 + 30 layers, the 3 dense ones on
+    the first; the stages' parameters add up to the model's. A stage of the dense layers alone is dense."""
+    spec = load_spec("deepseek-v3")
+    first, last = (s.spec(spec) for s in pipeline_stages(61, 2))
+    assert (first.num_layers, first.moe.moe_layers, last.num_layers, last.moe.moe_layers) == (31, 28, 30, 30)
+    assert first.num_params + last.num_params == spec.num_params
+    dense = pipeline_stages(61, 2, "3,58")[0].spec(spec)
+    assert dense.moe is None and dense.intermediate_size == spec.moe.dense_intermediate
+
+
+def test_models_whose_layers_keep_kv_differently_are_refused_in_one_line():
+    for name, why in (("gpt-oss-20b", "more than one way"), ("gemma-3-27b", "more than one way"),
+                      ("qwen3-next-80b-a3b", "more than one way")):
         with pytest.raises(SpecError, match=why) as err:
             pipeline_stages(load_spec(name).num_layers, 2)[0].spec(load_spec(name))
         assert "\n" not in str(err.value)

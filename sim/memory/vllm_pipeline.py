@@ -42,7 +42,7 @@ class PipelineStage:
 
     def spec(self, model: ModelSpec) -> ModelSpec:
         """The model's part on this stage (ModelSpec.pipeline_stage)."""
-        return model.pipeline_stage(self.layers, self.first, self.last)
+        return model.pipeline_stage(self.start_layer, self.layers, self.first, self.last)
 
 
 def pp_partition(num_layers: int, pp: int, partition: str | None = None) -> list[int]:
