@@ -28,7 +28,14 @@ from models.kv_groups import (
     total_bytes_per_token,
     total_per_sequence_bytes,
 )
-from models.moe import MLAShape, MoEShape, gated_deltanet_params, mla_from_config, moe_from_config, moe_layer_flags
+from models.moe import (
+    MLAShape,
+    MoEShape,
+    gated_deltanet_params,
+    mla_from_config,
+    moe_from_config,
+    moe_layer_flags,
+)
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
 from models.vision import VisionTower, vision_from_config
@@ -314,7 +321,7 @@ class ModelSpec:
                if self.layout.learned_positions or self.layout.embed_proj_dim else "")
         if why:
             raise SpecError(f"{self.name}: pipeline parallelism is modelled for models whose layers keep KV alike; {why}")
-        if not (0 <= start and 1 <= layers and start + layers <= self.num_layers):
+        if not (start >= 0 and layers >= 1 and start + layers <= self.num_layers):
             raise SpecError(f"{self.name}: a pipeline stage of layers {start}-{start + layers - 1} "
                             f"(the model has {self.num_layers})")
         moe, inter = self.moe, self.intermediate_size
