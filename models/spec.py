@@ -25,6 +25,7 @@ from models.kv_groups import (
     KVGroup,
     State,
     groups_from_config,
+    layer_kinds,
     total_bytes_per_token,
     total_per_sequence_bytes,
 )
@@ -308,28 +309,39 @@ class ModelSpec:
         --limit-mm-per-prompt 0): the image encoder is not loaded."""
         return dataclasses.replace(self, vision=None) if self.vision is not None else self
 
+    def layer_group_kinds(self) -> list[str]:
+        """Each decoder layer's KV group kind (KVGroup.kind: full, sliding, chunked, mla, state), in layer
+        order, as the config lays them out (models/kv_groups.py layer_kinds); SpecError where that does
+        not add up to the spec's groups."""
+        if len(self.groups) == 1:
+            return [self.groups[0].kind] * self.num_layers
+        kinds = ["state" if k == "linear" else k for k in layer_kinds(self.config, self.num_layers)]
+        if sorted((k, kinds.count(k)) for k in set(kinds)) != sorted((g.kind, g.num_layers) for g in self.groups):
+            raise SpecError(f"{self.name}: its config's layer kinds do not add up to its KV groups")
+        return kinds
+
     def pipeline_stage(self, start: int, layers: int, first: bool, last: bool) -> ModelSpec:
         """The part of the model one pipeline-parallel stage holds: decoder layers [start, start + layers),
         the input embedding if `first`, the head and final norm if `last` (a tied head brings its
         embedding, as vLLM's models build it: llama.py makes embed_tokens on the last rank when
-        tie_word_embeddings); an MoE stage counts its own MoE and dense layers (DeepSeek's first dense
-        ones sit on the first stage). Models whose layers keep KV in more than one way are not split;
-        SpecError names what is not."""
-        why = ("its layers keep KV in more than one way" if len(self.groups) != 1 or self.groups[0].cap is not None
-               else "its image encoder sits on the first stage (not modelled)" if self.vision is not None
+        tie_word_embeddings); its own layers of each KV kind, and an MoE stage its own MoE and dense
+        layers (DeepSeek's first dense ones sit on the first stage). SpecError names what is not split."""
+        why = ("its image encoder sits on the first stage (not modelled)" if self.vision is not None
                else "its learned positions and embedding projections (not modelled)"
                if self.layout.learned_positions or self.layout.embed_proj_dim else "")
         if why:
-            raise SpecError(f"{self.name}: pipeline parallelism is modelled for models whose layers keep KV alike; {why}")
+            raise SpecError(f"{self.name}: pipeline parallelism is not modelled for this model; {why}")
         if not (start >= 0 and layers >= 1 and start + layers <= self.num_layers):
             raise SpecError(f"{self.name}: a pipeline stage of layers {start}-{start + layers - 1} "
                             f"(the model has {self.num_layers})")
+        here = self.layer_group_kinds()[start:start + layers]
+        groups = tuple(dataclasses.replace(g, num_layers=here.count(g.kind)) for g in self.groups if g.kind in here)
         moe, inter = self.moe, self.intermediate_size
         if moe is not None:
             moe_here = sum(moe_layer_flags(self.config, self.num_layers)[start:start + layers])
             moe, inter = (dataclasses.replace(moe, moe_layers=moe_here), inter) if moe_here else (None, moe.dense_intermediate)
-        return dataclasses.replace(self, num_layers=layers, kv_groups=(dataclasses.replace(self.groups[0], num_layers=layers),),
-                                   moe=moe, intermediate_size=inter, pipeline_ends=(first, last))
+        return dataclasses.replace(self, num_layers=layers, kv_groups=groups, moe=moe, intermediate_size=inter,
+                                   pipeline_ends=(first, last))
 
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""

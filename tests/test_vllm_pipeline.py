@@ -62,9 +62,33 @@ def test_an_moe_stage_counts_its_own_dense_and_moe_layers():
     assert dense.moe is None and dense.intermediate_size == spec.moe.dense_intermediate
 
 
-def test_models_whose_layers_keep_kv_differently_are_refused_in_one_line():
-    for name, why in (("gpt-oss-20b", "more than one way"), ("gemma-3-27b", "more than one way"),
-                      ("qwen3-next-80b-a3b", "more than one way")):
+def test_a_hybrid_stage_holds_its_share_of_each_group():
+    """vLLM groups a kind's layers as layers[i::n] and sizes each stage's pool by the most layers of one group
+    it holds (kv_cache_utils.py, read in 0.19.0). Gemma-2-9B (42 layers, the even ones sliding; groups of
+    21) over 2 stages: 11 sliding + 10 full on the first, so 11 pages a block on each. Gemma-3-27B text-only
+    (62 layers, every 6th full: 10 full, 52 sliding in 6 groups of <= 10) over 2: stage 0 holds 5 full and
+    sliding positions 0-25, at most 5 of one group. Qwen3-Next-80B (48 layers, every 4th full: groups of 12,
+    the 36 state layers in 3) over 2: 6 of each group a stage."""
+    from sim.memory.vllm_pool import pool_layout, stage_layout
+
+    for name, pp, kinds0, most in (("gemma-2-9b-it", 2, {"full": 10, "sliding": 11}, 11),
+                                   ("gemma-3-27b", 2, {"full": 5, "sliding": 26}, 5),
+                                   ("qwen3-next-80b-a3b", 2, {"full": 6, "state": 18}, 6)):
+        spec = load_spec(name).language_model_only()
+        stages = pipeline_stages(spec.num_layers, pp)
+        assert {g.kind: g.num_layers for g in stages[0].spec(spec).groups} == kinds0, name
+        whole = pool_layout(spec, "bf16", 1, 16)
+        for s in stages:
+            layout = stage_layout(spec, whole, s.start_layer, s.layers)
+            assert layout.group_size == most and layout.groups == whole.groups, (name, s.rank)
+            assert layout.bytes_per_block == most * whole.page_bytes
+    prof = vllm_memory_profile(load_spec("gemma-2-9b-it"), H100, pp=2, vllm_version="0.19")
+    assert prof.bytes_per_block == 11 * pool_layout(load_spec("gemma-2-9b-it"), "bf16", 1, 16).page_bytes
+
+
+def test_models_it_cannot_split_are_refused_in_one_line():
+    for name, why in (("gemma-3-27b", "image encoder"), ("llama-4-scout", "image encoder"),
+                      ("opt-13b", "learned positions")):
         with pytest.raises(SpecError, match=why) as err:
             pipeline_stages(load_spec(name).num_layers, 2)[0].spec(load_spec(name))
         assert "\n" not in str(err.value)
@@ -129,6 +153,7 @@ def test_capacity_cli_pp(capsys):
     assert row["vllm_max_concurrent"] == prof.num_gpu_blocks // 512
     plan = out["gpus_required"][0]
     assert plan["pp"] == 2 and plan["gpus"] == plan["replicas"] * 2 and plan["replicas"] == math.ceil(500 / row["max_concurrent"])
-    assert main(["capacity", "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--pp", "2"]) == 2
+    assert main(["capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--pp", "2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: --pp 2: gpt-oss-20b: pipeline parallelism is modelled") and "\n" not in err
+    assert err.startswith("error: --pp 2: gemma-3-27b: pipeline parallelism is not modelled") and "\n" not in err
+    assert main(["capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--pp", "2", "--language-model-only"]) == 0

@@ -36,7 +36,7 @@ blocks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from models.kv_groups import (
     MLA,
@@ -216,3 +216,22 @@ def _grouped(groups: list[KVGroup], page: int, block_size: int, state_pages: int
     if padding:
         notes.append(f"{padding} padding layers (vLLM: 'Add N padding layers')")
     return PoolLayout(block_size, page, group_size, tuple(out), padding, notes=tuple(notes))
+
+
+def stage_layout(spec: ModelSpec, layout: PoolLayout, start: int, layers: int) -> PoolLayout:
+    """One pipeline stage's share of the model's pool `layout` (`spec`: the whole model): the engine's groups
+    (one block table each), and on this stage as many tensors as the most layers of one group it holds.
+    vLLM groups a kind's layers as layers[i::n] so that stages stay balanced, projects the groups onto each
+    stage (kv_cache_utils.py _project_kv_cache_groups_to_worker) and sizes each stage's pool by its own
+    largest group (get_kv_cache_config_from_groups: available // page // group_size), read in vLLM 0.19.0."""
+    kinds = spec.layer_group_kinds()
+    if {g.kind.kind for g in layout.groups} == {"full"}:  # the all-full fallback: every attention layer one kind
+        kinds = ["full" if k != "state" else k for k in kinds]
+    most = 0
+    for kind in {g.kind.kind for g in layout.groups}:
+        of_kind = [i for i, k in enumerate(kinds) if k == kind]
+        n = sum(g.kind.kind == kind for g in layout.groups)
+        most = max([most] + [sum(start <= i < start + layers for i in of_kind[j::n]) for j in range(n)])
+    return replace(layout, group_size=most,
+                   notes=layout.notes + (f"pipeline stage of layers {start}-{start + layers - 1}: {most} of a group's layers",))
+

@@ -50,7 +50,7 @@ from sim.memory.vllm_mm_profile import SOURCE as MM_SOURCE
 from sim.memory.vllm_mm_profile import mm_profile_bytes
 from sim.memory.vllm_pipeline import SOURCE as PIPELINE_SOURCE
 from sim.memory.vllm_pipeline import PipelineStage, intermediate_tensor_bytes, pipeline_stages
-from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout
+from sim.memory.vllm_pool import PoolLayout, PoolLayoutError, pool_layout, stage_layout
 from sim.memory.vllm_startup_check import startup_check
 from sim.memory.vllm_weights import vllm_weight_bytes
 
@@ -386,9 +386,9 @@ def vllm_memory_profile(
         enforce_eager=enforce_eager, vllm_version=vllm_version, expert_dtype=expert_dtype, mamba_align=mamba_align,
         hybrid_manager=hybrid_manager, compile_cache=compile_cache, flashinfer_sampler=flashinfer_sampler)
     if pp == 1 and not pp_partition:
-        return _stage_profile(spec, gpu, None, **kwargs)
+        return _stage_profile(spec, gpu, None, spec, **kwargs)
     split = pipeline_stages(spec.num_layers, pp, pp_partition)
-    profiles = [_stage_profile(stage.spec(spec), gpu, stage, **kwargs) for stage in split]
+    profiles = [_stage_profile(stage.spec(spec), gpu, stage, spec, **kwargs) for stage in split]
     least = min(profiles, key=lambda p: (p.num_gpu_blocks, p.available_kv_bytes))
     low = min(p.num_gpu_blocks_range[0] for p in profiles)
     stages = tuple({"rank": s.rank, "layers": s.layers, "weights_bytes": p.weights_bytes,
@@ -400,16 +400,19 @@ def vllm_memory_profile(
 
 
 def _stage_profile(
-    spec: ModelSpec, gpu: GPUSpec, stage: PipelineStage | None, *, tp: int, weight_dtype: str, kv_dtype: str,
+    spec: ModelSpec, gpu: GPUSpec, stage: PipelineStage | None, whole: ModelSpec, *, tp: int, weight_dtype: str, kv_dtype: str,
     gpu_mem_util: float, max_batched_tokens: int, max_num_seqs: int, block_size: int, enforce_eager: bool,
     vllm_version: str, expert_dtype: str | None, mamba_align: bool, hybrid_manager: bool, compile_cache: str,
     flashinfer_sampler: bool,
 ) -> VllmMemoryProfile:
     """One rank's profile: the whole model (stage None), or one pipeline stage's part of it (`spec` is
-    that part): the sampler runs on the last stage only, and a later stage keeps what it receives."""
+    that part, `whole` the model): the sampler runs on the last stage only, a later stage keeps what it
+    receives, and its pool is its share of the model's groups (vllm_pool.stage_layout)."""
     acc, version = accounting_for(vllm_version), parse_version(vllm_version)
     samples = stage is None or stage.last
-    layout: PoolLayout = pool_layout(spec, kv_dtype, tp, block_size, mamba_align, hybrid_manager)
+    layout: PoolLayout = pool_layout(whole, kv_dtype, tp, block_size, mamba_align, hybrid_manager)
+    if stage is not None:
+        layout = stage_layout(whole, layout, stage.start_layer, stage.layers)
     total, total_source = cuda_total_bytes(gpu.name, gpu.hbm_bytes)
     requested = math.ceil(total * gpu_mem_util)
     wdtype, experts = spec.weight_dtypes(weight_dtype, expert_dtype)
@@ -543,9 +546,10 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
             block_size=block_size, enforce_eager=enforce_eager, vllm_version=vllm_version,
             expert_dtype=a.get("expert_dtype"), mamba_align=mamba_align, hybrid_manager=hybrid_manager,
             compile_cache=compile_cache)
-        if pp > 1:
-            spec = pipeline_stages(spec.num_layers, pp)[prof.pp_rank].spec(spec)
         layout = pool_layout(spec, a["kv_dtype"], a["tp"], block_size, mamba_align, hybrid_manager)
+        if pp > 1:  # the rows are the stage that sets the pool's
+            stage = pipeline_stages(spec.num_layers, pp)[prof.pp_rank]
+            layout = stage_layout(spec, layout, stage.start_layer, stage.layers)
     except PoolLayoutError as exc:
         a["num_gpu_blocks"] = None
         a["vllm_memory"] = {"skipped": str(exc)}
