@@ -325,12 +325,12 @@ class ModelSpec:
         the input embedding if `first`, the head and final norm if `last` (a tied head brings its
         embedding, as vLLM's models build it: llama.py makes embed_tokens on the last rank when
         tie_word_embeddings); its own layers of each KV kind, and an MoE stage its own MoE and dense
-        layers (DeepSeek's first dense ones sit on the first stage). SpecError names what is not split."""
-        why = ("its image encoder sits on the first stage (not modelled)" if self.vision is not None
-               else "its learned positions and embedding projections (not modelled)"
-               if self.layout.learned_positions or self.layout.embed_proj_dim else "")
-        if why:
-            raise SpecError(f"{self.name}: pipeline parallelism is not modelled for this model; {why}")
+        layers (DeepSeek's first dense ones sit on the first stage). An image encoder stays on every stage:
+        vLLM's multimodal models build it whatever the rank (gemma3_mm.py, mistral3.py in 0.19.0), and
+        profile_run encodes the dummy images on each. SpecError names what is not split."""
+        if self.layout.learned_positions or self.layout.embed_proj_dim:
+            raise SpecError(f"{self.name}: pipeline parallelism is not modelled for this model; its learned positions "
+                            "and embedding projections (not modelled)")
         if not (start >= 0 and layers >= 1 and start + layers <= self.num_layers):
             raise SpecError(f"{self.name}: a pipeline stage of layers {start}-{start + layers - 1} "
                             f"(the model has {self.num_layers})")
