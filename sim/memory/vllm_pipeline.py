@@ -11,7 +11,11 @@ Read in the vLLM 0.19.0 wheel:
   (`make_empty_intermediate_tensors`), allocated by the profile run and kept; `profile_run` runs the
   dummy sampler on the last stage only.
 - v1/core/kv_cache_utils.py `get_kv_cache_configs`: each stage sizes its own pool from its own free
-  memory and layers, then "Change the num_blocks of each rank to the smallest among all ranks".
+  memory and layers, then "Change the num_blocks of each rank to the smallest among all ranks"; with
+  several KV kinds each stage keeps the model's groups, its block as many pages as the most layers of
+  one group it holds (sim/memory/vllm_pool.py `stage_layout`).
+- models/gemma3_mm.py, mistral3.py: a multimodal model builds its image encoder on every rank, and
+  `profile_run` encodes the dummy images on each.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ from dataclasses import dataclass
 from models.spec import ModelSpec, SpecError
 
 INTERMEDIATE_TENSORS = 2  # hidden_states and residual (make_empty_intermediate_tensors_factory in llama.py, qwen2.py, ...)
+SOURCE = ("vLLM 0.19.0's distributed/utils.py get_pp_indices (layers per stage), models/llama.py (embedding on the "
+          "first stage, norm and lm_head on the last), gpu_model_runner.py (the sampler on the last stage, "
+          "intermediate_tensors kept by later stages) and kv_cache_utils.py get_kv_cache_configs (every stage takes "
+          "the least stage's num_blocks)")
 
 
 @dataclass(frozen=True)
@@ -74,8 +82,3 @@ def intermediate_tensor_bytes(stage: PipelineStage | None, spec: ModelSpec, max_
     if stage is None or stage.first:
         return 0
     return INTERMEDIATE_TENSORS * max_num_tokens * spec.hidden_size * act_bytes
-
-SOURCE = ("vLLM 0.19.0's distributed/utils.py get_pp_indices (layers per stage), models/llama.py (embedding on the "
-          "first stage, norm and lm_head on the last), gpu_model_runner.py (the sampler on the last stage, "
-          "intermediate_tensors kept by later stages) and kv_cache_utils.py get_kv_cache_configs (every stage takes "
-          "the least stage's num_blocks)")

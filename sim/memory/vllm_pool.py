@@ -234,4 +234,3 @@ def stage_layout(spec: ModelSpec, layout: PoolLayout, start: int, layers: int) -
         most = max([most] + [sum(start <= i < start + layers for i in of_kind[j::n]) for j in range(n)])
     return replace(layout, group_size=most,
                    notes=layout.notes + (f"pipeline stage of layers {start}-{start + layers - 1}: {most} of a group's layers",))
-
