@@ -166,3 +166,10 @@ def test_capacity_cli_pp(capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --pp 2: opt-13b: pipeline parallelism is not modelled") and "\n" not in err
     assert main(["capacity", "--model", "gemma-3-27b", "--gpu", "h100-sxm", "--pp", "2"]) == 0
+
+
+def test_capacity_cli_prints_every_stage(capsys):
+    assert main(["capacity", "--model", "deepseek-v3", "--gpu", "h200", "--tp", "8", "--pp", "2", "--contexts", "8192"]) == 0
+    out = capsys.readouterr().out
+    assert "x tp=8 x pp=2 (stage 1, 30 layers, sets the pool)" in out
+    assert "stage 0: 31 layers" in out and "stage 1: 30 layers" in out

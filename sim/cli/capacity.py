@@ -179,6 +179,10 @@ def _print_vllm(a: dict[str, Any]) -> None:
     print(f"  vLLM {v['vllm_version']}: {v['cuda_total_bytes'] / GIB:.2f} GiB (CUDA) x {v['gpu_mem_util']:g} = "
           f"{v['requested_bytes'] / GIB:.2f} - {terms} = {v['available_kv_bytes'] / GIB:.2f} GiB "
           f"-> num_gpu_blocks {a['num_gpu_blocks']:,} of {v['bytes_per_block']:,} B")
+    for st in v.get("stages") or ():  # pipeline stages: each one's own pool before vLLM takes the least
+        print(f"    stage {st['rank']}: {st['layers']} layers, {st['weights_bytes'] / GIB:.2f} GiB weights, "
+              f"{st['transient_peak_bytes'] / GIB:.2f} GiB profile peak -> {st['num_gpu_blocks']:,} blocks "
+              f"of {st['bytes_per_block']:,} B")
     low, high = a["num_gpu_blocks_range"]
     print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks ({range_causes(v)}; "
           "--compile-cache, docs/CALIBRATION.md 'First starts')")
