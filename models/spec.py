@@ -326,8 +326,8 @@ class ModelSpec:
         embedding, as vLLM's models build it: llama.py makes embed_tokens on the last rank when
         tie_word_embeddings); its own layers of each KV kind, and an MoE stage its own MoE and dense
         layers (DeepSeek's first dense ones sit on the first stage). An image encoder stays on every stage:
-        vLLM's multimodal models build it whatever the rank (gemma3_mm.py, mistral3.py in 0.19.0), and
-        profile_run encodes the dummy images on each. SpecError names what is not split."""
+        vLLM's multimodal models build it whatever the rank (gemma3_mm.py, mistral3.py in 0.19.0). SpecError
+        names what is not split."""
         if self.layout.learned_positions or self.layout.embed_proj_dim:
             raise SpecError(f"{self.name}: pipeline parallelism is not modelled for this model; its learned positions "
                             "and embedding projections (not modelled)")

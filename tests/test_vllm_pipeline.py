@@ -87,14 +87,18 @@ def test_a_hybrid_stage_holds_its_share_of_each_group():
 
 
 def test_an_image_encoder_stays_on_every_stage():
-    """vLLM builds a multimodal model's vision tower on every rank and profile_run encodes the dummy images
-    on each (gemma3_mm.py, gpu_model_runner.py in 0.19.0): each stage holds the tower and its image term."""
+    """vLLM builds a multimodal model's vision tower on every rank, and the V1 runner's profile_run encodes the
+    dummy images on each (gemma3_mm.py, gpu_model_runner.py in 0.19.0): each stage holds the tower and its image term."""
     spec = load_spec("gemma-3-27b")
     prof = vllm_memory_profile(spec, H100, pp=2, vllm_version="0.19")
     one = vllm_memory_profile(spec, H100, vllm_version="0.19")
-    assert prof.mm_profile_bytes == one.mm_profile_bytes > 0
+    assert prof.pp_rank == 1 and prof.mm_profile_bytes == one.mm_profile_bytes > 0
     for s in pipeline_stages(spec.num_layers, 2):
         assert s.spec(spec).vision == spec.vision
+    # Model Runner V2 (every model from 0.29) encodes them on the first stage only (gpu/model_runner.py profile_run)
+    v2 = vllm_memory_profile(spec, H100, pp=2, vllm_version="0.32")
+    assert v2.pp_rank == 1 and v2.mm_profile_bytes == 0
+    assert vllm_memory_profile(spec, H100, vllm_version="0.32").mm_profile_bytes > 0
 
 
 def test_models_it_cannot_split_are_refused_in_one_line():

@@ -14,8 +14,8 @@ Read in the vLLM 0.19.0 wheel:
   memory and layers, then "Change the num_blocks of each rank to the smallest among all ranks"; with
   several KV kinds each stage keeps the model's groups, its block as many pages as the most layers of
   one group it holds (sim/memory/vllm_pool.py `stage_layout`).
-- models/gemma3_mm.py, mistral3.py: a multimodal model builds its image encoder on every rank, and
-  `profile_run` encodes the dummy images on each.
+- models/gemma3_mm.py, mistral3.py: a multimodal model builds its image encoder on every rank; the V1
+  runner's `profile_run` encodes the dummy images on each, Model Runner V2's on the first only.
 """
 
 from __future__ import annotations

