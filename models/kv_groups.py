@@ -231,12 +231,18 @@ def async_scheduling_on(setting: bool | None, platform: str = "gpu") -> bool:
     return bool(setting)
 
 
-def max_in_flight_tokens(max_batched_tokens: int, async_scheduling: bool) -> int:
+def max_in_flight_tokens(max_batched_tokens: int, async_scheduling: bool, pp: int = 1, v2_runner: bool = True) -> int:
     """vLLM 0.32's `VllmConfig.max_in_flight_tokens` (config/vllm.py lines 590-598): tokens scheduled
     but not yet settled, max_concurrent_batches x max_num_batched_tokens, where max_concurrent_batches
-    (lines 577-587) is 2 with async scheduling and 1 without (pipeline parallelism, which adds
-    batches, is not modelled). `async_scheduling`: resolved (async_scheduling_on)."""
-    return (2 if async_scheduling else 1) * max_batched_tokens
+    (lines 577-587) is one a pipeline stage (`pp`), and with async scheduling one more on Model Runner V2,
+    2 on the V1 runner without pipeline stages. `async_scheduling`: resolved (async_scheduling_on)."""
+    if not async_scheduling:
+        batches = pp
+    elif v2_runner:
+        batches = pp + 1
+    else:
+        batches = 2 if pp <= 1 else pp
+    return batches * max_batched_tokens
 
 
 def sliding_admission_blocks(window: int, in_flight_tokens: int, max_model_len: int, block_size: int) -> int:

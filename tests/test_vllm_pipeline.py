@@ -177,3 +177,19 @@ def test_capacity_cli_prints_every_stage(capsys):
     out = capsys.readouterr().out
     assert "x tp=8 x pp=2 (stage 1, 30 layers, sets the pool)" in out
     assert "stage 0: 31 layers" in out and "stage 1: 30 layers" in out
+
+
+def test_stages_add_batches_in_flight_to_the_window_count(capsys):
+    """vLLM 0.32 counts max_in_flight_tokens beyond a sliding window at start-up: with 2 stages and async
+    scheduling on Model Runner V2 that is 3 batches (config/vllm.py max_concurrent_batches: pp + 1)."""
+    from sim.memory.vllm_pool import pool_layout, stage_layout
+
+    assert main(["capacity", "--model", "gpt-oss-20b", "--gpu", "h100-sxm", "--pp", "2", "--contexts", "8192",
+                 "--max-model-len", "32768", "--json"]) == 0
+    a = json.loads(capsys.readouterr().out)["assumptions"]
+    spec = load_spec("gpt-oss-20b")
+    stage = pipeline_stages(spec.num_layers, 2)[a["vllm_memory"]["pp_rank"]]
+    layout = stage_layout(spec, pool_layout(spec), stage.start_layer, stage.layers)
+    logged = a["vllm_logged_max_concurrency"]
+    assert "3 x max_num_batched_tokens" in logged["why_it_differs"]
+    assert logged["concurrency"] == pytest.approx(layout.max_concurrency(a["num_gpu_blocks"], 32768, 3 * 8192))

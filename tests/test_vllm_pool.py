@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from models.gpus import get_gpu
+from models.kv_groups import max_in_flight_tokens
 from models.spec import load_spec
 from sim.fidelity.run_record import load_run_dir
 from sim.fidelity.validate import predicted_pool
@@ -215,9 +216,14 @@ def test_logged_max_concurrency_counts_window_plus_batch():
     default), 8192 without."""
     oss = pool_layout(load_spec("gpt-oss-120b"))
     need = 32768 // 16 + (math.ceil((127 + 2 * 8192) / 16) + 1)
-    assert oss.max_concurrency(10_000, 32768, 8192, async_scheduling=True) == pytest.approx(10_000 / need)
+    assert oss.max_concurrency(10_000, 32768, max_in_flight_tokens(8192, True)) == pytest.approx(10_000 / need)
     need_sync = 32768 // 16 + (math.ceil((127 + 8192) / 16) + 1)
-    assert oss.max_concurrency(10_000, 32768, 8192, async_scheduling=False) == pytest.approx(10_000 / need_sync)
+    assert oss.max_concurrency(10_000, 32768, max_in_flight_tokens(8192, False)) == pytest.approx(10_000 / need_sync)
+    # pipeline stages add batches in flight: one a stage, one more with async scheduling on Model Runner V2,
+    # and on the V1 runner async scheduling adds none once there are stages (config/vllm.py max_concurrent_batches)
+    assert max_in_flight_tokens(8192, True, pp=4) == 5 * 8192 and max_in_flight_tokens(8192, False, pp=4) == 4 * 8192
+    assert max_in_flight_tokens(8192, True, pp=4, v2_runner=False) == 4 * 8192
+    assert max_in_flight_tokens(8192, True, pp=1, v2_runner=False) == 2 * 8192
     assert oss.blocks_per_sequence(32768) == 2048 + 9  # at run time: the window's 9 blocks
 
 

@@ -46,7 +46,6 @@ from models.kv_groups import (
     SlidingWindow,
     State,
     chunked_admission_blocks,
-    max_in_flight_tokens,
     sliding_admission_blocks,
     vllm_group_size,
 )
@@ -113,13 +112,11 @@ class PoolLayout:
         """What the pool spends on one sequence of `context` tokens at its peak (padding included)."""
         return self.blocks_per_sequence(context) * self.bytes_per_block
 
-    def max_concurrency(self, num_blocks: int, max_model_len: int, max_batched_tokens: int,
-                        async_scheduling: bool) -> float:
-        """vLLM 0.32's logged "Maximum concurrency for max_model_len tokens per request" (its window
-        and chunk groups count max_in_flight_tokens: 2 x max_batched_tokens with async scheduling,
-        1 x without; `async_scheduling` resolved, models/kv_groups.py async_scheduling_on)."""
-        in_flight = max_in_flight_tokens(max_batched_tokens, async_scheduling)
-        need = sum(g.blocks_for_max_concurrency(max_model_len, in_flight, self.block_size) for g in self.groups)
+    def max_concurrency(self, num_blocks: int, max_model_len: int, in_flight_tokens: int) -> float:
+        """vLLM's logged "Maximum concurrency for max_model_len tokens per request": its window and chunk
+        groups count `in_flight_tokens` beyond the window (from 0.32 max_in_flight_tokens, models/kv_groups.py;
+        before, max_num_batched_tokens)."""
+        need = sum(g.blocks_for_max_concurrency(max_model_len, in_flight_tokens, self.block_size) for g in self.groups)
         return num_blocks / need if need else 0.0
 
     def as_dict(self) -> dict[str, object]:

@@ -522,11 +522,16 @@ def scenario_vllm_pool(scenario: Any, spec: ModelSpec, gpu: GPUSpec, max_model_l
     return out
 
 
-def window_in_flight_tokens(vllm_version: str, max_batched_tokens: int, async_scheduling: bool | None) -> int:
+def window_in_flight_tokens(vllm_version: str, max_batched_tokens: int, async_scheduling: bool | None,
+                            pp: int = 1, spec: ModelSpec | None = None) -> int:
     """The tokens a window or chunk group counts beyond itself at start-up: from 0.32 the batches in
-    flight (max_in_flight_tokens: 2 x max_batched_tokens with async scheduling), before one batch's."""
-    counts_in_flight = accounting_for(vllm_version).window_counts_in_flight
-    return max_in_flight_tokens(max_batched_tokens, counts_in_flight and async_scheduling_on(async_scheduling))
+    flight (max_in_flight_tokens: 2 x max_batched_tokens with async scheduling, one a pipeline stage and
+    with async scheduling one more on Model Runner V2), before one batch's."""
+    acc = accounting_for(vllm_version)
+    if not acc.window_counts_in_flight:
+        return max_batched_tokens
+    v2 = acc.uses_v2_runner(spec) if spec is not None else True
+    return max_in_flight_tokens(max_batched_tokens, async_scheduling_on(async_scheduling), pp, v2)
 
 
 def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block_size: int = 16,
@@ -565,13 +570,13 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
     max_len = max_model_len or min(spec.max_position_embeddings, 32768)
     # from 0.32 a window counts the batches in flight (two with async scheduling); before, one batch's tokens
     async_on, in_flight = async_scheduling_on(async_scheduling), accounting_for(vllm_version).window_counts_in_flight
-    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, a["max_batched_tokens"],
-                                    async_scheduling=in_flight and async_on)
-    a["vllm_startup"] = startup_check(layout, prof.available_kv_bytes, max_len, window_in_flight_tokens(
-        vllm_version, a["max_batched_tokens"], async_scheduling)).as_dict()
+    in_flight_tokens = window_in_flight_tokens(vllm_version, a["max_batched_tokens"], async_scheduling, pp, spec)
+    logged = layout.max_concurrency(prof.num_gpu_blocks, max_len, in_flight_tokens)
+    a["vllm_startup"] = startup_check(layout, prof.available_kv_bytes, max_len, in_flight_tokens).as_dict()
+    batches = in_flight_tokens // a["max_batched_tokens"]
     window_tokens = ("max_num_batched_tokens" if not in_flight else
-                     "max_in_flight_tokens (2 x max_num_batched_tokens with async scheduling)" if async_on else
-                     "max_in_flight_tokens (1 x max_num_batched_tokens without async scheduling)")
+                     f"max_in_flight_tokens ({batches} x max_num_batched_tokens"
+                     + (" with async scheduling)" if async_on else " without async scheduling)"))
     a["vllm_logged_max_concurrency"] = {
         "max_model_len": max_len, "concurrency": logged, "async_scheduling": async_on, "why_it_differs": (
         "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "
