@@ -16,7 +16,6 @@ from ui.capacity_view import (
     need_columns,
     planner_tables,
     seed_columns,
-    sizing_of,
     vllm_pool_view,
 )
 from ui.defaults import DEFAULT_SCENARIO
@@ -99,10 +98,8 @@ if not pool_terms.empty:
 st.subheader(f"KV layer groups of one {int(context):,}-token sequence")
 st.caption("Sliding-window and chunked layers keep a bounded window, MLA one latent per token (not split "
            "over TP), linear-attention layers a fixed state (docs/CAPACITY.md, KV groups).")
-with stop_on_error():
-    sizing = sizing_of(first["model"], first["gpu"], tp=int(tp), weight_dtype=weight_dtype, kv_dtype=first["kv dtype"],
-                       gpu_mem_util=float(util))
-groups = group_parts(first["model"], int(context), kv_dtype=first["kv dtype"], tp=int(tp), pp=pp, sizing=sizing)
+groups = group_parts(first["model"], first["gpu"], int(context), tp=int(tp), gpu_mem_util=float(util),
+                     weight_dtype=weight_dtype, kv_dtype=first["kv dtype"], pp=pp)
 st.plotly_chart(charts.kv_groups_bar(groups, f"{first['model']} ({first['kv dtype']} KV, per GPU at tp={int(tp)}"
                                              + (f", one of {pp} pipeline stages)" if pp > 1 else ")")),
                 key="cap-groups")

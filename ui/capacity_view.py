@@ -11,16 +11,9 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from models.spec import ModelSpec, load_spec
+from models.spec import load_spec
 from sim.guard.text import public_error
-from sim.memory.capacity import (
-    GiB,
-    MemoryBudget,
-    capacity_table,
-    gpus_required,
-    kv_groups_per_sequence,
-    pipeline_budget,
-)
+from sim.memory.capacity import GiB, capacity_table, gpus_required, kv_groups_per_sequence
 from sim.run.deployment import Sizing
 from sim.scenario import Scenario
 from ui.page_errors import INPUT_ERRORS
@@ -75,7 +68,7 @@ def planner_tables(models: Iterable[str], gpus: Iterable[str], kv_dtypes: Iterab
                 try:
                     sizing = sizing_of(m, g, tp=tp, weight_dtype=weight_dtype, kv_dtype=d, gpu_mem_util=gpu_mem_util)
                     gpu, args = sizing.gpu, sizing.budget_args()
-                    spec, budget = stage_of(sizing, pp)
+                    spec, budget, _ = sizing.pipeline_stage(pp)
                     rows = capacity_table(spec, gpu, sorted(set(CURVE_CONTEXTS) | set(SEED_CONTEXTS)), budget=budget,
                                           whole_model=sizing.spec, **args)["rows"]
                     plan = gpus_required(sizing.spec, gpu, users, context, budget=sizing.budget, pp=pp, **args)
@@ -103,19 +96,11 @@ def sizing_of(model: str, gpu: str, *, tp: int, weight_dtype: str, kv_dtype: str
                               gpu_mem_util=gpu_mem_util))
 
 
-def stage_of(sizing: Sizing, pp: int) -> tuple[ModelSpec, MemoryBudget]:
-    """(the model on one GPU, its budget): the whole model's, or with `pp` > 1 the pipeline stage that
-    holds the fewest tokens of KV (sim.memory.capacity.pipeline_budget)."""
-    if pp == 1:
-        return sizing.spec, sizing.budget
-    part, budget, _ = pipeline_budget(sizing.spec, sizing.gpu, pp, **sizing.budget_args())
-    return part, budget
-
-
 def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str,
                  pp: int = 1) -> dict[str, float]:
     """One GPU's HBM split into the planner's budget terms (bytes), for the pie."""
-    _, b = stage_of(sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util), pp)
+    sizing = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util)
+    _, b, _ = sizing.pipeline_stage(pp)
     return {
         "weights": b.weights_bytes, "activation peak": b.activation_peak_bytes,
         "runtime overhead": b.runtime_overhead_bytes, "KV fixed (scales)": b.kv_fixed_bytes,
@@ -123,12 +108,13 @@ def budget_parts(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight_d
     }
 
 
-def group_parts(model: str, context: int, *, kv_dtype: str, tp: int, pp: int = 1,
-                sizing: Sizing | None = None) -> dict[str, dict[str, int]]:
+def group_parts(model: str, gpu: str, context: int, *, tp: int, gpu_mem_util: float, weight_dtype: str, kv_dtype: str,
+                pp: int = 1) -> dict[str, dict[str, int]]:
     """One sequence of `context` tokens per KV group (bytes per GPU), next to what the same layers
     would hold keeping every token: {label: {"kept": bytes, "all tokens": bytes}} (`pp` > 1: the
-    layers of the pipeline stage that sets the pool, found from `sizing`)."""
-    spec = stage_of(sizing, pp)[0] if pp > 1 and sizing is not None else load_spec(model)
+    layers of the pipeline stage that sets the pool on this GPU)."""
+    spec = load_spec(model) if pp == 1 else sizing_of(
+        model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util).pipeline_stage(pp)[0]
     kept = kv_groups_per_sequence(spec, context, kv_dtype, tp)
     return {g.label(): {"kept": kept[g.label()],
                         "all tokens": context * g.bytes_per_token(kv_dtype, tp) + g.state_bytes(tp)}
@@ -143,7 +129,7 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
     from sim.memory.vllm_profile import add_vllm_pool, range_causes
 
     sizing = sizing_of(model, gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype, gpu_mem_util=gpu_mem_util)
-    spec, budget = stage_of(sizing, pp)
+    spec, budget, _ = sizing.pipeline_stage(pp)
     table = capacity_table(spec, sizing.gpu, [context], budget=budget, whole_model=sizing.spec, **sizing.budget_args())
     add_vllm_pool(table, sizing.spec, sizing.gpu, async_scheduling=async_scheduling, pp=pp)
     a, row = table["assumptions"], table["rows"][0]

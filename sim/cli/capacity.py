@@ -77,7 +77,7 @@ def parse_contexts(text: str) -> list[int]:
 
 def run(args: argparse.Namespace) -> int:
     from models.spec import SpecError
-    from sim.memory.capacity import capacity_table, gpus_required, pipeline_budget
+    from sim.memory.capacity import capacity_table, gpus_required
     from sim.memory.vllm_profile import accounting_for, add_vllm_pool
     from sim.run.deployment import Sizing
     from sim.scenario import Scenario
@@ -102,14 +102,12 @@ def run(args: argparse.Namespace) -> int:
                         max_num_seqs=args.max_num_seqs, block_size=args.block_size)
     sizing = Sizing.of(scenario, runtime_overhead_bytes=int(args.overhead_gib * GIB))
     spec, gpu, budget_args = sizing.spec, sizing.gpu, sizing.budget_args()
-    part, budget = spec, sizing.budget  # the model on one GPU, or the pipeline stage that sets the pool
-    if args.pp > 1:
-        try:
-            part, budget, stage = pipeline_budget(spec, gpu, args.pp, **budget_args)
-        except SpecError as exc:
-            raise CliError(f"--pp {args.pp}: {exc}") from None
+    try:  # the model on one GPU, or the pipeline stage that sets the pool
+        part, budget, stage = sizing.pipeline_stage(args.pp)
+    except SpecError as exc:
+        raise CliError(f"--pp {args.pp}: {exc}") from None
     table = capacity_table(part, gpu, contexts, budget=budget, whole_model=spec, **budget_args)
-    if args.pp > 1:
+    if stage is not None:
         table["assumptions"].update(pp=args.pp, pp_stage={"rank": stage.rank, "layers": stage.layers},
                                     num_params=spec.num_params, active_params=spec.active_params)
     add_vllm_pool(table, spec, gpu, block_size=args.block_size, max_model_len=args.max_model_len,

@@ -26,7 +26,7 @@ from models.gpus import get_gpu
 from models.spec import load_spec
 from sim.memory.vllm_first_start import check_state, compile_cache_from_log
 from sim.memory.vllm_pipeline import pipeline_stages
-from sim.memory.vllm_pool import pool_layout, stage_layout
+from sim.memory.vllm_pool import pool_layout
 from sim.memory.vllm_profile import VllmMemoryProfile, cudagraph_bytes, vllm_memory_profile
 
 DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "vllm_startup_logs.jsonl"
@@ -216,10 +216,9 @@ def check(log: StartupLog) -> PoolCheck:
         gpu_mem_util=log.gpu_mem_util, max_batched_tokens=log.max_num_batched_tokens, max_num_seqs=log.max_num_seqs,
         block_size=log.block_size, enforce_eager=log.enforce_eager, vllm_version=log.vllm_version,
         compile_cache=log.compile_cache, flashinfer_sampler=log.flashinfer_sampler)
-    layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)
+    layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)  # its groups are every stage's too
     if log.pp > 1:  # the terms below are the stage that sets the pool's
-        stage = pipeline_stages(spec.num_layers, log.pp)[prof.pp_rank]
-        spec, layout = stage.spec(spec), stage_layout(spec, layout, stage.start_layer, stage.layers)
+        spec = pipeline_stages(spec.num_layers, log.pp)[prof.pp_rank].spec(spec)
     m = log.measured
     terms = {}
     if "weights_gib" in m:

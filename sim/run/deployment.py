@@ -33,7 +33,9 @@ from sim.memory.capacity import (
     MemoryBudget,
     kv_bytes_per_token_per_gpu,
     memory_budget,
+    pipeline_budget,
 )
+from sim.memory.vllm_pipeline import PipelineStage
 from sim.memory.vllm_pool import hybrid_block_size
 from sim.memory.vllm_profile import scenario_vllm_pool
 from sim.scenario import Scenario
@@ -65,6 +67,14 @@ class Sizing:
         return dict(tp=sc.tp, weight_dtype=sc.weight_dtype, kv_dtype=sc.kv_dtype, gpu_mem_util=sc.gpu_mem_util,
                     max_batched_tokens=sc.max_batched_tokens, max_num_seqs=sc.max_num_seqs,
                     runtime_overhead_bytes=self.budget.runtime_overhead_bytes)
+
+    def pipeline_stage(self, pp: int) -> tuple[ModelSpec, MemoryBudget, PipelineStage | None]:
+        """(the model on one GPU, its budget, its stage): the whole model's at pp 1, else the pipeline
+        stage whose GPU holds the fewest tokens of KV (sim.memory.capacity.pipeline_budget; SpecError
+        where the model cannot be split)."""
+        if pp == 1:
+            return self.spec, self.budget, None
+        return pipeline_budget(self.spec, self.gpu, pp, **self.budget_args())
 
 
 @dataclass(frozen=True)
