@@ -2,7 +2,7 @@
 
 Size-bounded before reading, UTF-8 only, nesting depth bounded before parsing (a deeply nested file
 would otherwise end in RecursionError), NaN/Infinity refused (they are not JSON and turn into
-OverflowError or silent garbage downstream), parsed by json (never pickle or eval). Every failure
+OverflowError or silent garbage downstream) except under fields the caller names as never read, parsed by json (never pickle or eval). Every failure
 is the caller's own error type with a one-line message naming the file.
 """
 
@@ -32,10 +32,11 @@ class _Constant:
         self.name = name
 
 
-def parse(text: bytes | str) -> Any:
+def parse(text: bytes | str, nonfinite_fields: frozenset[str] = frozenset()) -> Any:
     """json.loads that refuses NaN/Infinity naming the field (`coefficients.per_token_s: NaN is not a
-    number`), not just the line: the constant is parsed as a marker, then found. Other errors are
-    json's own (JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError)."""
+    number`), not just the line: the constant is parsed as a marker, then found. Under a top-level
+    field of `nonfinite_fields` (ones the reader never uses) it is kept as Python's json keeps it, a
+    float. Other errors are json's own (JSONDecodeError, UnicodeDecodeError, ValueError, RecursionError)."""
     seen: list[str] = []
 
     def mark(name: str) -> _Constant:
@@ -44,12 +45,27 @@ def parse(text: bytes | str) -> Any:
 
     obj = json.loads(text, parse_constant=mark)
     if seen:
+        if isinstance(obj, dict) and nonfinite_fields:
+            obj = {k: _as_floats(v) if k in nonfinite_fields else v for k, v in obj.items()}
         where = _find_constant(obj, "")
-        raise NonFiniteError(f"{where or 'value'}: {seen[0]} is not a number (JSON has no NaN or Infinity)")
+        if where is not None:
+            raise NonFiniteError(f"{where or 'value'}: {seen[0]} is not a number (JSON has no NaN or Infinity)")
     return obj
 
 
+def _as_floats(node: Any) -> Any:
+    """`node` with its NaN/Infinity markers made floats."""
+    if isinstance(node, _Constant):
+        return float(node.name)
+    if isinstance(node, list):
+        return [_as_floats(v) for v in node]
+    if isinstance(node, dict):
+        return {k: _as_floats(v) for k, v in node.items()}
+    return node
+
+
 def _find_constant(node: Any, path: str) -> str | None:
+    """The path of the first NaN/Infinity marker ("" for the whole document), None when there is none."""
     if isinstance(node, _Constant):
         return path
     if isinstance(node, dict):
@@ -82,13 +98,15 @@ def json_depth(data: bytes | str, stop_at: int = MAX_DEPTH) -> int:
     return deepest
 
 
-def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: int = MAX_DEPTH) -> Any:
-    """Parse JSON text with bounded depth and no NaN/Infinity; `error("<source>: <problem>")` otherwise."""
+def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: int = MAX_DEPTH,
+          nonfinite_fields: frozenset[str] = frozenset()) -> Any:
+    """Parse JSON text with bounded depth and no NaN/Infinity (but under `nonfinite_fields`: `parse`);
+    `error("<source>: <problem>")` otherwise."""
     if json_depth(data, max_depth) > max_depth:
         raise error(f"{source}: JSON nested deeper than {max_depth} levels")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
-        return parse(text)
+        return parse(text, nonfinite_fields)
     except UnicodeDecodeError:
         raise error(f"{source}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -101,7 +119,8 @@ def loads(data: bytes | str, *, error: type[Exception], source: str, max_depth: 
         raise error(f"{source}: JSON nested too deeply") from None
 
 
-def read_json_file(path: str | Path, *, max_bytes: int, error: type[Exception], what: str) -> Any:
+def read_json_file(path: str | Path, *, max_bytes: int, error: type[Exception], what: str,
+                   nonfinite_fields: frozenset[str] = frozenset()) -> Any:
     """Parse `path` as JSON; raise `error("<path>: <problem>")` for anything wrong.
 
     `what` names the kind of file in the size message ("a config.json", "a profile", ...). Only a
@@ -109,4 +128,4 @@ def read_json_file(path: str | Path, *, max_bytes: int, error: type[Exception], 
     """
     p = Path(path)
     data = read_regular(p, max_bytes, error, what.removeprefix("a ").removeprefix("an "))
-    return loads(data, error=error, source=str(p))
+    return loads(data, error=error, source=str(p), nonfinite_fields=nonfinite_fields)

@@ -43,10 +43,16 @@ from models.vision import VisionTower, vision_from_config
 from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
 CATALOG_DIR = Path(__file__).parent / "catalog"
-MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KiB; anything over 1 MiB is not one
+# a config.json is a few KiB, but a quantised checkpoint's may list every module it leaves unquantised
+# (nvidia/MiniMax-M3-NVFP4: 3.1 MB); anything over 16 MiB is not one
+MAX_CONFIG_BYTES = 16 << 20
 # Upper bounds for config.json shapes: far above any real model (Llama-3-405B: 126 layers, 16384
 # hidden, 128256 vocab), far below what would make the planner's arithmetic absurd.
 MAX_CONFIG_NUMBER = 1e18  # any number in a config.json (rope_theta is ~1e6): larger overflows products
+# Fields kvsim never reads whose real values are not finite numbers: left out of the number checks.
+# Mamba-2's clamp on dt (time_step_limit): Hugging Face writes its open end as Infinity (nvidia/
+# Nemotron-H-56B-Base-8K, Nemotron-3-Super) or 1e308 (Nemotron-3-Ultra), as Python's json does.
+UNREAD_FIELDS = frozenset({"time_step_limit"})
 CONFIG_LIMITS = {
     "hidden_size": 1 << 20, "num_hidden_layers": 1024, "num_attention_heads": 4096, "num_key_value_heads": 4096,
     "head_dim": 4096, "vocab_size": 1 << 24, "intermediate_size": 1 << 22, "max_position_embeddings": 1 << 24,
@@ -372,7 +378,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         raise SpecError(f"{source}: expected a JSON object")
     # every number in the file finite and within 1e18 before any arithmetic (the fields below have
     # tighter ranges; this covers the MoE, MLA and linear-attention ones read elsewhere)
-    numbers_within(cfg, source, SpecError, limit=MAX_CONFIG_NUMBER)
+    numbers_within({k: v for k, v in cfg.items() if k not in UNREAD_FIELDS}, source, SpecError, limit=MAX_CONFIG_NUMBER)
     top = cfg  # a multimodal wrapper's own keys (vision_config, projector settings)
     if "num_hidden_layers" not in cfg and "n_layer" not in cfg and isinstance(cfg.get("text_config"), dict):
         # multimodal wrapper: the text decoder, named as the checkpoint (its architectures, for aiconfigurator)
@@ -455,7 +461,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
 
 def read_config(path: Path) -> dict[str, Any]:
     """Read a config.json safely: bounded size, UTF-8, a JSON object."""
-    data = read_json_file(path, max_bytes=MAX_CONFIG_BYTES, error=SpecError, what="a config.json")
+    data = read_json_file(path, max_bytes=MAX_CONFIG_BYTES, error=SpecError, what="a config.json",
+                          nonfinite_fields=UNREAD_FIELDS)
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a JSON object")
     return data

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from models.spec import CATALOG_DIR, SpecError, list_catalog, load_spec, spec_from_config
+from models.spec import CATALOG_DIR, MAX_CONFIG_BYTES, SpecError, list_catalog, load_spec, spec_from_config
 
 # Public parameter counts (model cards / papers). Falcon-40B's card says 41.8B because its checkpoint
 # stores the tied lm_head a second time; in memory the head is the embedding, 41.30B.
@@ -108,7 +108,7 @@ def test_bad_configs_give_one_line_errors(tmp_path, content, message):
 
 def test_oversized_config_and_unknown_name(tmp_path):
     path = tmp_path / "config.json"
-    path.write_text(" " * (1 << 20) + "{}")
+    path.write_text(" " * MAX_CONFIG_BYTES + "{}")
     with pytest.raises(SpecError, match="too large"):
         load_spec(str(path))
     with pytest.raises(SpecError, match="unknown model 'no-such-model'"):

@@ -11,7 +11,7 @@ from typing import Any
 import streamlit as st
 
 from models.gpus import list_gpus
-from models.spec import SpecError, list_catalog, load_spec
+from models.spec import MAX_CONFIG_BYTES, SpecError, list_catalog, load_spec
 from sim.guard.limits import MAX_SPEEDUP, MIN_SPEEDUP
 from sim.guard.text import plain, public_error
 from sim.guard.uploads import store_config
@@ -117,7 +117,7 @@ def uploaded_model(where: Any = None, key: str = "model_file") -> str | None:
     """A user's config.json: checked by sim.guard.uploads before it is kept (outside the checkout). The
     kept path is the session's (MODEL_PATH), so Simulate, Compare, Plan and Capacity share one upload."""
     where = where if where is not None else st.sidebar
-    up = where.file_uploader("config.json", type=["json"], key=key, max_upload_size=1)
+    up = where.file_uploader("config.json", type=["json"], key=key, max_upload_size=MAX_CONFIG_BYTES >> 20)
     if up is None:
         return st.session_state.get(MODEL_PATH)
     try:

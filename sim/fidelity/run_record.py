@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from models.spec import MAX_CONFIG_BYTES
 from sim.fidelity.run_retention import RetentionError, run_retention
 from sim.guard.files import read_limited
 from sim.trace.model import TraceError
@@ -34,7 +35,6 @@ from sim.trace.model import TraceError
 MAX_META_BYTES = 4 << 20
 MAX_REQUESTS_BYTES = 64 << 20
 MAX_TIMESERIES_BYTES = 16 << 20
-MAX_CONFIG_BYTES = 1 << 20
 MAX_ZIP_BYTES = 96 << 20
 RUN_FILES = ("meta.json", "requests.jsonl", "timeseries.csv")
 REQUEST_FIELDS = ("input_toks", "output_toks", "queued_ts", "first_token_ts", "last_token_ts")

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from models.safe_json import loads
-from models.spec import MAX_CONFIG_BYTES, ModelSpec, SpecError, spec_from_config
+from models.spec import MAX_CONFIG_BYTES, UNREAD_FIELDS, ModelSpec, SpecError, spec_from_config
 
 UPLOAD_ENV = "KVSIM_UPLOAD_DIR"
 MAX_KEPT = 256  # configs kept; the oldest go first
@@ -25,7 +25,7 @@ def store_config(data: bytes, name: str) -> tuple[Path, ModelSpec]:
     by content hash. Returns the stored path (what a Scenario's `model` holds) and its spec."""
     if len(data) > MAX_CONFIG_BYTES:
         raise SpecError(f"{name}: {len(data):,} bytes is over the {MAX_CONFIG_BYTES:,}-byte config limit")
-    cfg = loads(data, error=SpecError, source=name)
+    cfg = loads(data, error=SpecError, source=name, nonfinite_fields=UNREAD_FIELDS)
     spec = spec_from_config(cfg, source=name)  # raises before anything touches the disk
     folder = upload_dir()
     try:
