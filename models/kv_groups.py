@@ -11,7 +11,8 @@ one small class that knows its bytes:
 - MLA(latent): one compressed latent of kv_lora_rank + qk_rope_head_dim values per token and layer
   (DeepSeek-V2/V3/R1, Kimi-K2), not K and V per head. The latent is replicated on every TP rank.
 - State(bytes): a fixed-size recurrent state per sequence and layer, whatever its length (Gated
-  DeltaNet in Qwen3-Next, Mamba): conv state + recurrent state, split over TP ranks by head.
+  DeltaNet in Qwen3-Next, Mamba-2 in NemotronH): conv state + recurrent state, split over TP ranks
+  by head.
 
 Bytes follow models/kv_dtypes.py: quantisation scales are counted (per token per kv head for int8
 and int4; per layer for fp8, a fixed cost). MLA's latent is one row per layer, so it has one
@@ -19,7 +20,8 @@ per-token scale (int8/int4) and one per-layer scale (fp8), not two. A state is k
 dtype (the config's mamba_ssm_dtype, else the model's bf16), not the KV dtype: vLLM quantises
 attention KV only.
 
-This module imports only models.kv_dtypes, so models/spec.py can build groups from a config.
+This module imports only models.kv_dtypes and models.nemotron_h, so models/spec.py can build groups
+from a config.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models.kv_dtypes import PER_TENSOR, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token, row_bytes
+from models.nemotron_h import KV_KIND, BlockPatternError, block_pattern, is_block_model, mamba2_state_bytes
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -177,15 +180,20 @@ class MLA(KVGroup):
 class State(KVGroup):
     """A fixed state per sequence and layer (linear attention / SSM), split over TP ranks by head."""
 
-    bytes_per_layer: int = 0  # whole model width, in the state dtype
+    bytes_per_layer: int = 0  # whole model width, in the state dtype: split over TP ranks by head
+    replicated_bytes: int = 0  # a layer's state every rank holds whole (Mamba-2's B and C with one group)
     kind: ClassVar[str] = "state"
     grows: ClassVar[bool] = False
 
     def tokens_kept(self, context: int) -> int:
         return 0
 
+    def layer_bytes(self, tp: int = 1) -> int:
+        """One layer's state of one sequence on each TP rank."""
+        return _ceil_div(self.bytes_per_layer, tp) + self.replicated_bytes
+
     def state_bytes(self, tp: int = 1) -> int:
-        return self.num_layers * _ceil_div(self.bytes_per_layer, tp)
+        return self.num_layers * self.layer_bytes(tp)
 
     def label(self) -> str:
         return "state"
@@ -273,11 +281,17 @@ class GroupConfigError(ValueError):
 
 
 def layer_kinds(cfg: dict, num_layers: int) -> list[str]:
-    """Each layer's kind ("full", "sliding", "chunked", "linear"), from the fields vLLM reads:
-    layer_types; full_attention_interval (Qwen3-Next); attention_chunk_size with no_rope_layers
+    """Each layer's kind ("full", "sliding", "chunked", "linear"; "none" for a NemotronH MLP or MoE
+    block), from the fields vLLM reads: hybrid_override_pattern (NemotronH); layer_types;
+    full_attention_interval (Qwen3-Next); attention_chunk_size with no_rope_layers
     (Llama-4: NoPE layers are global); sliding_window with sliding_window_pattern (Gemma-3), or alternating
     (Gemma-2, whose configs name no pattern). A bare
     sliding_window without a pattern or layer_types is full attention, as in vLLM's Llama/Mistral."""
+    if is_block_model(cfg):
+        try:
+            return [KV_KIND[block] for block in block_pattern(cfg, num_layers)]
+        except BlockPatternError as exc:
+            raise GroupConfigError(str(exc)) from None
     types = cfg.get("layer_types")
     if isinstance(types, list):
         if len(types) != num_layers:
@@ -343,5 +357,16 @@ def groups_from_config(cfg: dict, num_layers: int, num_kv_heads: int, head_dim: 
         groups.append(ChunkedLocal(counts["chunked"], num_kv_heads=num_kv_heads, head_dim=head_dim,
                                    chunk=_positive(cfg, "attention_chunk_size")))
     if counts["linear"]:
-        groups.append(State(counts["linear"], bytes_per_layer=linear_state_bytes_per_layer(cfg)))
+        groups.append(_state_group(cfg, counts["linear"]))
     return tuple(groups)
+
+
+def _state_group(cfg: dict, layers: int) -> State:
+    """The state layers: Mamba-2 mixers (NemotronH, models/nemotron_h.py) or Gated DeltaNet."""
+    if not is_block_model(cfg):
+        return State(layers, bytes_per_layer=linear_state_bytes_per_layer(cfg))
+    try:
+        split, replicated = mamba2_state_bytes(cfg)
+    except BlockPatternError as exc:
+        raise GroupConfigError(str(exc)) from None
+    return State(layers, bytes_per_layer=split, replicated_bytes=replicated)

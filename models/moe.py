@@ -7,9 +7,10 @@ The fields vLLM and transformers read:
   num_experts_per_tok / experts_per_token; width: moe_intermediate_size, else intermediate_size
   (Mixtral, gpt-oss, Llama-4);
 - shared experts: n_shared_experts x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
-  with a sigmoid gate (Qwen2-MoE/Qwen3-Next), or one of intermediate_size (Llama-4);
+  with a sigmoid gate (Qwen2-MoE/Qwen3-Next), or one of intermediate_size (Llama-4); NemotronH's
+  experts are not gated and may work in a latent width (models/nemotron_h.py);
 - which layers are MoE: first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
-  decoder_sparse_step and mlp_only_layers (Qwen); dense layers use intermediate_size
+  decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern; dense layers use intermediate_size
   (intermediate_size_mlp on Llama-4).
 MLA (DeepSeek): q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
 Gated DeltaNet (Qwen3-Next linear layers): linear_* dims.
@@ -17,8 +18,11 @@ Gated DeltaNet (Qwen3-Next linear layers): linear_* dims.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from models.nemotron_h import block_pattern, is_block_model
+from models.nemotron_h import moe_fields as nemotron_moe_fields
 
 
 def _int(cfg: dict[str, Any], *keys: str, default: int = 0) -> int:
@@ -41,25 +45,42 @@ class MoEShape:
     shared_intermediate: int = 0  # total width of the shared expert(s), 0 = none
     shared_gate: bool = False  # Qwen's sigmoid gate on the shared expert (hidden x 1)
     expert_bias: bool = False  # gpt-oss: biases on expert and router projections
+    expert_gated: bool = True  # gate + up + down (SwiGLU); False: up + down (NemotronH's relu2)
+    router_bias: bool = False  # a bias per expert on the router without expert biases (NemotronH)
+    latent: int = 0  # width the routed experts work in, projected from and back to hidden (0: hidden)
+    projection_bias: bool = False  # biases on those two projections
+
+    @property
+    def matrices(self) -> int:
+        """Weight matrices of one expert: 3 gated, 2 not."""
+        return 3 if self.expert_gated else 2
 
     def expert_params(self, hidden: int) -> int:
-        """One routed expert: gate + up + down (SwiGLU), with biases where the model has them."""
-        inter = self.expert_intermediate
-        return 3 * hidden * inter + (2 * inter + hidden if self.expert_bias else 0)
+        """One routed expert: gate + up + down (SwiGLU), or up + down, over `latent` when the model
+        has one, with biases where the model has them."""
+        inter, width = self.expert_intermediate, self.latent or hidden
+        return self.matrices * width * inter + (2 * inter + width if self.expert_bias else 0)
 
     def shared_params(self, hidden: int) -> int:
-        return 3 * hidden * self.shared_intermediate + (hidden if self.shared_gate else 0)
+        return self.matrices * hidden * self.shared_intermediate + (hidden if self.shared_gate else 0)
 
     def router_params(self, hidden: int) -> int:
-        return hidden * self.num_experts + (self.num_experts if self.expert_bias else 0)
+        return hidden * self.num_experts + (self.num_experts if self.expert_bias or self.router_bias else 0)
+
+    def latent_params(self, hidden: int) -> int:
+        """The projections into and out of the latent width (0 without one)."""
+        return 2 * hidden * self.latent + (self.latent + hidden) * self.projection_bias if self.latent else 0
 
     def layer_params(self, hidden: int) -> int:
         """All parameters of one MoE layer's MLP (every expert)."""
-        return self.router_params(hidden) + self.num_experts * self.expert_params(hidden) + self.shared_params(hidden)
+        return (self.router_params(hidden) + self.num_experts * self.expert_params(hidden) + self.shared_params(hidden)
+                + self.latent_params(hidden))
 
 
 def moe_layer_flags(cfg: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
     """Which layers are MoE, in order (a pipeline stage counts its own range of them)."""
+    if is_block_model(cfg):  # NemotronH: its "E" blocks
+        return tuple(block == "E" for block in block_pattern(cfg, num_layers))
     if cfg.get("first_k_dense_replace") is not None:  # DeepSeek: the first k layers dense
         first_moe = _int(cfg, "first_k_dense_replace")
         return tuple(i >= first_moe for i in range(num_layers))
@@ -89,9 +110,10 @@ def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> 
         shared, gate = intermediate, False  # Llama-4's one shared expert has the expert width
     else:
         shared, gate = 0, False
-    return MoEShape(num_experts=experts, experts_per_tok=per_tok, expert_intermediate=width, moe_layers=moe_layers,
-                    dense_intermediate=dense_width, shared_intermediate=shared, shared_gate=gate,
-                    expert_bias=str(cfg.get("model_type", "")) == "gpt_oss")
+    shape = MoEShape(num_experts=experts, experts_per_tok=per_tok, expert_intermediate=width, moe_layers=moe_layers,
+                     dense_intermediate=dense_width, shared_intermediate=shared, shared_gate=gate,
+                     expert_bias=str(cfg.get("model_type", "")) == "gpt_oss")
+    return replace(shape, **nemotron_moe_fields(cfg)) if is_block_model(cfg) else shape
 
 
 @dataclass(frozen=True)

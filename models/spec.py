@@ -8,6 +8,7 @@ size-bounded, must be a JSON object, and a bad value is one SpecError line namin
 Families and the parts that differ between them (biases, gated MLP, norm type, fused QKV, learned
 positions, tied head) are in `_Layout`; an unknown model_type with Llama-style keys is treated as
 Llama-like, which is right for most modern decoders.
+NemotronH's one-block-a-layer decoders (Mamba-2, attention, MLP, MoE) are read by models/nemotron_h.py.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from models.moe import (
     moe_from_config,
     moe_layer_flags,
 )
+from models.nemotron_h import BlockPatternError, block_pattern, is_block_model, mamba2_params
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
 from models.vision import VisionTower, vision_from_config
@@ -69,6 +71,7 @@ FAMILIES = {  # model_type -> family
     # vision-language checkpoints whose decoder is one of the above (the tower: models/vision.py)
     "qwen2_5_vl": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3",
     "qwen3_5_text": "qwen3-next", "qwen3_5_moe_text": "qwen3-next",  # Qwen3.5: Qwen3-Next's layers, an image tower
+    "nemotron_h": "nemotron-h",  # one block a layer: Mamba-2, attention, MLP or MoE (models/nemotron_h.py)
 }
 QK_NORM_FAMILIES = ("qwen3", "qwen3-next", "gemma3")  # per-head q/k RMSNorm with weights
 
@@ -116,7 +119,9 @@ class ModelSpec:
     kv_groups: tuple[KVGroup, ...] = ()  # empty = every layer full attention
     moe: MoEShape | None = None
     mla: MLAShape | None = None
-    linear_layer_params: int = 0  # parameters of one linear-attention (Gated DeltaNet) layer
+    linear_layer_params: int = 0  # parameters of one state layer (Gated DeltaNet or Mamba-2)
+    # Layers with an MLP or MoE block, when not every layer has one (NemotronH's blocks: models/nemotron_h.py)
+    ffn_layers: int | None = None
     # A multimodal checkpoint's image encoder + projector (models/vision.py): loaded beside the decoder,
     # never streamed in text steps, so outside param_breakdown; None for a text-only checkpoint.
     vision: VisionTower | None = None
@@ -138,7 +143,7 @@ class ModelSpec:
         if self.mla is not None:
             attention = L * self.mla.layer_params(h, heads)
         else:
-            attention = (L - linear) * attn + linear * self.linear_layer_params
+            attention = self.num_attention_layers * attn + linear * self.linear_layer_params
         norm = h * (2 if lay.norm_bias else 1)
         embed_dim = lay.embed_proj_dim or h
         first, last = self.pipeline_ends  # a tied head's stage holds its own copy of the embedding
@@ -161,15 +166,34 @@ class ModelSpec:
 
     def _mlp_params(self) -> int:
         if self.moe is None:
-            return self.num_layers * self._dense_mlp_params(self.intermediate_size)
-        dense_layers = self.num_layers - self.moe.moe_layers
+            return self.ffn_layer_count * self._dense_mlp_params(self.intermediate_size)
+        dense_layers = self.ffn_layer_count - self.moe.moe_layers
         return (self.moe.moe_layers * self.moe.layer_params(self.hidden_size)
                 + dense_layers * self._dense_mlp_params(self.moe.dense_intermediate))
 
     @property
     def num_linear_layers(self) -> int:
-        """Layers with a fixed state instead of KV (linear attention)."""
+        """Layers with a fixed state instead of KV (linear attention, Mamba)."""
         return sum(g.num_layers for g in self.kv_groups if isinstance(g, State))
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention: every layer but the state ones, or a NemotronH model's
+        attention blocks (its MLP and MoE blocks have none)."""
+        if not self.kv_groups:
+            return self.num_layers
+        return sum(g.num_layers for g in self.kv_groups if not isinstance(g, State))
+
+    @property
+    def sublayers(self) -> int:
+        """Residual branches of one forward: attention and MLP of each layer, or one a NemotronH block.
+        Each ends in a row-parallel projection (one all-reduce under TP) and a fused add + norm."""
+        return self.num_layers if self.ffn_layers is not None else 2 * self.num_layers
+
+    @property
+    def ffn_layer_count(self) -> int:
+        """Layers with an MLP or MoE block: every layer, or a NemotronH model's MLP and MoE blocks."""
+        return self.num_layers if self.ffn_layers is None else self.ffn_layers
 
     @property
     def expert_params(self) -> int:
@@ -222,7 +246,7 @@ class ModelSpec:
         heads = self.num_attention_heads // tp
         if self.mla is not None:
             return float(self.mla.attention_flops_per_token(heads, 1) * self.num_layers)
-        return 4.0 * (self.num_layers - self.num_linear_layers) * heads * self.head_dim
+        return 4.0 * self.num_attention_layers * heads * self.head_dim
 
     @property
     def num_params(self) -> int:
@@ -298,7 +322,7 @@ class ModelSpec:
             return self.with_kv_heads(self.num_attention_heads).kv_bytes_per_token(kv_dtype)
         key_dim = self.mla.qk_nope_head_dim + self.mla.qk_rope_head_dim
         row = get_kv_dtype(kv_dtype).bytes_per_element * (key_dim + self.mla.v_head_dim)
-        return math.ceil(self.num_layers * self.num_attention_heads * row)
+        return math.ceil(self.num_layers * self.num_attention_heads * row)  # MLA: every layer attends
 
     def with_eviction(self, text: str | None) -> ModelSpec:
         """The same model keeping at most the eviction policy's tokens per sequence (models/eviction.py)."""
@@ -319,10 +343,11 @@ class ModelSpec:
         """Each decoder layer's KV group kind (KVGroup.kind: full, sliding, chunked, mla, state), in layer
         order, as the config lays them out (models/kv_groups.py layer_kinds); SpecError where that does
         not add up to the spec's groups."""
-        if len(self.groups) == 1:
+        if len(self.groups) == 1 and not is_block_model(self.config):
             return [self.groups[0].kind] * self.num_layers
         kinds = ["state" if k == "linear" else k for k in layer_kinds(self.config, self.num_layers)]
-        if sorted((k, kinds.count(k)) for k in set(kinds)) != sorted((g.kind, g.num_layers) for g in self.groups):
+        counted = sorted((k, kinds.count(k)) for k in set(kinds) - {"none"})
+        if counted != sorted((g.kind, g.num_layers) for g in self.groups):
             raise SpecError(f"{self.name}: its config's layer kinds do not add up to its KV groups")
         return kinds
 
@@ -346,8 +371,11 @@ class ModelSpec:
         if moe is not None:
             moe_here = sum(moe_layer_flags(self.config, self.num_layers)[start:start + layers])
             moe, inter = (dataclasses.replace(moe, moe_layers=moe_here), inter) if moe_here else (None, moe.dense_intermediate)
+        ffn = self.ffn_layers
+        if ffn is not None:  # NemotronH: the stage's own MLP and MoE blocks
+            ffn = sum(b in "-E" for b in block_pattern(self.config, self.num_layers)[start:start + layers])
         return dataclasses.replace(self, num_layers=layers, kv_groups=groups, moe=moe, intermediate_size=inter,
-                                   pipeline_ends=(first, last))
+                                   ffn_layers=ffn, pipeline_ends=(first, last))
 
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""
@@ -385,6 +413,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         cfg = {"architectures": cfg.get("architectures"), **cfg["text_config"], "_name_or_path": cfg.get("_name_or_path", "")}
     model_type = str(cfg.get("model_type", "")).lower()
     family = FAMILIES.get(model_type, model_type or "llama")
+    if is_block_model(cfg):  # the pattern decides the layers, whatever the model_type says
+        family = "nemotron-h"
 
     def need_int(value: Any, key: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -395,6 +425,16 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         value = cfg.get(key)
         return default if value is None else flag(value, f"{source}: {key}", SpecError)
 
+    blocks = ""
+    if family == "nemotron-h":  # the blocks give the layer count where transformers 5 writes none
+        try:
+            blocks = block_pattern(cfg, _pick(cfg, "num_hidden_layers"))
+        except BlockPatternError as exc:
+            raise SpecError(f"{source}: {exc}") from None
+        # one layout for the readers below: the pattern, the layer count, head_dim (attention_head_dim
+        # in older NemotronH configs, which transformers maps to head_dim and vLLM reads)
+        cfg = {**cfg, "hybrid_override_pattern": blocks, "num_hidden_layers": len(blocks),
+               "head_dim": _pick(cfg, "head_dim", "attention_head_dim")}
     hidden = need_int(_pick(cfg, "hidden_size", "n_embd", "d_model"), "hidden_size")
     layers = need_int(_pick(cfg, "num_hidden_layers", "n_layer", "num_layers"), "num_hidden_layers")
     heads = need_int(_pick(cfg, "num_attention_heads", "n_head", "num_heads"), "num_attention_heads")
@@ -428,6 +468,10 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     elif family == "gpt-neox":
         kv_heads, intermediate = heads, _pick(cfg, "intermediate_size", default=4 * hidden)
         layout = _Layout(qkv_bias=True, o_bias=True, mlp_bias=True, mlp_gated=False, norm_bias=True)
+    elif family == "nemotron-h":  # one RMSNorm a block; relu2 MLPs (up + down); no attention biases
+        kv_heads = _pick(cfg, "num_key_value_heads", default=heads)
+        intermediate = _pick(cfg, "intermediate_size", "moe_intermediate_size")
+        layout = _Layout(mlp_bias=need_flag("mlp_bias", False), mlp_gated=False, norms_per_layer=1)
     else:  # llama, mistral, qwen2, gemma and Llama-like unknowns
         kv_heads = _pick(cfg, "num_key_value_heads", default=heads)
         # an all-MoE config may name no dense width (Qwen3.5-35B-A3B): the expert width stands in, unused
@@ -449,13 +493,19 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         groups = groups_from_config(cfg, layers, kv_heads, head_dim)
     except GroupConfigError as exc:
         raise SpecError(f"{source}: {exc}") from None
-    linear = gated_deltanet_params(cfg, hidden) if any(isinstance(g, State) for g in groups) else 0
+    has_state = any(isinstance(g, State) for g in groups)
+    try:
+        linear = (mamba2_params(cfg, hidden) if blocks else gated_deltanet_params(cfg, hidden)) if has_state else 0
+    except BlockPatternError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    ffn = sum(blocks.count(b) for b in "-E") if blocks else None
     return ModelSpec(
         name=name or hf_id or source, family=family, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, intermediate_size=intermediate,
         vocab_size=vocab, max_position_embeddings=max_pos, sliding_window=sliding, tie_word_embeddings=tie,
         hf_id=hf_id, layout=layout, kv_groups=groups, moe=moe_from_config(cfg, layers, intermediate),
-        mla=mla_from_config(cfg), linear_layer_params=linear, vision=vision_from_config(top, hidden), config=dict(cfg),
+        mla=mla_from_config(cfg), linear_layer_params=linear, ffn_layers=ffn, vision=vision_from_config(top, hidden),
+        config=dict(cfg),
     )
 
 

@@ -13,7 +13,9 @@ from models.spec import CONFIG_LIMITS  # noqa: F401 - model config.json bounds l
 MAX_TP = 64
 MAX_PP = 64  # pipeline stages (sim capacity --pp); a model's layer count bounds it further
 MAX_REPLICAS = 1024
-MAX_BLOCK_SIZE = 1024
+# vLLM raises a hybrid Mamba model's attention block size until one layer's state fits a page
+# (sim/run/deployment.py forced_block_size): 2,096 tokens for Nemotron-3-Nano, 8,208 for Nemotron-3-Ultra
+MAX_BLOCK_SIZE = 1 << 15
 MAX_NUM_SEQS = 65_536
 MAX_BATCHED_TOKENS = 1 << 24
 MAX_MODEL_LEN = 1 << 24

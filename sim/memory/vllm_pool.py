@@ -142,7 +142,7 @@ def hybrid_block_size(groups: list[KVGroup], kv_dtype: str, tp: int, block_size:
     attn = [g for g in groups if not isinstance(g, State)]
     states = [g for g in groups if isinstance(g, State)]
     per_token = attn[0].bytes_per_token(kv_dtype, tp) // attn[0].num_layers
-    state_page = max(_cdiv(g.bytes_per_layer, tp) for g in states)
+    state_page = max(g.layer_bytes(tp) for g in states)
     align = max(KERNEL_BLOCK, block_size)
     forced = align * _cdiv(state_page, align * per_token)
     size = max(block_size, forced)

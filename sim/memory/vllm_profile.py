@@ -34,6 +34,8 @@ from typing import Any
 from models.cuda_memory import GiB, cuda_total_bytes
 from models.gpus import SM_SOURCE, GPUSpec
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
+from models.moe import MoEShape
+from models.nemotron_h import mamba2_dims
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
 from sim.memory.cublas_workspace import SOURCE as CUBLAS_SOURCE
@@ -237,20 +239,37 @@ def accounting_for(version: str) -> VllmAccounting:
 
 def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str = "bf16") -> int:
     """Transient peak of one forward over `tokens` tokens: the residual and hidden stream plus the
-    largest layer block (attention q/k/v/out, dense MLP gate_up + activation, or fused MoE's
+    largest layer block (attention q/k/v/out, dense MLP gate_up + activation, fused MoE's
     intermediate caches: tokens x top_k x (max(N, hidden) + N/2), N = 2 x expert width / tp;
-    vllm/model_executor/layers/fused_moe/fused_moe.py cache13 + intermediate_cache2)."""
+    vllm/model_executor/layers/fused_moe/fused_moe.py cache13 + intermediate_cache2; or a NemotronH
+    Mamba-2 block's projections, `_mamba_peak`)."""
     act = ACTIVATION_BYTES.get(weight_dtype, 2)
     h, d = spec.hidden_size, spec.head_dim
     heads = spec.num_attention_heads // tp
     attn = (heads + 2 * kv_heads_per_gpu(spec, tp)) * d + heads * d
     inter = spec.moe.dense_intermediate if spec.moe else spec.intermediate_size
-    has_dense = spec.moe is None or spec.moe.moe_layers < spec.num_layers
+    has_dense = spec.moe is None or spec.moe.moe_layers < spec.ffn_layer_count
     mlp = (inter * (2 if spec.layout.mlp_gated else 1) + inter) // tp if has_dense else 0
     if spec.moe is not None:
-        n = 2 * spec.moe.expert_intermediate // tp
-        mlp = max(mlp, spec.moe.experts_per_tok * (max(n, h) + n // 2))
-    return tokens * (2 * h + max(attn, mlp)) * act
+        n, out = _expert_widths(spec.moe, tp)
+        mlp = max(mlp, spec.moe.experts_per_tok * (max(n, spec.moe.latent or h) + out))
+    return tokens * (2 * h + max(attn, mlp, _mamba_peak(spec, tp))) * act
+
+
+def _expert_widths(moe: MoEShape, tp: int) -> tuple[int, int]:
+    """(N, activation output) of one routed expert on a rank: N = w1's width (gate + up, or up alone
+    for experts that are not gated), the activation halving it only when gated."""
+    n = (2 if moe.expert_gated else 1) * moe.expert_intermediate // tp
+    return n, n // 2 if moe.expert_gated else n
+
+
+def _mamba_peak(spec: ModelSpec, tp: int) -> int:
+    """Values a token holds at once in a NemotronH Mamba-2 block (an estimate from the mixer's
+    shapes, not a traced peak): in_proj's output (z, x, B, C, dt) beside the scan's output."""
+    if spec.family != "nemotron-h" or not spec.num_linear_layers:
+        return 0
+    inter, groups, heads, _, state, _ = mamba2_dims(spec.config)
+    return (2 * inter + 2 * groups * state + heads) // tp + inter // tp
 
 
 # From 0.19 the fused-MoE experts take their scratch from vLLM's workspace manager
@@ -264,12 +283,13 @@ MOE_WORKSPACE_FROM = (0, 19)
 def moe_workspace_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str, expert_dtype: str,
                         version: tuple[int, int]) -> int:
     """TritonExperts.workspace_shapes (fused_moe/experts/triton_moe.py): workspace13 (M, topk, max(N/2, K))
-    beside workspace2 (M, topk, max(N, K)), N = 2 x expert width / tp, K = hidden, at the activation dtype;
+    beside workspace2 (M, topk, max(N, K)), N = 2 x expert width / tp, K = hidden, at the activation dtype
+    (experts that are not gated: N = the width, not halved; K = the latent width where the experts have one);
     0 before MOE_WORKSPACE_FROM, for dense models and for mxfp4 experts (gpt-oss's own kernels)."""
     if spec.moe is None or expert_dtype == "mxfp4" or version < MOE_WORKSPACE_FROM:
         return 0
-    n, k = 2 * spec.moe.expert_intermediate // tp, spec.hidden_size
-    return tokens * spec.moe.experts_per_tok * (max(n // 2, k) + max(n, k)) * ACTIVATION_BYTES.get(weight_dtype, 2)
+    (n, out), k = _expert_widths(spec.moe, tp), spec.moe.latent or spec.hidden_size
+    return tokens * spec.moe.experts_per_tok * (max(out, k) + max(n, k)) * ACTIVATION_BYTES.get(weight_dtype, 2)
 
 
 TRITON_MIN_ROWS = 8  # topk_topp_sampler.apply_top_k_top_p: the Triton kernel for >= 8 rows, torch.sort below

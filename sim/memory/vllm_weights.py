@@ -62,7 +62,9 @@ def mxfp4_expert_dims(hidden: int, inter: int, gpu: str, version: tuple[int, int
 ROPE_ROWS = {"linear": "max_x_factor", "dynamic": "max_x_factor", "yarn": "original_x_factor",
              "deepseek_yarn": "original_x_factor"}
 FP32_ROPE_FAMILIES = ("gpt-oss",)  # model files that call get_rope(dtype=torch.float32): gpt_oss.py
-NO_ROPE_FAMILIES = ("opt",)  # learned positions
+# no rotary embedding: OPT's learned positions; NemotronH's attention, which has none (nemotron_h.py
+# NemotronHAttention calls the attention on q, k, v as projected)
+NO_ROPE_FAMILIES = ("opt", "nemotron-h")
 
 
 def _rope_rows(params: dict[str, Any], max_position: int) -> int:

@@ -67,11 +67,15 @@ KV_QUANT = {"bf16": None, "fp16": None, "fp8": "fp8"}
 # quantization_config says (aiconfigurator reads it: mxfp4 experts for gpt-oss, fp8 blocks for DeepSeek).
 WEIGHT_QUANT = {"bf16": "bfloat16", "fp16": "bfloat16", "native": None}
 WEIGHT_DTYPES = tuple(WEIGHT_QUANT)
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: the tables record whether the package timed the state layers (`state_ops`)
 # Op kinds by name (aiconfigurator's op lists): attention kernels (MLA: the whole attention module),
 # communication (TP all-reduces; vLLM's MoE pre/post dispatch are all-reduces too), the logits GEMM.
 ATTENTION_TYPES = ("ContextAttention", "GenerationAttention")
 COMM_SUFFIXES = ("_ar", "_ar_1", "_ar_2", "_p2p", "_allreduce", "_dispatch")
+# The package's own state-layer kernels (its NemotronH Mamba-2 conv1d and ssm, Qwen3.5's Gated DeltaNet
+# conv1d and scan): where its op list has them, the measured "other" ops already time the state layers,
+# so their roofline term (sim/timing/attention_groups.py) is left out rather than counted twice.
+STATE_OP_WORDS = ("_mamba_", "_gdn_")
 
 
 class NotCovered(Exception):
@@ -168,7 +172,7 @@ def table_key(config: dict[str, Any], dep: Deployment) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-ARRAYS = ("ctx_other", "gen_other", "ctx_comm", "gen_comm", "logits", "ctx_attn", "gen_attn")
+ARRAYS = ("ctx_other", "gen_other", "ctx_comm", "gen_comm", "logits", "ctx_attn", "gen_attn", "state_ops")
 
 
 @lru_cache(maxsize=32)
@@ -266,8 +270,10 @@ def query_tables(config: dict[str, Any], dep: Deployment) -> dict[str, np.ndarra
                           for p in PREFIXES] for q in TOKENS])
     gen_attn = np.array([[g_per * total(handle.evaluate_generation_ops(g_att, batch_size=b, s=x)) for x in CONTEXTS]
                          for b in SEQS])
+    names = [str(next(iter(op.values())).get("name", "")) for op in (ctx_ops[i] for i in c_other)]
+    state_ops = any(word in name for name in names for word in STATE_OP_WORDS)
     return {"ctx_other": ctx_other, "gen_other": gen_other, "ctx_comm": ctx_comm, "gen_comm": gen_comm,
-            "logits": logits, "ctx_attn": ctx_attn, "gen_attn": gen_attn}
+            "logits": logits, "ctx_attn": ctx_attn, "gen_attn": gen_attn, "state_ops": np.array([float(state_ops)])}
 
 
 def _compile(config: dict[str, Any], dep: Deployment) -> tuple[Any, list[dict[str, Any]], list[dict[str, Any]]]:
@@ -329,7 +335,11 @@ def measured_table(spec: ModelSpec, gpu_name: str, scenario: TimingKnobs, roofli
         gen_attn = None
         notes.append(f"decode attention: {kv_heads} KV heads per GPU is outside the measured 1-"
                      f"{MAX_MEASURED_KV_HEADS}; roofline for that term")
-    if groups:
+    if groups and arrays["state_ops"][0] and any(g.kind == "state" for g in groups):
+        groups = tuple(g for g in groups if g.kind != "state")  # timed by the package's own kernels
+        notes.append("attention per KV group: one measured full-attention layer at the context each group reads; "
+                     "state layers measured (the package's state kernels)")
+    elif groups:
         notes.append("attention per KV group: one measured full-attention layer at the context each group reads"
                      + ("; state layers from the roofline" if any(g.kind == "state" for g in groups) else ""))
     if dep.moe and scenario.expert_imbalance != 1.0:

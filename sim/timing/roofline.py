@@ -40,15 +40,16 @@ def compute_dtype(weight_dtype: str) -> str:
 
 
 def allreduce_terms(spec: ModelSpec, gpu: GPUSpec, tp: int, act_bytes: int) -> tuple[float, float, str]:
-    """(fixed seconds per step, seconds per token, link) of the 2 all-reduces per layer at TP tp."""
+    """(fixed seconds per step, seconds per token, link) of the all-reduces at TP tp: one a residual
+    branch (ModelSpec.sublayers: 2 a layer, 1 a NemotronH block)."""
     if tp <= 1:
         return 0.0, 0.0, "none"
     if gpu.nvlink_bandwidth > 0:
         link, latency, bus = "nvlink", NVLINK_ALLREDUCE_LATENCY_S, gpu.nvlink_bandwidth * NVLINK_BUS_EFFICIENCY
     else:
         link, latency, bus = "pcie", PCIE_ALLREDUCE_LATENCY_S, gpu.host_link_bandwidth * PCIE_BUS_EFFICIENCY
-    per_token = 2 * spec.num_layers * 2 * (tp - 1) / tp * spec.hidden_size * act_bytes / bus
-    return 2 * spec.num_layers * latency, per_token, link
+    per_token = spec.sublayers * 2 * (tp - 1) / tp * spec.hidden_size * act_bytes / bus
+    return spec.sublayers * latency, per_token, link
 
 
 def streamed_weight_terms(spec: ModelSpec, weight_dtype: str, streamed: int, tp: int) -> tuple[float, float]:
@@ -74,8 +75,12 @@ def roofline_terms(spec: ModelSpec, gpu: GPUSpec, scenario: TimingKnobs) -> dict
     act_bytes = 4 if scenario.weight_dtype == "fp32" else 2
     fixed, per_token, link = allreduce_terms(spec, gpu, tp, act_bytes)
     weights, experts = streamed_weight_terms(spec, scenario.weight_dtype, streamed, tp)
-    # Elementwise traffic per token per layer: activation (read gate+up, write) and two fused add+norms.
-    elementwise = spec.num_layers * (3 * spec.intermediate_size / tp + 4 * spec.hidden_size) * act_bytes
+    # Elementwise traffic per token per layer: activation (read gate+up, write) and two fused add+norms;
+    # a NemotronH model: the activation in its MLP blocks, one add+norm in every block.
+    if spec.ffn_layers is None:
+        elementwise = spec.num_layers * (3 * spec.intermediate_size / tp + 4 * spec.hidden_size) * act_bytes
+    else:
+        elementwise = (spec.ffn_layers * 3 * spec.intermediate_size / tp + spec.num_layers * 2 * spec.hidden_size) * act_bytes
     return dict(
         matmul_flops_per_token=2.0 * spec.matmul_params_per_rank(  # MoE: active experts, EP imbalance
             tp, scenario.expert_parallel, scenario.expert_imbalance),

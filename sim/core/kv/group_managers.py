@@ -347,7 +347,7 @@ def _state_pages(group: State, tp: int, page_bytes: int, layers_per_page: int) -
     layers, each layer's state padded to the attention page (times the pages one layer's state
     spans, where a block size below vLLM's raised one makes it span several: 1 at vLLM's)."""
     layer_page = page_bytes // (tp * layers_per_page)
-    per_layer = -(-group.bytes_per_layer // tp)
+    per_layer = group.layer_bytes(tp)
     return -(-group.num_layers // layers_per_page) * -(-per_layer // layer_page)
 
 
