@@ -7,7 +7,8 @@ size-bounded, must be a JSON object, and a bad value is one SpecError line namin
 
 Families and the parts that differ between them (biases, gated MLP, norm type, fused QKV, learned
 positions, tied head) are in `_Layout`; an unknown model_type with Llama-style keys is treated as
-Llama-like, which is right for most modern decoders.
+Llama-like, which is right for most modern decoders, unless its config has a field that changes the
+layers in a way kvsim does not model (models/unmodelled.py): then it is refused in one line.
 NemotronH's one-block-a-layer decoders (Mamba-2, attention, MLP, MoE) are read by models/nemotron_h.py.
 """
 
@@ -41,6 +42,7 @@ from models.moe import (
 from models.nemotron_h import BlockPatternError, block_pattern, is_block_model, mamba2_params
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
+from models.unmodelled import unmodelled_field
 from models.vision import VisionTower, vision_from_config
 from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
@@ -415,6 +417,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     family = FAMILIES.get(model_type, model_type or "llama")
     if is_block_model(cfg):  # the pattern decides the layers, whatever the model_type says
         family = "nemotron-h"
+    elif (problem := unmodelled_field(cfg)) is not None:
+        raise SpecError(f"{source}: {problem}")
 
     def need_int(value: Any, key: str) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

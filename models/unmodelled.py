@@ -1,0 +1,61 @@
+"""Config fields that change a model's KV cache or weights in ways kvsim does not model.
+
+models/spec.py reads an unknown decoder as Llama-like, which is right for most of them. A config
+with one of these fields is not: read as Llama it would give KV bytes and weights that look right
+and are not (every layer an attention layer, one head count for all). So such a config is refused in
+one line naming the field, before any figure is made. Each entry names the models that carry the
+field and what it changes; `applies` is False where the field is present but inert (a zero, a
+false flag, a list that changes nothing). A field kvsim does model (NemotronH's pattern, Qwen3-Next's
+linear layers, DeepSeek's MLA and indexer) is not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    key: str
+    models: str  # which checkpoints carry it
+    changes: str  # what it changes that kvsim would miss
+    applies: Callable[[Any, dict[str, Any]], bool] = lambda value, cfg: value not in (None, False, 0, [], {}, "")
+
+
+def _differs(other: str) -> Callable[[Any, dict[str, Any]], bool]:
+    """Present and not the same as `other` (a second head count or width for some layers)."""
+    return lambda value, cfg: value is not None and value != cfg.get(other)
+
+
+UNMODELLED: tuple[Unmodelled, ...] = (
+    Unmodelled("block_configs", "DeciLM / Llama-Nemotron NAS (Llama-3.3-Nemotron-Super-49B)",
+               "each layer's own kv heads and MLP width, some layers without attention"),
+    Unmodelled("layers_block_type", "Jamba, Zamba2", "Mamba layers between the attention layers"),
+    Unmodelled("attn_layer_indices", "Bamba", "Mamba layers between the attention layers"),
+    Unmodelled("attn_layer_period", "Jamba", "Mamba layers between the attention layers"),
+    Unmodelled("mamba_d_ssm", "Falcon-H1", "Mamba heads beside attention in every layer"),
+    Unmodelled("linear_attn_config", "Kimi-Linear", "Kimi Delta Attention layers between the MLA layers"),
+    Unmodelled("attn_type_list", "MiniMax-Text-01 / M1", "lightning (linear) attention layers (type 0)",
+               lambda value, cfg: isinstance(value, list) and 0 in value),  # MiniMax-M2 lists all 1: softmax
+    Unmodelled("hybrid_layer_pattern", "MiMo-V2-Flash", "sliding-window layers with their own kv heads"),
+    Unmodelled("num_kv_shared_layers", "Gemma-3n", "the last layers reuse earlier layers' KV"),
+    Unmodelled("attention_k_eq_v", "Gemma-4", "global layers keep K only (V = K)"),
+    Unmodelled("num_global_key_value_heads", "Gemma-4", "global layers with their own kv heads",
+               _differs("num_key_value_heads")),
+    Unmodelled("global_head_dim", "Gemma-4", "global layers with their own head size", _differs("head_dim")),
+    Unmodelled("compress_ratios", "DeepSeek-V4", "compressed attention layers",
+               lambda value, cfg: isinstance(value, list) and any(r not in (0, 1) for r in value)),
+    Unmodelled("sparse_attention_config", "MiniMax-M3", "an index cache beside the KV of its sparse layers",
+               lambda value, cfg: isinstance(value, dict) and bool(value.get("use_sparse_attention"))),
+)
+
+
+def unmodelled_field(cfg: dict[str, Any]) -> str | None:
+    """One line naming the first field of `cfg` that kvsim does not model, or None."""
+    for entry in UNMODELLED:
+        if entry.key in cfg and entry.applies(cfg[entry.key], cfg):
+            return (f"{entry.key} ({entry.models}: {entry.changes}) is not modelled by kvsim; "
+                    "its KV and weights would be wrong")
+    return None
