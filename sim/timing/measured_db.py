@@ -19,7 +19,8 @@ whole with expert_parallel; its own power-law routing), MLA models its MLA modul
 expert dtype the checkpoint ships under weight_dtype "native" (mxfp4 for gpt-oss, fp8 blocks for
 DeepSeek). Models with KV groups (sliding, chunked, state, eviction caps) get attention tables of
 ONE full-attention layer, which each group scales by its layers at the context it reads
-(sim/timing/attention_groups.py); state layers have no measured kernel and use the roofline.
+(sim/timing/attention_groups.py); state layers use the roofline unless the package's own op list
+times their kernels (its NemotronH Mamba-2 and Qwen3.5 Gated DeltaNet ops: `STATE_OP_WORDS`).
 
 Limits respected (../shared/notes/aiconfigurator.md): decode attention tables cover at most 8 KV
 heads per GPU, so beyond that the decode attention term is the roofline's; TP all-reduce over
