@@ -376,3 +376,18 @@ def test_rope_cache_by_rope_type():
     dynamic = dc.replace(llama, config={**llama.config, "rope_scaling": {"type": "dynamic", "factor": 2.0}})
     assert rope_cache_bytes(dynamic) == 8192 * 2 * 128 * 2
     assert rope_cache_bytes(llama, "fp32") == 8192 * 128 * 4  # fp32 weights run fp32 activations
+
+
+@pytest.mark.parametrize("version, blocks, max_model_len, tokens, concurrency", [
+    # public start-up logs of Nemotron-Cascade-2-30B-A3B-NVFP4 (Nemotron-3-Nano-30B's layout) with fp8 KV:
+    # vLLM 0.19.1 "GPU KV cache size: 4,819,104 tokens", "Maximum concurrency for 262,144 tokens per request:
+    # 86.16x" (5,773 blocks: 5,773 // 5 groups x 4,176); 0.20.1rc1 "GPU KV cache size: 1,206,303 tokens",
+    # "Maximum concurrency for 256,000 tokens per request: 4.71x" (311 blocks / 66 a request x 256,000)
+    ((0, 19), 5773, 262_144, 4_819_104, 86.16),
+    ((0, 20), 311, 256_000, 1_206_303, 4.71),
+])
+def test_logged_kv_cache_tokens_by_vllm_version(version, blocks, max_model_len, tokens, concurrency):
+    layout = pool_layout(load_spec("nemotron-3-nano-30b-a3b"), "fp8", tp=1, block_size=16)
+    assert len(layout.groups) == 5 and layout.block_size == 4176
+    assert layout.logged_kv_cache_tokens(blocks, max_model_len, 8192, version) == tokens
+    assert round(layout.max_concurrency(blocks, max_model_len, 8192), 2) == concurrency

@@ -141,8 +141,9 @@ def vllm_pool_view(model: str, gpu: str, *, tp: int, gpu_mem_util: float, weight
                 f"({v['available_kv_bytes'] / GiB:.2f} GiB): {row['vllm_max_concurrent']:,} sequences of {context:,} tokens "
                 f"on a warm torch.compile cache; a start may get {a['num_gpu_blocks_range'][0]:,}-"
                 f"{a['num_gpu_blocks_range'][1]:,} ({range_causes(v)}). "
-                f"Its start-up log would say 'Maximum concurrency for {log['max_model_len']:,} tokens per request: "
-                f"{log['concurrency']:.2f}x': {log['why_it_differs']}")
+                f"Its start-up log would say 'GPU KV cache size: {log['kv_cache_tokens']:,} tokens' and 'Maximum "
+                f"concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x': "
+                f"{log['why_it_differs']}")
     if not a["vllm_startup"]["starts"]:  # sim/memory/vllm_startup_check.py
         sentence += f" **{a['vllm_startup']['message']}**"
     terms = [("CUDA total x utilisation", v["requested_bytes"], v["cuda_total_source"]),

