@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models.kv_dtypes import PER_TENSOR, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token, row_bytes
-from models.nemotron_h import KV_KIND, BlockPatternError, block_pattern, is_block_model, mamba2_state_bytes
+from models.mamba2 import Mamba2, Mamba2ConfigError
+from models.nemotron_h import KV_KIND, BlockPatternError, block_pattern, is_block_model, ssm_dtype
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -271,8 +272,10 @@ def chunked_admission_blocks(chunk: int, in_flight_tokens: int, max_model_len: i
 
 # --- reading the groups from a config.json ----------------------------------------------------
 
+# transformers' layer_types names; "mamba" and "attention" are the older spellings it still maps
+# (configuration_utils.py _LEGACY_LAYER_TYPE_REMAP: Granite-4.0-H's configs write them)
 LAYER_TYPE_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
-                    "linear_attention": "linear"}
+                    "linear_attention": "linear", "attention": "full", "mamba": "linear"}
 STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
@@ -362,11 +365,13 @@ def groups_from_config(cfg: dict, num_layers: int, num_kv_heads: int, head_dim: 
 
 
 def _state_group(cfg: dict, layers: int) -> State:
-    """The state layers: Mamba-2 mixers (NemotronH, models/nemotron_h.py) or Gated DeltaNet."""
-    if not is_block_model(cfg):
-        return State(layers, bytes_per_layer=linear_state_bytes_per_layer(cfg))
+    """The state layers: Mamba-2 mixers (models/mamba2.py; the SSM state in NemotronH's dtype rule, else
+    the model dtype: vLLM's "auto") or Gated DeltaNet."""
     try:
-        split, replicated = mamba2_state_bytes(cfg)
-    except BlockPatternError as exc:
+        mixer = Mamba2.from_config(cfg)
+        if mixer is None:
+            return State(layers, bytes_per_layer=linear_state_bytes_per_layer(cfg))
+        split, replicated = mixer.state_bytes(ssm_dtype(cfg) if is_block_model(cfg) else "bfloat16")
+    except Mamba2ConfigError as exc:
         raise GroupConfigError(str(exc)) from None
     return State(layers, bytes_per_layer=split, replicated_bytes=replicated)

@@ -7,7 +7,8 @@ The fields vLLM and transformers read:
   num_experts_per_tok / experts_per_token; width: moe_intermediate_size, else intermediate_size
   (Mixtral, gpt-oss, Llama-4);
 - shared experts: n_shared_experts x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
-  with a sigmoid gate (Qwen2-MoE/Qwen3-Next), or one of intermediate_size (Llama-4); NemotronH's
+  with a sigmoid gate (Qwen2-MoE/Qwen3-Next), shared_intermediate_size (Granite-4.0-H), or one of
+  intermediate_size (Llama-4); NemotronH's
   experts are not gated and may work in a latent width (models/nemotron_h.py);
 - which layers are MoE: first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
   decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern; dense layers use intermediate_size
@@ -106,6 +107,8 @@ def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> 
         shared, gate = _int(cfg, "n_shared_experts") * width, False
     elif cfg.get("shared_expert_intermediate_size"):
         shared, gate = _int(cfg, "shared_expert_intermediate_size"), True
+    elif cfg.get("shared_intermediate_size"):  # Granite-4.0-H's shared_mlp (granitemoeshared.py): gated, no gate on it
+        shared, gate = _int(cfg, "shared_intermediate_size"), False
     elif str(cfg.get("model_type", "")).startswith("llama4"):
         shared, gate = intermediate, False  # Llama-4's one shared expert has the expert width
     else:

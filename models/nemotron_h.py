@@ -12,8 +12,8 @@ model_executor/models/nemotron_h.py `ALL_DECODER_LAYER_TYPES`):
 
 Each block has one RMSNorm before it. So a model's attention layers, state layers and MLP layers
 are three different counts, read here from the pattern; models/spec.py builds the usual parts
-(KV groups, parameters) from them. Mamba-2 sizes are read where vLLM reads them (NemotronH's
-get_mamba_state_shape_from_config and MambaMixer2.__init__).
+(KV groups, parameters) from them. The Mamba-2 mixer itself is models/mamba2.py's (its NemotronH
+naming); only the SSM state's dtype rule is NemotronH's own (`ssm_dtype`).
 
 This module imports nothing from the project, so models/kv_groups.py can read the state from it.
 """
@@ -33,7 +33,6 @@ KV_KIND = {"M": "linear", "*": "full", "-": "none", "E": "none"}
 # vLLM's default for the recurrent state when the config names none (model_executor/models/config.py
 # NemotronHForCausalLMConfig.DEFAULT_MAMBA_SSM_CACHE_DTYPE: "only float32 is known to have no accuracy issues")
 DEFAULT_SSM_DTYPE = "float32"
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 class BlockPatternError(ValueError):
@@ -72,51 +71,10 @@ def block_pattern(cfg: dict[str, Any], num_layers: int | None = None) -> str:
     return pattern
 
 
-def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = cfg.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise BlockPatternError(f"{key} must be a positive integer, got {value!r}"[:120])
-    return value
-
-
-def mamba2_dims(cfg: dict[str, Any]) -> tuple[int, int, int, int, int, int]:
-    """(intermediate, n_groups, heads, head_dim, state_size, conv_kernel) of one Mamba-2 mixer:
-    intermediate = mamba_num_heads x mamba_head_dim (NemotronHMambaDecoderLayer)."""
-    heads, head_dim = _int(cfg, "mamba_num_heads"), _int(cfg, "mamba_head_dim")
-    return (heads * head_dim, _int(cfg, "n_groups", 1), heads, head_dim, _int(cfg, "ssm_state_size"),
-            _int(cfg, "conv_kernel"))
-
-
-def mamba2_params(cfg: dict[str, Any], hidden: int) -> int:
-    """One Mamba-2 mixer as the checkpoint holds it (MambaMixer2.__init__): in_proj to z, x, B, C and
-    dt (2 x intermediate + 2 x groups x state + heads), the depthwise conv1d over x, B and C (with its
-    bias when use_conv_bias), A, D and dt_bias (one each a head), the gated RMSNorm over the
-    intermediate width, out_proj; in_proj and out_proj biases when use_bias."""
-    inter, groups, heads, _, state, kernel = mamba2_dims(cfg)
-    conv_dim = inter + 2 * groups * state
-    bias = bool(cfg.get("use_bias", False))
-    in_proj = hidden * (inter + conv_dim + heads) + (inter + conv_dim + heads) * bias
-    conv = conv_dim * kernel + conv_dim * bool(cfg.get("use_conv_bias", True))
-    return in_proj + conv + 3 * heads + inter + inter * hidden + hidden * bias
-
-
-def mamba2_state_bytes(cfg: dict[str, Any], model_dtype_bytes: int = 2) -> tuple[int, int]:
-    """One sequence's Mamba-2 state in one layer as (bytes split over TP ranks, bytes every rank holds):
-    the conv window, (kernel - 1) x (intermediate + 2 x groups x state) in the model dtype, and the SSM
-    state, heads x head_dim x state in mamba_ssm_cache_dtype (float32 unless the config names one)
-    (mamba_utils.py MambaStateShapeCalculator.mamba2_state_shape, MambaStateDtypeCalculator). With one
-    group vLLM gives every rank its own copy of B and C (extra_groups_for_head_shards); more groups
-    split with the heads (vLLM refuses a TP degree that does not divide them)."""
-    inter, groups, heads, head_dim, state, kernel = mamba2_dims(cfg)
-    ssm_dtype = str(cfg.get("mamba_ssm_cache_dtype") or DEFAULT_SSM_DTYPE)
-    if ssm_dtype not in DTYPE_BYTES:
-        raise BlockPatternError(f"mamba_ssm_cache_dtype {ssm_dtype!r}: expected one of {', '.join(DTYPE_BYTES)}")
-    ssm = heads * head_dim * state * DTYPE_BYTES[ssm_dtype]
-    conv_x = (kernel - 1) * inter * model_dtype_bytes
-    conv_bc = (kernel - 1) * 2 * groups * state * model_dtype_bytes
-    if groups == 1:
-        return conv_x + ssm, conv_bc
-    return conv_x + conv_bc + ssm, 0
+def ssm_dtype(cfg: dict[str, Any]) -> str:
+    """The dtype vLLM keeps a NemotronH model's SSM state in: the config's mamba_ssm_cache_dtype, else
+    float32 (NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, read in vLLM 0.17.1 and 0.32)."""
+    return str(cfg.get("mamba_ssm_cache_dtype") or DEFAULT_SSM_DTYPE)
 
 
 def moe_fields(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from models.kv_groups import (
     total_bytes_per_token,
     total_per_sequence_bytes,
 )
+from models.mamba2 import Mamba2, Mamba2ConfigError
 from models.moe import (
     MLAShape,
     MoEShape,
@@ -39,7 +40,7 @@ from models.moe import (
     moe_from_config,
     moe_layer_flags,
 )
-from models.nemotron_h import BlockPatternError, block_pattern, is_block_model, mamba2_params
+from models.nemotron_h import BlockPatternError, block_pattern, is_block_model
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
 from models.unmodelled import unmodelled_field
@@ -480,6 +481,9 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         kv_heads = _pick(cfg, "num_key_value_heads", default=heads)
         # an all-MoE config may name no dense width (Qwen3.5-35B-A3B): the expert width stands in, unused
         intermediate = _pick(cfg, "intermediate_size", "moe_intermediate_size")
+        if family == "granitemoehybrid" and not cfg.get("num_local_experts"):
+            # Granite-4.0-H without experts: every layer's MLP is its shared_mlp (granitemoehybrid.py)
+            intermediate = _pick(cfg, "shared_intermediate_size", "intermediate_size")
         attn_bias = need_flag("attention_bias", False)
         layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=need_flag("mlp_bias", False),
                          norms_per_layer=4 if family in ("gemma2", "gemma3") else 2, qk_norm=family in QK_NORM_FAMILIES,
@@ -497,11 +501,13 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         groups = groups_from_config(cfg, layers, kv_heads, head_dim)
     except GroupConfigError as exc:
         raise SpecError(f"{source}: {exc}") from None
-    has_state = any(isinstance(g, State) for g in groups)
-    try:
-        linear = (mamba2_params(cfg, hidden) if blocks else gated_deltanet_params(cfg, hidden)) if has_state else 0
-    except BlockPatternError as exc:
-        raise SpecError(f"{source}: {exc}") from None
+    linear = 0
+    if any(isinstance(g, State) for g in groups):  # Mamba-2 mixers (models/mamba2.py) or Gated DeltaNet
+        try:
+            mixer = Mamba2.from_config(cfg)
+        except Mamba2ConfigError as exc:
+            raise SpecError(f"{source}: {exc}") from None
+        linear = mixer.params(hidden) if mixer is not None else gated_deltanet_params(cfg, hidden)
     ffn = sum(blocks.count(b) for b in "-E") if blocks else None
     return ModelSpec(
         name=name or hf_id or source, family=family, num_layers=layers, num_attention_heads=heads,

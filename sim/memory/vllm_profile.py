@@ -34,8 +34,8 @@ from typing import Any
 from models.cuda_memory import GiB, cuda_total_bytes
 from models.gpus import SM_SOURCE, GPUSpec
 from models.kv_groups import async_scheduling_on, max_in_flight_tokens
+from models.mamba2 import Mamba2
 from models.moe import MoEShape
-from models.nemotron_h import mamba2_dims
 from models.spec import ModelSpec
 from sim.memory.capacity import ACTIVATION_BYTES, kv_heads_per_gpu
 from sim.memory.cublas_workspace import SOURCE as CUBLAS_SOURCE
@@ -241,8 +241,8 @@ def forward_peak_bytes(spec: ModelSpec, tp: int, tokens: int, weight_dtype: str 
     """Transient peak of one forward over `tokens` tokens: the residual and hidden stream plus the
     largest layer block (attention q/k/v/out, dense MLP gate_up + activation, fused MoE's
     intermediate caches: tokens x top_k x (max(N, hidden) + N/2), N = 2 x expert width / tp;
-    vllm/model_executor/layers/fused_moe/fused_moe.py cache13 + intermediate_cache2; or a NemotronH
-    Mamba-2 block's projections, `_mamba_peak`)."""
+    vllm/model_executor/layers/fused_moe/fused_moe.py cache13 + intermediate_cache2; or a Mamba-2
+    mixer's projections, `_mamba_peak`)."""
     act = ACTIVATION_BYTES.get(weight_dtype, 2)
     h, d = spec.hidden_size, spec.head_dim
     heads = spec.num_attention_heads // tp
@@ -264,12 +264,10 @@ def _expert_widths(moe: MoEShape, tp: int) -> tuple[int, int]:
 
 
 def _mamba_peak(spec: ModelSpec, tp: int) -> int:
-    """Values a token holds at once in a NemotronH Mamba-2 block (an estimate from the mixer's
-    shapes, not a traced peak): in_proj's output (z, x, B, C, dt) beside the scan's output."""
-    if spec.family != "nemotron-h" or not spec.num_linear_layers:
-        return 0
-    inter, groups, heads, _, state, _ = mamba2_dims(spec.config)
-    return (2 * inter + 2 * groups * state + heads) // tp + inter // tp
+    """Values a token holds at once in a Mamba-2 mixer (models/mamba2.py `peak_values`: an estimate
+    from its shapes); 0 for a model without one."""
+    mixer = Mamba2.from_config(spec.config) if spec.num_linear_layers else None
+    return mixer.peak_values(tp) if mixer is not None else 0
 
 
 # From 0.19 the fused-MoE experts take their scratch from vLLM's workspace manager

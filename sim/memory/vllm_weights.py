@@ -85,8 +85,8 @@ def rope_cache_bytes(spec: ModelSpec, dtype: str = "bf16") -> int:
     """Bytes of the RoPE cos/sin caches one rank holds from model load: [positions, rotary_dim] in the
     activation dtype (rotary_embedding/base.py), one per distinct rope configuration (get_rope's _ROPE_DICT
     shares it across layers); Gemma-3's sliding layers take a second, unscaled one (gemma3.py)."""
-    if spec.family in NO_ROPE_FAMILIES:
-        return 0
+    if spec.family in NO_ROPE_FAMILIES or spec.config.get("position_embedding_type") == "nope":
+        return 0  # Granite-4.0-H: position_embedding_type "nope" builds no rotary embedding (granitemoehybrid.py)
     cfg = spec.config
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     params = params if isinstance(params, dict) else {}
