@@ -43,7 +43,7 @@ from models.moe import (
 from models.nemotron_h import BlockPatternError, block_pattern, is_block_model
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
-from models.unmodelled import unmodelled_field
+from models.unmodelled import unmodelled_field, unread_experts
 from models.vision import VisionTower, vision_from_config
 from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
@@ -509,11 +509,14 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
             raise SpecError(f"{source}: {exc}") from None
         linear = mixer.params(hidden) if mixer is not None else gated_deltanet_params(cfg, hidden)
     ffn = sum(blocks.count(b) for b in "-E") if blocks else None
+    moe = moe_from_config(cfg, layers, intermediate)
+    if moe is None and (problem := unread_experts(cfg)) is not None:
+        raise SpecError(f"{source}: {problem}")
     return ModelSpec(
         name=name or hf_id or source, family=family, num_layers=layers, num_attention_heads=heads,
         num_kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, intermediate_size=intermediate,
         vocab_size=vocab, max_position_embeddings=max_pos, sliding_window=sliding, tie_word_embeddings=tie,
-        hf_id=hf_id, layout=layout, kv_groups=groups, moe=moe_from_config(cfg, layers, intermediate),
+        hf_id=hf_id, layout=layout, kv_groups=groups, moe=moe,
         mla=mla_from_config(cfg), linear_layer_params=linear, ffn_layers=ffn, vision=vision_from_config(top, hidden),
         config=dict(cfg),
     )

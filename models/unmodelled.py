@@ -59,3 +59,17 @@ def unmodelled_field(cfg: dict[str, Any]) -> str | None:
             return (f"{entry.key} ({entry.models}: {entry.changes}) is not modelled by kvsim; "
                     "its KV and weights would be wrong")
     return None
+
+
+def unread_experts(cfg: dict[str, Any]) -> str | None:
+    """For a config kvsim read as dense: one line naming a field that says it has experts (a count
+    over 1 under a key naming experts, at the top or one level down: ERNIE-4.5's moe_num_experts,
+    DBRX's ffn_config), which a dense reading would drop from its weights; None when there is none."""
+    for key, value in cfg.items():
+        for name, item in value.items() if isinstance(value, dict) else ((key, value),):
+            if "expert" in str(name).lower() and isinstance(item, int) and not isinstance(item, bool) and item > 1:
+                where = name if name == key else f"{key}.{name}"
+                return (f"{where} = {item}: a mixture of experts whose experts kvsim does not read; "
+                        "its weights and step time would be a dense model's")
+    return None
+

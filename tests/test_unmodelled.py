@@ -51,3 +51,17 @@ def test_a_quantised_checkpoints_long_config_is_read(tmp_path):
     path.write_text(json.dumps(cfg))
     assert 1 << 20 < path.stat().st_size < MAX_CONFIG_BYTES
     assert load_spec(str(path)).num_params == load_spec("llama-2-7b").num_params
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"moe_num_experts": 64, "moe_k": 6}, "moe_num_experts = 64"),  # ERNIE-4.5's names
+    ({"ffn_config": {"moe_num_experts": 16, "moe_top_k": 4}}, "ffn_config.moe_num_experts = 16"),  # DBRX's
+])
+def test_experts_kvsim_does_not_read_are_not_dropped_silently(extra, field):
+    with pytest.raises(SpecError, match=f"{field}: a mixture of experts whose experts kvsim does not read") as exc:
+        spec_from_config({**LLAMA, **extra}, source="config.json")
+    assert "\n" not in str(exc.value)
+
+
+def test_a_dense_config_naming_no_experts_reads_as_before():
+    assert spec_from_config({**LLAMA, "num_local_experts": 0, "num_experts_per_tok": 1}).moe is None
