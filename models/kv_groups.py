@@ -11,17 +11,17 @@ one small class that knows its bytes:
 - MLA(latent): one compressed latent of kv_lora_rank + qk_rope_head_dim values per token and layer
   (DeepSeek-V2/V3/R1, Kimi-K2), not K and V per head. The latent is replicated on every TP rank.
 - State(bytes): a fixed-size recurrent state per sequence and layer, whatever its length (Gated
-  DeltaNet in Qwen3-Next, Mamba-2 in NemotronH): conv state + recurrent state, split over TP ranks
-  by head.
+  DeltaNet in Qwen3-Next, Mamba-2 in NemotronH and Granite-4.0-H): conv state + recurrent state,
+  split over TP ranks by head.
 
 Bytes follow models/kv_dtypes.py: quantisation scales are counted (per token per kv head for int8
 and int4; per layer for fp8, a fixed cost). MLA's latent is one row per layer, so it has one
 per-token scale (int8/int4) and one per-layer scale (fp8), not two. A state is kept in its own
-dtype (the config's mamba_ssm_dtype, else the model's bf16), not the KV dtype: vLLM quantises
-attention KV only.
+dtype, not the KV dtype (vLLM quantises attention KV only): Gated DeltaNet's the config's
+mamba_ssm_dtype, else the model's bf16; Mamba-2's by the model's rule (models/mamba2.py).
 
-This module imports only models.kv_dtypes and models.nemotron_h, so models/spec.py can build groups
-from a config.
+This module imports only models.kv_dtypes, models.mamba2 and models.nemotron_h, so models/spec.py
+can build groups from a config.
 """
 
 from __future__ import annotations

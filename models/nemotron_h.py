@@ -15,7 +15,7 @@ are three different counts, read here from the pattern; models/spec.py builds th
 (KV groups, parameters) from them. The Mamba-2 mixer itself is models/mamba2.py's (its NemotronH
 naming); only the SSM state's dtype rule is NemotronH's own (`ssm_dtype`).
 
-This module imports nothing from the project, so models/kv_groups.py can read the state from it.
+This module imports nothing from the project, so models/kv_groups.py can read the blocks from it.
 """
 
 from __future__ import annotations
