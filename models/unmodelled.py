@@ -61,13 +61,18 @@ def unmodelled_field(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+PER_TOKEN_WORDS = ("per_tok", "top")  # num_experts_per_tok, experts_per_token, top_k_experts: not how many there are
+
+
 def unread_experts(cfg: dict[str, Any]) -> str | None:
     """For a config kvsim read as dense: one line naming a field that says it has experts (a count
-    over 1 under a key naming experts, at the top or one level down: ERNIE-4.5's moe_num_experts,
+    over 1 under a key naming how many experts, at the top or one level down: ERNIE-4.5's moe_num_experts,
     DBRX's ffn_config), which a dense reading would drop from its weights; None when there is none."""
     for key, value in cfg.items():
         for name, item in value.items() if isinstance(value, dict) else ((key, value),):
-            if "expert" in str(name).lower() and isinstance(item, int) and not isinstance(item, bool) and item > 1:
+            lowered = str(name).lower()
+            counts_experts = "expert" in lowered and not any(w in lowered for w in PER_TOKEN_WORDS)
+            if counts_experts and isinstance(item, int) and not isinstance(item, bool) and item > 1:
                 where = name if name == key else f"{key}.{name}"
                 return (f"{where} = {item}: a mixture of experts whose experts kvsim does not read; "
                         "its weights and step time would be a dense model's")

@@ -64,4 +64,4 @@ def test_experts_kvsim_does_not_read_are_not_dropped_silently(extra, field):
 
 
 def test_a_dense_config_naming_no_experts_reads_as_before():
-    assert spec_from_config({**LLAMA, "num_local_experts": 0, "num_experts_per_tok": 1}).moe is None
+    assert spec_from_config({**LLAMA, "num_local_experts": 0, "num_experts_per_tok": 2}).moe is None
