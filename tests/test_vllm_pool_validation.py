@@ -371,3 +371,29 @@ def test_flashinfer_sampler_read_from_the_log(checks):
     spec = load_spec("qwen2.5-7b")
     missing = (check(plain).profile.available_kv_bytes - row.profile.available_kv_bytes) / GiB
     assert missing == pytest.approx(-256 * spec.vocab_size * (38 - 14) / GiB, abs=0.001)
+
+
+def test_logged_token_line_of_grouped_models():
+    """vLLM's 'GPU KV cache size: N tokens' from the pool it sized, where the model has several KV cache
+    groups (the logs' own available memory sets the blocks, to +-0.005 GiB): Gemma-2/3, gpt-oss and
+    Llama-4 at 0.19, num_gpu_blocks // groups x block size (sim/memory/vllm_pool.py)."""
+    from sim.memory.vllm_pool import pool_layout
+    from sim.memory.vllm_profile import parse_version, window_in_flight_tokens
+
+    seen = 0
+    for log in load_logs():
+        m = log.measured
+        if not m.get("kv_cache_tokens") or m.get("available_kv_gib", 0) <= 0 or log.pp > 1 or not log.max_model_len:
+            continue
+        spec = load_spec(log.model)
+        layout = pool_layout(spec, log.kv_dtype, log.tp, log.block_size)
+        if len(layout.groups) == 1:
+            continue
+        slack = int(0.005 * GiB // layout.bytes_per_block) + 1  # the 2-decimal GiB figure's blocks
+        blocks = int(m["available_kv_gib"] * GiB // layout.bytes_per_block)
+        in_flight = window_in_flight_tokens(log.vllm_version, log.max_num_batched_tokens, None, 1, spec)
+        tokens = layout.logged_kv_cache_tokens(blocks, log.max_model_len, in_flight, parse_version(log.vllm_version))
+        per_block = layout.block_size / len(layout.groups)
+        assert abs(tokens - m["kv_cache_tokens"]) <= slack * per_block + layout.block_size, log.id
+        seen += 1
+    assert seen >= 4
