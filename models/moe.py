@@ -8,11 +8,11 @@ The fields vLLM and transformers read:
   (Mixtral, gpt-oss, Llama-4);
 - shared experts: n_shared_experts x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
   with a sigmoid gate (Qwen2-MoE/Qwen3-Next), shared_intermediate_size (Granite-4.0-H), or one of
-  intermediate_size (Llama-4); NemotronH's
-  experts are not gated and may work in a latent width (models/nemotron_h.py);
+  intermediate_size (Llama-4); NemotronH's experts are not gated and may work in a latent width
+  (models/nemotron_h.py);
 - which layers are MoE: first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
-  decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern; dense layers use intermediate_size
-  (intermediate_size_mlp on Llama-4).
+  decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern; dense layers
+  use intermediate_size (intermediate_size_mlp on Llama-4).
 MLA (DeepSeek): q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
 Gated DeltaNet (Qwen3-Next linear layers): linear_* dims.
 """
