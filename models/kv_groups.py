@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from models.kv_dtypes import PER_TENSOR, SCALE_BYTES, get_kv_dtype, kv_bytes_per_token, row_bytes
+from models.mamba2 import DTYPE_BYTES as STATE_DTYPE_BYTES
 from models.mamba2 import Mamba2, Mamba2ConfigError
 from models.nemotron_h import KV_KIND, BlockPatternError, block_pattern, is_block_model, ssm_dtype
 
@@ -276,7 +277,6 @@ def chunked_admission_blocks(chunk: int, in_flight_tokens: int, max_model_len: i
 # (configuration_utils.py _LEGACY_LAYER_TYPE_REMAP: Granite-4.0-H's configs write them)
 LAYER_TYPE_NAMES = {"full_attention": "full", "sliding_attention": "sliding", "chunked_attention": "chunked",
                     "linear_attention": "linear", "attention": "full", "mamba": "linear"}
-STATE_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 class GroupConfigError(ValueError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}  # a state's dtypes (Gated DeltaNet's too: models/kv_groups.py)
 # (heads, head dim, groups, state, kernel, proj bias, conv bias) by naming; the width is computed
 NAMINGS = (
     ("mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size", "conv_kernel", "use_bias", "use_conv_bias"),

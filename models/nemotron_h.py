@@ -71,6 +71,11 @@ def block_pattern(cfg: dict[str, Any], num_layers: int | None = None) -> str:
     return pattern
 
 
+def ffn_blocks(pattern: str) -> int:
+    """How many of the pattern's blocks are an MLP or a MoE (the layers with an FFN)."""
+    return sum(block in "-E" for block in pattern)
+
+
 def ssm_dtype(cfg: dict[str, Any]) -> str:
     """The dtype vLLM keeps a NemotronH model's SSM state in: the config's mamba_ssm_cache_dtype, else
     float32 (NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype, read in vLLM 0.17.1 and 0.32)."""

@@ -40,7 +40,7 @@ from models.moe import (
     moe_from_config,
     moe_layer_flags,
 )
-from models.nemotron_h import BlockPatternError, block_pattern, is_block_model
+from models.nemotron_h import BlockPatternError, block_pattern, ffn_blocks, is_block_model
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
 from models.unmodelled import unmodelled_field, unread_experts
@@ -376,7 +376,7 @@ class ModelSpec:
             moe, inter = (dataclasses.replace(moe, moe_layers=moe_here), inter) if moe_here else (None, moe.dense_intermediate)
         ffn = self.ffn_layers
         if ffn is not None:  # NemotronH: the stage's own MLP and MoE blocks
-            ffn = sum(b in "-E" for b in block_pattern(self.config, self.num_layers)[start:start + layers])
+            ffn = ffn_blocks(block_pattern(self.config, self.num_layers)[start:start + layers])
         return dataclasses.replace(self, num_layers=layers, kv_groups=groups, moe=moe, intermediate_size=inter,
                                    ffn_layers=ffn, pipeline_ends=(first, last))
 
@@ -508,7 +508,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         except Mamba2ConfigError as exc:
             raise SpecError(f"{source}: {exc}") from None
         linear = mixer.params(hidden) if mixer is not None else gated_deltanet_params(cfg, hidden)
-    ffn = sum(blocks.count(b) for b in "-E") if blocks else None
+    ffn = ffn_blocks(blocks) if blocks else None
     moe = moe_from_config(cfg, layers, intermediate)
     if moe is None and (problem := unread_experts(cfg)) is not None:
         raise SpecError(f"{source}: {problem}")
