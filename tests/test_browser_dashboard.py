@@ -163,6 +163,7 @@ def flow(app_server, browser, page, tmp_path) -> None:  # noqa: F811
     pick(page, "GPU", "h100-sxm")
     page.wait_for_function("() => window.location.search.includes('gpu=h100-sxm')", timeout=WAIT_MS)
     wait_idle(page)
+    url_has(page, "trace_id=")  # the address names the upload, so a link opens the same trace
     page.locator('[data-testid="stSidebar"] label', has_text="contiguous").first.click()
     page.wait_for_function(f"() => ({RESERVED_JS})() > 0", timeout=WAIT_MS)
     wait_idle(page)

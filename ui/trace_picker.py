@@ -110,7 +110,11 @@ def pick_trace(where: str = "main") -> Trace | None:
                 if st.session_state.get(UPLOAD_KEY) != kept or TRACE_ID not in st.session_state:  # new: id it once
                     st.session_state[UPLOAD_KEY] = kept
                     st.session_state[TRACE_ID] = upload_id(name, data)
-                st.query_params[TRACE_ID] = st.session_state[TRACE_ID]
+                if st.query_params.get(TRACE_ID) != st.session_state[TRACE_ID]:
+                    # Only when it changes: each write sends the server's copy of the whole address, which
+                    # on a rerun of the same page predates the widget values the browser has just written
+                    # there (a toggle vanished from the address bar once under load).
+                    st.query_params[TRACE_ID] = st.session_state[TRACE_ID]
                 if up is None:
                     st.caption(f"Using the uploaded {plain(name)}")
             else:
