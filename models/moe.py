@@ -9,9 +9,11 @@ The fields vLLM and transformers read:
 - shared experts: n_shared_experts x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
   with a sigmoid gate (Qwen2-MoE/Qwen3-Next), shared_intermediate_size (Granite-4.0-H), or one of
   intermediate_size (Llama-4); NemotronH's experts are not gated and may work in a latent width
-  (models/nemotron_h.py);
+  (models/nemotron_h.py); ERNIE-4.5 names them moe_num_experts, moe_k, moe_num_shared_experts
+  (models/ernie_moe.py);
 - which layers are MoE: first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
-  decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern; dense layers
+  decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern, ERNIE's
+  moe_layer_start_index / end_index / interval; dense layers
   use intermediate_size (intermediate_size_mlp on Llama-4).
 MLA (DeepSeek): q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
 Gated DeltaNet (Qwen3-Next linear layers): linear_* dims.
@@ -22,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from models import ernie_moe
 from models.nemotron_h import block_pattern, is_block_model
 from models.nemotron_h import moe_fields as nemotron_moe_fields
 
@@ -50,6 +53,7 @@ class MoEShape:
     router_bias: bool = False  # a bias per expert on the router without expert biases (NemotronH)
     latent: int = 0  # width the routed experts work in, projected from and back to hidden (0: hidden)
     projection_bias: bool = False  # biases on those two projections
+    router_fp32: bool = False  # the router's weights kept in float32 whatever the model dtype (ERNIE-4.5)
 
     @property
     def matrices(self) -> int:
@@ -82,6 +86,8 @@ def moe_layer_flags(cfg: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
     """Which layers are MoE, in order (a pipeline stage counts its own range of them)."""
     if is_block_model(cfg):  # NemotronH: its "E" blocks
         return tuple(block == "E" for block in block_pattern(cfg, num_layers))
+    if ernie_moe.is_ernie_moe(cfg):  # ERNIE-4.5: a range of layers, every interval-th
+        return ernie_moe.moe_layer_flags(cfg, num_layers)
     if cfg.get("first_k_dense_replace") is not None:  # DeepSeek: the first k layers dense
         first_moe = _int(cfg, "first_k_dense_replace")
         return tuple(i >= first_moe for i in range(num_layers))
@@ -96,11 +102,15 @@ def moe_layer_flags(cfg: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
 
 def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> MoEShape | None:
     """The MoE shape, or None for a dense model."""
-    experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+    if ernie_moe.is_ernie_moe(cfg):
+        experts, per_tok, width = ernie_moe.moe_counts(cfg)
+        width = width or intermediate
+    else:
+        experts = _int(cfg, "num_experts", "num_local_experts", "n_routed_experts")
+        per_tok = _int(cfg, "num_experts_per_tok", "experts_per_token", default=1)
+        width = _int(cfg, "moe_intermediate_size", default=intermediate)
     if experts <= 1:
         return None
-    per_tok = _int(cfg, "num_experts_per_tok", "experts_per_token", default=1)
-    width = _int(cfg, "moe_intermediate_size", default=intermediate)
     dense_width = _int(cfg, "intermediate_size_mlp", default=intermediate)
     moe_layers = sum(moe_layer_flags(cfg, num_layers))
     if cfg.get("n_shared_experts"):
@@ -116,7 +126,11 @@ def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> 
     shape = MoEShape(num_experts=experts, experts_per_tok=per_tok, expert_intermediate=width, moe_layers=moe_layers,
                      dense_intermediate=dense_width, shared_intermediate=shared, shared_gate=gate,
                      expert_bias=str(cfg.get("model_type", "")) == "gpt_oss")
-    return replace(shape, **nemotron_moe_fields(cfg)) if is_block_model(cfg) else shape
+    if is_block_model(cfg):
+        return replace(shape, **nemotron_moe_fields(cfg))
+    if ernie_moe.is_ernie_moe(cfg):
+        return replace(shape, **ernie_moe.moe_fields(cfg, width))
+    return shape
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from models.ernie_moe import ErnieConfigError
 from models.kv_dtypes import get_kv_dtype
 from models.kv_groups import (
     FullAttention,
@@ -75,6 +76,7 @@ FAMILIES = {  # model_type -> family
     "qwen2_5_vl": "qwen2", "qwen3_vl_text": "qwen3", "qwen3_vl_moe_text": "qwen3",
     "qwen3_5_text": "qwen3-next", "qwen3_5_moe_text": "qwen3-next",  # Qwen3.5: Qwen3-Next's layers, an image tower
     "nemotron_h": "nemotron-h",  # one block a layer: Mamba-2, attention, MLP or MoE (models/nemotron_h.py)
+    "ernie4_5": "ernie", "ernie4_5_moe": "ernie",  # Llama's layers; the MoE's own keys in models/ernie_moe.py
 }
 QK_NORM_FAMILIES = ("qwen3", "qwen3-next", "gemma3")  # per-head q/k RMSNorm with weights
 
@@ -268,10 +270,18 @@ class ModelSpec:
 
     def weight_bytes(self, dtype: str = "bf16", expert_dtype: str | None = None) -> int:
         """Bytes of all weights stored in `dtype`, routed experts in `expert_dtype` when given
-        (quantisation scales of int4/int8 weights ignored; mxfp4's block scales included)."""
+        (quantisation scales of int4/int8 weights ignored; mxfp4's block scales included), a float32
+        router in 4 bytes."""
         dtype, expert_dtype = self.weight_dtypes(dtype, expert_dtype)
-        experts = self.expert_params
-        return math.ceil((self.num_params - experts) * WEIGHT_BYTES[dtype] + experts * WEIGHT_BYTES[expert_dtype])
+        experts, router = self.expert_params, self.fp32_router_params
+        return math.ceil((self.num_params - experts - router) * WEIGHT_BYTES[dtype] + experts * WEIGHT_BYTES[expert_dtype]
+                         + router * WEIGHT_BYTES["fp32"])
+
+    @property
+    def fp32_router_params(self) -> int:
+        """Router parameters kept in float32 whatever the weight dtype (ERNIE-4.5's gate and its bias)."""
+        moe = self.moe
+        return moe.moe_layers * moe.router_params(self.hidden_size) if moe is not None and moe.router_fp32 else 0
 
     def vision_weight_bytes(self, tp: int = 1) -> int:
         """Bytes of the image encoder and projector on one TP rank, in 16 bits (quantised checkpoints
@@ -485,7 +495,10 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
             # Granite-4.0-H without experts: every layer's MLP is its shared_mlp (granitemoehybrid.py)
             intermediate = _pick(cfg, "shared_intermediate_size", "intermediate_size")
         attn_bias = need_flag("attention_bias", False)
-        layout = _Layout(qkv_bias=attn_bias or family == "qwen2", o_bias=attn_bias, mlp_bias=need_flag("mlp_bias", False),
+        # ERNIE-4.5's use_bias: q/k/v and dense-MLP biases, none on o_proj (vLLM's ernie45.py, ernie45_moe.py)
+        ernie_bias = family == "ernie" and need_flag("use_bias", False)
+        layout = _Layout(qkv_bias=attn_bias or family == "qwen2" or ernie_bias, o_bias=attn_bias,
+                         mlp_bias=need_flag("mlp_bias", False) or ernie_bias,
                          norms_per_layer=4 if family in ("gemma2", "gemma3") else 2, qk_norm=family in QK_NORM_FAMILIES,
                          attn_sinks=family == "gpt-oss",
                          attn_output_gate=need_flag("attn_output_gate", family == "qwen3-next"))
@@ -509,7 +522,10 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
             raise SpecError(f"{source}: {exc}") from None
         linear = mixer.params(hidden) if mixer is not None else gated_deltanet_params(cfg, hidden)
     ffn = ffn_blocks(blocks) if blocks else None
-    moe = moe_from_config(cfg, layers, intermediate)
+    try:
+        moe = moe_from_config(cfg, layers, intermediate)
+    except ErnieConfigError as exc:
+        raise SpecError(f"{source}: {exc}") from None
     if moe is None and (problem := unread_experts(cfg)) is not None:
         raise SpecError(f"{source}: {problem}")
     return ModelSpec(

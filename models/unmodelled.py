@@ -66,8 +66,9 @@ PER_TOKEN_WORDS = ("per_tok", "top")  # num_experts_per_tok, experts_per_token, 
 
 def unread_experts(cfg: dict[str, Any]) -> str | None:
     """For a config kvsim read as dense: one line naming a field that says it has experts (a count
-    over 1 under a key naming how many experts, at the top or one level down: ERNIE-4.5's moe_num_experts,
-    DBRX's ffn_config), which a dense reading would drop from its weights; None when there is none."""
+    over 1 under a key naming how many experts, at the top or one level down: DBRX's ffn_config;
+    ERNIE-4.5's moe_num_experts is read, models/ernie_moe.py), which a dense reading would drop from its
+    weights; None when there is none."""
     for key, value in cfg.items():
         for name, item in value.items() if isinstance(value, dict) else ((key, value),):
             lowered = str(name).lower()

@@ -54,7 +54,7 @@ def test_a_quantised_checkpoints_long_config_is_read(tmp_path):
 
 
 @pytest.mark.parametrize("extra, field", [
-    ({"moe_num_experts": 64, "moe_k": 6}, "moe_num_experts = 64"),  # ERNIE-4.5's names
+    ({"num_total_experts": 64}, "num_total_experts = 64"),  # a name kvsim does not read (ERNIE's: models/ernie_moe.py)
     ({"ffn_config": {"moe_num_experts": 16, "moe_top_k": 4}}, "ffn_config.moe_num_experts = 16"),  # DBRX's
 ])
 def test_experts_kvsim_does_not_read_are_not_dropped_silently(extra, field):
