@@ -154,7 +154,15 @@ class MLA(KVGroup):
     latent_dim: int = 576  # kv_lora_rank + qk_rope_head_dim
     rope_dim: int = 64  # qk_rope_head_dim (kept in 16 bits by fp8_ds_mla)
     indexer_dim: int = 0  # DeepSeek-V3.2 sparse attention: the indexer's key width per token (0 = none)
+    indexer_layers: int | None = None  # layers that keep an indexer cache (None: all; IndexCache skips some)
     kind: ClassVar[str] = "mla"
+
+    @property
+    def indexed_layers(self) -> int:
+        """Layers whose indexer keeps keys (`indexer_layers`, or all of them)."""
+        if not self.indexer_dim:
+            return 0
+        return self.num_layers if self.indexer_layers is None else self.indexer_layers
 
     def bytes_per_token(self, kv_dtype: str = "bf16", tp: int = 1) -> int:
         """Replicated on every rank: tp does not divide it. A sparse (V3.2-style) model in fp8 uses
@@ -168,13 +176,15 @@ class MLA(KVGroup):
         else:
             row = row_bytes(self.latent_dim, kv_dtype)
         indexer = self.indexer_dim + SCALE_BYTES if self.indexer_dim else 0
-        return self.num_layers * (row + indexer)
+        return self.num_layers * row + self.indexed_layers * indexer
 
     def fixed_bytes(self, kv_dtype: str = "bf16") -> int:
         return self.num_layers * SCALE_BYTES if get_kv_dtype(kv_dtype).scale_layout == PER_TENSOR else 0
 
     def label(self) -> str:
         indexer = f"+indexer({self.indexer_dim})" if self.indexer_dim else ""
+        if self.indexer_dim and self.indexer_layers is not None:
+            indexer += f" in {self.indexer_layers} layers"
         return f"mla({self.latent_dim}){indexer}" + (f" cap {self.cap}" if self.cap else "")
 
 
@@ -347,7 +357,9 @@ def groups_from_config(cfg: dict, num_layers: int, num_kv_heads: int, head_dim: 
         rope = _positive(cfg, "qk_rope_head_dim")
         latent = _positive(cfg, "kv_lora_rank") + rope
         indexer = _positive(cfg, "index_head_dim") if cfg.get("index_topk") else 0  # DeepSeek-V3.2 sparse attention
-        return (MLA(num_layers, latent_dim=latent, rope_dim=rope, indexer_dim=indexer),)
+        indexed = sum(indexer_layer_flags(cfg, num_layers))
+        return (MLA(num_layers, latent_dim=latent, rope_dim=rope, indexer_dim=indexer,
+                    indexer_layers=None if not indexer or indexed == num_layers else indexed),)
     kinds = layer_kinds(cfg, num_layers)
     counts = {kind: kinds.count(kind) for kind in ("full", "sliding", "chunked", "linear")}
     groups: list[KVGroup] = []
@@ -362,6 +374,26 @@ def groups_from_config(cfg: dict, num_layers: int, num_kv_heads: int, head_dim: 
     if counts["linear"]:
         groups.append(_state_group(cfg, counts["linear"]))
     return tuple(groups)
+
+
+def indexer_layer_flags(cfg: dict, num_layers: int) -> tuple[bool, ...]:
+    """Which layers build DeepSeek sparse attention's indexer (its weights and its key cache): all of them,
+    or with IndexCache (GLM-5.2's index_topk_freq / index_skip_topk_offset, or an index_topk_pattern of
+    "S"kip and other letters) only those that compute their own top-k, the others reusing it (vLLM 0.32,
+    model_executor/models/deepseek_v2.py DeepseekV2MLAAttention: skip = max(i - offset + 1, 0) % freq != 0)."""
+    if not cfg.get("index_topk"):
+        return (False,) * num_layers
+    pattern = cfg.get("index_topk_pattern")
+    if pattern is not None:
+        if not isinstance(pattern, (str, list)):
+            raise GroupConfigError(f"index_topk_pattern must be a string or a list, got {repr(pattern)[:40]}")
+        return tuple(not (i < len(pattern) and pattern[i] == "S") for i in range(num_layers))
+    freq = cfg.get("index_topk_freq", 1)
+    offset = cfg.get("index_skip_topk_offset", 2)
+    for key, value, low in (("index_topk_freq", freq, 1), ("index_skip_topk_offset", offset, 0)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise GroupConfigError(f"{key} must be an integer of at least {low}, got {repr(value)[:40]}")
+    return tuple(max(i - offset + 1, 0) % freq == 0 for i in range(num_layers))
 
 
 def _state_group(cfg: dict, layers: int) -> State:

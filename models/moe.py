@@ -15,7 +15,9 @@ The fields vLLM and transformers read:
   decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern, ERNIE's
   moe_layer_start_index / end_index / interval; dense layers
   use intermediate_size (intermediate_size_mlp on Llama-4).
-MLA (DeepSeek): q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim.
+MLA (DeepSeek): q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim; the sparse-attention
+indexer (DeepSeek-V3.2, GLM-5): index_n_heads, index_head_dim, in the layers models/kv_groups.py's
+indexer_layer_flags picks.
 Gated DeltaNet (Qwen3-Next linear layers): linear_* dims.
 """
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from models import ernie_moe
+from models.kv_groups import indexer_layer_flags
 from models.nemotron_h import block_pattern, is_block_model
 from models.nemotron_h import moe_fields as nemotron_moe_fields
 
@@ -142,6 +145,18 @@ class MLAShape:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    index_n_heads: int = 0  # DeepSeek sparse attention's indexer (0: none): its heads, key width and layers
+    index_head_dim: int = 0
+    indexer_layers: int = 0
+
+    def indexer_params(self, hidden: int) -> int:
+        """One layer's indexer (vLLM 0.32 deepseek_v2.py Indexer; transformers' DeepseekV32Indexer): wq_b from
+        the q latent to every index head, wk and weights_proj from hidden (a key, a weight per head), k_norm a
+        LayerNorm with bias."""
+        if not self.index_head_dim:
+            return 0
+        dim, heads = self.index_head_dim, self.index_n_heads
+        return self.q_lora_rank * heads * dim + hidden * (dim + heads) + 2 * dim
 
     def layer_params(self, hidden: int, heads: int) -> int:
         """q (low-rank with its norm, or direct), kv_a (latent + rope key) with its norm, kv_b, o."""
@@ -161,12 +176,16 @@ class MLAShape:
         return 2 * heads * context * (2 * self.kv_lora_rank + self.qk_rope_head_dim)
 
 
-def mla_from_config(cfg: dict[str, Any]) -> MLAShape | None:
+def mla_from_config(cfg: dict[str, Any], num_layers: int) -> MLAShape | None:
     if not cfg.get("kv_lora_rank"):
         return None
+    indexed = cfg.get("index_topk")
     return MLAShape(q_lora_rank=_int(cfg, "q_lora_rank"), kv_lora_rank=_int(cfg, "kv_lora_rank"),
                     qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"), qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
-                    v_head_dim=_int(cfg, "v_head_dim"))
+                    v_head_dim=_int(cfg, "v_head_dim"),
+                    index_n_heads=_int(cfg, "index_n_heads") if indexed else 0,
+                    index_head_dim=_int(cfg, "index_head_dim") if indexed else 0,
+                    indexer_layers=sum(indexer_layer_flags(cfg, num_layers)))
 
 
 def gated_deltanet_params(cfg: dict[str, Any], hidden: int) -> int:

@@ -23,11 +23,13 @@ from typing import Any
 from models.ernie_moe import ErnieConfigError
 from models.kv_dtypes import get_kv_dtype
 from models.kv_groups import (
+    MLA,
     FullAttention,
     GroupConfigError,
     KVGroup,
     State,
     groups_from_config,
+    indexer_layer_flags,
     layer_kinds,
     total_bytes_per_token,
     total_per_sequence_bytes,
@@ -146,7 +148,7 @@ class ModelSpec:
         attn += 2 * d * lay.qk_norm + heads * lay.attn_sinks + h * q_out * lay.attn_output_gate
         linear = self.num_linear_layers
         if self.mla is not None:
-            attention = L * self.mla.layer_params(h, heads)
+            attention = L * self.mla.layer_params(h, heads) + self.mla.indexer_layers * self.mla.indexer_params(h)
         else:
             attention = self.num_attention_layers * attn + linear * self.linear_layer_params
         norm = h * (2 if lay.norm_bias else 1)
@@ -380,6 +382,12 @@ class ModelSpec:
                             f"(the model has {self.num_layers})")
         here = self.layer_group_kinds()[start:start + layers]
         groups = tuple(dataclasses.replace(g, num_layers=here.count(g.kind)) for g in self.groups if g.kind in here)
+        mla = self.mla
+        if mla is not None and mla.indexer_layers:  # the stage's own indexers (IndexCache skips some layers)
+            indexed = sum(indexer_layer_flags(self.config, self.num_layers)[start:start + layers])
+            mla = dataclasses.replace(mla, indexer_layers=indexed)
+            groups = tuple(dataclasses.replace(g, indexer_layers=None if indexed == layers else indexed)
+                           if isinstance(g, MLA) else g for g in groups)
         moe, inter = self.moe, self.intermediate_size
         if moe is not None:
             moe_here = sum(moe_layer_flags(self.config, self.num_layers)[start:start + layers])
@@ -388,7 +396,7 @@ class ModelSpec:
         if ffn is not None:  # NemotronH: the stage's own MLP and MoE blocks
             ffn = ffn_blocks(block_pattern(self.config, self.num_layers)[start:start + layers])
         return dataclasses.replace(self, num_layers=layers, kv_groups=groups, moe=moe, intermediate_size=inter,
-                                   ffn_layers=ffn, pipeline_ends=(first, last))
+                                   ffn_layers=ffn, pipeline_ends=(first, last), mla=mla)
 
     def with_kv_heads(self, n: int) -> ModelSpec:
         """GQA what-if: the same model with n kv heads (n = attention heads is MHA, 1 is MQA)."""
@@ -524,7 +532,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     ffn = ffn_blocks(blocks) if blocks else None
     try:
         moe = moe_from_config(cfg, layers, intermediate)
-    except ErnieConfigError as exc:
+        mla = mla_from_config(cfg, layers)
+    except (ErnieConfigError, GroupConfigError) as exc:
         raise SpecError(f"{source}: {exc}") from None
     if moe is None and (problem := unread_experts(cfg)) is not None:
         raise SpecError(f"{source}: {problem}")
@@ -533,7 +542,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         num_kv_heads=kv_heads, head_dim=head_dim, hidden_size=hidden, intermediate_size=intermediate,
         vocab_size=vocab, max_position_embeddings=max_pos, sliding_window=sliding, tie_word_embeddings=tie,
         hf_id=hf_id, layout=layout, kv_groups=groups, moe=moe,
-        mla=mla_from_config(cfg), linear_layer_params=linear, ffn_layers=ffn, vision=vision_from_config(top, hidden),
+        mla=mla, linear_layer_params=linear, ffn_layers=ffn, vision=vision_from_config(top, hidden),
         config=dict(cfg),
     )
 

@@ -196,15 +196,9 @@ def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size
     if any(isinstance(g, State) for g in groups):
         if not any(isinstance(g, FullAttention) for g in groups):
             raise PoolLayoutError(f"{spec.name}: state layers without attention layers are not modelled")
-        forced, state_page, page = hybrid_block_size(groups, kv_dtype, tp, block_size)
-        if forced != block_size:
-            notes.append(f"attention block size forced to {forced} tokens so a page holds one layer's state "
-                         f"({state_page:,} B; vLLM: 'Setting attention block size to {forced} tokens')")
-        if page != state_page:
-            notes.append(f"state page padded {100 * (page - state_page) / state_page:.2f}% to {page:,} B "
-                         "(vLLM: 'Padding mamba page size')")
-        block_size = forced
-        return _grouped(groups, page, block_size, 2 if mamba_align else 1, notes)
+        return _state_layout(groups, kv_dtype, tp, block_size, mamba_align, notes)
+    if len(groups) == 1 and isinstance(groups[0], MLA) and groups[0].indexer_layers is not None:
+        return _index_cache_layout(groups[0], kv_dtype, tp, block_size, notes)
     pages = {_page_bytes(g, kv_dtype, tp, block_size) for g in groups}
     if len(pages) != 1:
         raise PoolLayoutError(f"{spec.name}: layer types with different page sizes (vLLM unifies them; not modelled)")
@@ -213,6 +207,30 @@ def pool_layout(spec: ModelSpec, kv_dtype: str = "bf16", tp: int = 1, block_size
         g = groups[0]
         return PoolLayout(block_size, page, g.num_layers, (PoolGroup(g, g.num_layers),), 0, notes=tuple(notes))
     return _grouped(groups, page, block_size, 1, notes)
+
+
+def _state_layout(groups: list[KVGroup], kv_dtype: str, tp: int, block_size: int, mamba_align: bool,
+                  notes: list[str]) -> PoolLayout:
+    """Attention beside state layers: the block size forced so a page holds one layer's state, the state
+    page padded to the attention page (module docstring)."""
+    forced, state_page, page = hybrid_block_size(groups, kv_dtype, tp, block_size)
+    if forced != block_size:
+        notes.append(f"attention block size forced to {forced} tokens so a page holds one layer's state "
+                     f"({state_page:,} B; vLLM: 'Setting attention block size to {forced} tokens')")
+    if page != state_page:
+        notes.append(f"state page padded {100 * (page - state_page) / state_page:.2f}% to {page:,} B "
+                     "(vLLM: 'Padding mamba page size')")
+    return _grouped(groups, page, forced, 2 if mamba_align else 1, notes)
+
+
+def _index_cache_layout(g: MLA, kv_dtype: str, tp: int, block_size: int, notes: list[str]) -> PoolLayout:
+    """IndexCache (GLM-5.2): indexer caches in some layers only. vLLM keeps them in the one group with the
+    latent layers (UniformTypeKVCacheSpecs), so a block costs every layer's page: the whole row sum, here
+    one page (group_size 1, the group one "layer" of it: the pages do not split into equal layer pages)."""
+    notes.append(f"indexer cache in {g.indexer_layers} of {g.num_layers} layers (IndexCache: the others reuse a "
+                 "top-k); a page holds all layers' rows of a block")
+    page = block_size * g.bytes_per_token(kv_dtype, tp)
+    return PoolLayout(block_size, page, 1, (PoolGroup(g, 1),), 0, notes=tuple(notes))
 
 
 def _grouped(groups: list[KVGroup], page: int, block_size: int, state_pages: int, notes: list[str]) -> PoolLayout:
@@ -235,6 +253,9 @@ def stage_layout(spec: ModelSpec, layout: PoolLayout, start: int, layers: int) -
     vLLM groups a kind's layers as layers[i::n] so that stages stay balanced, projects the groups onto each
     stage (kv_cache_utils.py _project_kv_cache_groups_to_worker) and sizes each stage's pool by its own
     largest group (get_kv_cache_config_from_groups: available // page // group_size), read in vLLM 0.19.0."""
+    if any(isinstance(g.kind, MLA) and g.kind.indexer_layers is not None for g in layout.groups):
+        raise PoolLayoutError(f"{spec.name}: pipeline stages of a model whose indexer skips layers (IndexCache) "
+                              "are not modelled")
     kinds = spec.layer_group_kinds()
     if {g.kind.kind for g in layout.groups} == {"full"}:  # the all-full fallback: every attention layer one kind
         kinds = ["full" if k != "state" else k for k in kinds]
