@@ -34,6 +34,7 @@ from models.kv_groups import (
     total_bytes_per_token,
     total_per_sequence_bytes,
 )
+from models.llama_variants import variant_overrides
 from models.mamba2 import Mamba2, Mamba2ConfigError
 from models.moe import (
     MLAShape,
@@ -46,7 +47,7 @@ from models.moe import (
 from models.nemotron_h import BlockPatternError, block_pattern, ffn_blocks, is_block_model
 from models.safe_json import read_json_file
 from models.strict import flag, numbers_within, whole
-from models.unmodelled import unmodelled_field, unread_experts
+from models.unmodelled import unmodelled_field, unmodelled_type, unread_experts
 from models.vision import VisionTower, vision_from_config
 from models.weight_dtypes import WEIGHT_BYTES, WEIGHT_DTYPES
 
@@ -100,7 +101,10 @@ class _Layout:
     final_norm: bool = True
     learned_positions: int = 0  # rows of a learned position embedding (OPT)
     embed_proj_dim: int = 0  # OPT's word_embed_proj_dim when it differs from hidden (project_in/out)
-    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma-3): 2 x head_dim weights
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3, Gemma-3): 2 x head_dim weights (a bias with norm_bias)
+    qk_norm_full: bool = False  # one norm over all q heads and one over all k heads (OLMo-2, MiniMax-M2)
+    lm_head_bias: bool = False  # a bias on the LM head (Phi-2)
+    mlp_act_params: int = 0  # learned scalars of the MLP's activation per layer (Apertus' xIELU)
     attn_sinks: bool = False  # gpt-oss: one learned sink logit per head
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also yields a gate (doubles q_proj)
 
@@ -145,7 +149,8 @@ class ModelSpec:
         q_out, kv_out = heads * d, self.num_kv_heads * d
         attn = h * (q_out + 2 * kv_out) + q_out * h
         attn += (q_out + 2 * kv_out) * lay.qkv_bias + h * lay.o_bias
-        attn += 2 * d * lay.qk_norm + heads * lay.attn_sinks + h * q_out * lay.attn_output_gate
+        attn += 2 * d * lay.qk_norm * (1 + lay.norm_bias) + (q_out + kv_out) * lay.qk_norm_full
+        attn += heads * lay.attn_sinks + h * q_out * lay.attn_output_gate
         linear = self.num_linear_layers
         if self.mla is not None:
             attention = L * self.mla.layer_params(h, heads) + self.mla.indexer_layers * self.mla.indexer_params(h)
@@ -160,7 +165,8 @@ class ModelSpec:
             "attention": attention,
             "mlp": self._mlp_params(),
             "norms": L * lay.norms_per_layer * norm + (norm if lay.final_norm and last else 0),
-            "lm_head": 0 if self.tie_word_embeddings or not last else self.vocab_size * embed_dim,
+            "lm_head": (0 if self.tie_word_embeddings or not last else self.vocab_size * embed_dim)
+                       + (self.vocab_size if lay.lm_head_bias and last else 0),
         }
         if lay.embed_proj_dim and lay.embed_proj_dim != h:
             parts["embedding"] += 2 * embed_dim * h  # project_in and project_out
@@ -169,7 +175,7 @@ class ModelSpec:
     def _dense_mlp_params(self, intermediate: int) -> int:
         h, lay = self.hidden_size, self.layout
         up = intermediate * (2 if lay.mlp_gated else 1)
-        return h * up + intermediate * h + (up + h) * lay.mlp_bias
+        return h * up + intermediate * h + (up + h) * lay.mlp_bias + lay.mlp_act_params
 
     def _mlp_params(self) -> int:
         if self.moe is None:
@@ -436,7 +442,7 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     family = FAMILIES.get(model_type, model_type or "llama")
     if is_block_model(cfg):  # the pattern decides the layers, whatever the model_type says
         family = "nemotron-h"
-    elif (problem := unmodelled_field(cfg)) is not None:
+    elif (problem := unmodelled_type(cfg) or unmodelled_field(cfg)) is not None:
         raise SpecError(f"{source}: {problem}")
 
     def need_int(value: Any, key: str) -> int:
@@ -505,11 +511,13 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
         attn_bias = need_flag("attention_bias", False)
         # ERNIE-4.5's use_bias: q/k/v and dense-MLP biases, none on o_proj (vLLM's ernie45.py, ernie45_moe.py)
         ernie_bias = family == "ernie" and need_flag("use_bias", False)
-        layout = _Layout(qkv_bias=attn_bias or family == "qwen2" or ernie_bias, o_bias=attn_bias,
-                         mlp_bias=need_flag("mlp_bias", False) or ernie_bias,
-                         norms_per_layer=4 if family in ("gemma2", "gemma3") else 2, qk_norm=family in QK_NORM_FAMILIES,
-                         attn_sinks=family == "gpt-oss",
-                         attn_output_gate=need_flag("attn_output_gate", family == "qwen3-next"))
+        layout = _Layout(**{
+            "qkv_bias": attn_bias or family == "qwen2" or ernie_bias, "o_bias": attn_bias,
+            "mlp_bias": need_flag("mlp_bias", False) or ernie_bias,
+            "norms_per_layer": 4 if family in ("gemma2", "gemma3") else 2, "qk_norm": family in QK_NORM_FAMILIES,
+            "attn_sinks": family == "gpt-oss", "attn_output_gate": need_flag("attn_output_gate", family == "qwen3-next"),
+            **variant_overrides(model_type, cfg, need_flag),  # models/llama_variants.py: what differs from Llama
+        })
     kv_heads = need_int(kv_heads, "num_key_value_heads")
     intermediate = need_int(intermediate, "intermediate_size")
     if heads % kv_heads:

@@ -52,6 +52,35 @@ UNMODELLED: tuple[Unmodelled, ...] = (
 )
 
 
+# model_type -> what its layers are: decoders that are not attention + MLP layers and that name their
+# other layers by model_type alone (a default config may carry none of the fields above).
+UNMODELLED_TYPES: dict[str, str] = {
+    "bamba": "Mamba-2 layers between the attention layers", "jamba": "Mamba layers between the attention layers",
+    "zamba": "Mamba layers with shared attention blocks", "zamba2": "Mamba-2 layers with shared attention blocks",
+    "falcon_h1": "Mamba-2 heads beside attention in every layer", "falcon_mamba": "Mamba layers, no attention",
+    "mamba": "Mamba layers, no attention", "mamba2": "Mamba-2 layers, no attention",
+    "rwkv": "RWKV recurrent layers, no attention", "xlstm": "xLSTM recurrent layers, no attention",
+    "lfm2": "short-convolution layers between the attention layers",
+    "lfm2_moe": "short-convolution layers between the attention layers",
+    "recurrent_gemma": "RG-LRU recurrent layers between the attention layers",
+    "jetmoe": "a mixture of attention experts", "kimi_linear": "Kimi Delta Attention layers between the MLA layers",
+    "gemma4": "global layers with their own head size and kv heads, per-layer embeddings",
+    "gemma4_text": "global layers with their own head size and kv heads, per-layer embeddings",
+    "gemma4_unified": "global layers with their own head size and kv heads, per-layer embeddings",
+    "gemma4_unified_text": "global layers with their own head size and kv heads, per-layer embeddings",
+    "bitnet": "ternary (1.58-bit) weights with extra sub-layer norms",
+}
+
+
+def unmodelled_type(cfg: dict[str, Any]) -> str | None:
+    """One line naming a model_type whose layers kvsim does not model, or None."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    what = UNMODELLED_TYPES.get(model_type)
+    if what is None:
+        return None
+    return f"model_type {model_type} ({what}) is not modelled by kvsim; its KV and weights would be wrong"
+
+
 def unmodelled_field(cfg: dict[str, Any]) -> str | None:
     """One line naming the first field of `cfg` that kvsim does not model, or None."""
     for entry in UNMODELLED:
