@@ -20,7 +20,7 @@ from sim.memory.cublas_workspace import cublas_workspace_bytes
 from sim.memory.startup_logs import DATA, StartupLogError, check, load_logs, release_from_traceback, summary
 from sim.memory.vllm_first_start import MAX_DEFICIT_BYTES, PAIRS, WARM_ERROR, compile_cache_from_log
 from sim.memory.vllm_profile import SORT, TRITON, accounting_for, triton_buffer_rows, vllm_memory_profile
-from sim.memory.vllm_weights import mxfp4_expert_dims, rope_cache_bytes, vllm_weight_bytes
+from sim.memory.vllm_weights import mxfp4_expert_dims, replicated_weights, rope_cache_bytes, vllm_weight_bytes
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +213,22 @@ def test_quantised_checkpoints_keep_16_bit_embeddings():
     assert rope == 131072 * 128 * 2
     assert vllm_weight_bytes(spec, "fp8", "fp8", 2, "h100-sxm", (0, 11)) == -(-(spec.weight_bytes("fp8") + extra) // 2) + rope
     assert vllm_weight_bytes(spec, "bf16", "bf16", 2, "h100-sxm", (0, 11)) == -(-spec.weight_bytes("bf16") // 2) + rope
+
+
+def test_replicated_weights_are_whole_on_every_rank():
+    """DeepSeek-V3 fp8 at TP8 (vLLM 0.32 deepseek_v2.py): the q_a + kv_a projections (61 layers x 7,168 x
+    (1,536 + 512 + 64), fp8 as shipped) and the routers (58 MoE layers x 7,168 x 256, unquantised bf16)
+    sit whole on every rank; the rest is split. gpt-oss-120b's routers (with biases) are bf16 either way."""
+    spec = load_spec("deepseek-v3")
+    a_proj, router = 61 * 7168 * (1536 + 512 + 64), 58 * (7168 * 256)
+    assert replicated_weights(spec, "fp8") == (a_proj + router, a_proj + 2 * router)
+    parts = spec.param_breakdown()
+    embed = parts["embedding"] + parts["lm_head"]  # 16-bit in quantised checkpoints
+    split = spec.weight_bytes("fp8") + embed - a_proj - router
+    rope = rope_cache_bytes(spec)
+    assert vllm_weight_bytes(spec, "fp8", "fp8", 8, "h200", (0, 32)) == -(-(split + 8 * (a_proj + 2 * router)) // 8) + rope
+    gpt = load_spec("gpt-oss-120b")
+    assert replicated_weights(gpt, "bf16") == (2 * 36 * (2880 * 128 + 128),) * 2
 
 
 def test_mxfp4_experts_padded_to_the_kernel_tile():

@@ -101,10 +101,35 @@ def rope_cache_bytes(spec: ModelSpec, dtype: str = "bf16") -> int:
     return total
 
 
+def replicated_weights(spec: ModelSpec, dtype: str) -> tuple[float, float]:
+    """(bytes spec.weight_bytes counts for them, bytes every rank holds) of the weights vLLM keeps whole on
+    every TP rank instead of splitting them (read in vLLM 0.32): MoE routers (ReplicatedLinear / GateLinear,
+    never quantised: 16 bits, float32 where the model asks), MLA's A projections (q_a and kv_a:
+    DeepSeekV2FusedQkvAProjLinear and kv_a_proj_with_mqa with disable_tp, quantised as the checkpoint), and
+    the sparse-attention indexer (wq_b ReplicatedLinear, quantised; wk + weights_proj with disable_tp and no
+    quant_config, so 16 bits; k_norm in float32; deepseek_v2.py Indexer)."""
+    h, elem, act = spec.hidden_size, WEIGHT_BYTES[dtype], ACTIVATION_BYTES.get(dtype, 2)
+    counted = held = 0.0
+    moe, mla = spec.moe, spec.mla
+    if moe is not None and moe.moe_layers:
+        router = moe.moe_layers * moe.router_params(h)
+        counted += router * (WEIGHT_BYTES["fp32"] if moe.router_fp32 else elem)
+        held += router * (WEIGHT_BYTES["fp32"] if moe.router_fp32 else act)
+    if mla is not None:
+        a_proj = spec.num_layers * h * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
+        n, dim, heads = mla.indexer_layers, mla.index_head_dim, mla.index_n_heads
+        wq_b, wk_w, k_norm = n * mla.q_lora_rank * heads * dim, n * h * (dim + heads), n * 2 * dim
+        counted += (a_proj + wq_b + wk_w + k_norm) * elem
+        held += (a_proj + wq_b) * elem + wk_w * 2 + k_norm * WEIGHT_BYTES["fp32"]
+    return counted, held
+
+
 def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, gpu: str,
                       version: tuple[int, int]) -> int:
-    """Weight bytes per TP rank as vLLM holds them (dtype / expert_dtype already resolved)."""
-    total = float(spec.weight_bytes(dtype, expert_dtype))
+    """Weight bytes per TP rank as vLLM holds them (dtype / expert_dtype already resolved): the split
+    weights over the ranks, the replicated ones (`replicated_weights`) whole on each."""
+    counted, held = replicated_weights(spec, dtype)
+    total = float(spec.weight_bytes(dtype, expert_dtype)) - counted
     if dtype in QUANTISED:
         parts = spec.param_breakdown()
         embed = parts["embedding"] + parts["lm_head"]
@@ -114,4 +139,4 @@ def vllm_weight_bytes(spec: ModelSpec, dtype: str, expert_dtype: str, tp: int, g
         h, width = mxfp4_expert_dims(spec.hidden_size, moe.expert_intermediate, gpu, version, tp)
         extra = 3 * (h * width * tp - spec.hidden_size * moe.expert_intermediate) * moe.num_experts * moe.moe_layers
         total += extra * WEIGHT_BYTES["mxfp4"]
-    return math.ceil(total / tp) + spec.vision_weight_bytes(tp) + rope_cache_bytes(spec, dtype)
+    return math.ceil(total / tp + held) + spec.vision_weight_bytes(tp) + rope_cache_bytes(spec, dtype)
