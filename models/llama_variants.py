@@ -37,7 +37,7 @@ def _olmo2(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
 
 
 def _per_head_qk_norm(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
-    """Exaone-4, Apertus: per-head q/k RMSNorms of head_dim (as Qwen3's)."""
+    """Exaone-4 and its MoE, Hunyuan v3: per-head q/k RMSNorms of head_dim (as Qwen3's)."""
     return {"qk_norm": True}
 
 
@@ -107,7 +107,7 @@ VARIANTS: dict[str, Overrides] = {
     "cohere": _cohere, "cohere2": _cohere, "cohere2_moe": _cohere,
     "olmo": _olmo, "olmo2": _olmo2, "olmo3": _olmo2, "olmoe": _olmo2, "flex_olmo": _olmo2,
     "phimoe": _phimoe,
-    "exaone4": _per_head_qk_norm,
+    "exaone4": _per_head_qk_norm, "exaone_moe": _per_head_qk_norm, "hy_v3": _per_head_qk_norm,
     "stablelm": _stablelm,
     "seed_oss": _seed_oss,
     "glm": _glm, "glm4": _glm4,

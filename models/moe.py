@@ -6,12 +6,13 @@ The fields vLLM and transformers read:
 - routed experts: num_experts / num_local_experts / n_routed_experts; per token:
   num_experts_per_tok / experts_per_token; width: moe_intermediate_size, else intermediate_size
   (Mixtral, gpt-oss, Llama-4);
-- shared experts: n_shared_experts x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
+- shared experts: n_shared_experts (num_shared_experts) x moe_intermediate_size (DeepSeek), shared_expert_intermediate_size
   with a sigmoid gate (Qwen2-MoE/Qwen3-Next), shared_intermediate_size (Granite-4.0-H), or one of
   intermediate_size (Llama-4); NemotronH's experts are not gated and may work in a latent width
   (models/nemotron_h.py); ERNIE-4.5 names them moe_num_experts, moe_k, moe_num_shared_experts
   (models/ernie_moe.py);
-- which layers are MoE: first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
+- which layers are MoE: mlp_layer_types ("dense" / "sparse" per layer, transformers 5), num_dense_layers
+  (AFMoE), first_k_dense_replace (DeepSeek), interleave_moe_layer_step (Llama-4),
   decoder_sparse_step and mlp_only_layers (Qwen), the "E" blocks of a NemotronH pattern, ERNIE's
   moe_layer_start_index / end_index / interval; dense layers
   use intermediate_size (intermediate_size_mlp on Llama-4).
@@ -85,12 +86,20 @@ class MoEShape:
                 + self.latent_params(hidden))
 
 
+SPARSE_MLP_NAMES = ("sparse", "moe")  # mlp_layer_types' names for an MoE layer
+
+
 def moe_layer_flags(cfg: dict[str, Any], num_layers: int) -> tuple[bool, ...]:
     """Which layers are MoE, in order (a pipeline stage counts its own range of them)."""
     if is_block_model(cfg):  # NemotronH: its "E" blocks
         return tuple(block == "E" for block in block_pattern(cfg, num_layers))
     if ernie_moe.is_ernie_moe(cfg):  # ERNIE-4.5: a range of layers, every interval-th
         return ernie_moe.moe_layer_flags(cfg, num_layers)
+    kinds = cfg.get("mlp_layer_types")
+    if isinstance(kinds, list) and len(kinds) == num_layers:  # transformers 5: "dense" or "sparse" per layer
+        return tuple(str(kind) in SPARSE_MLP_NAMES for kind in kinds)
+    if isinstance(cfg.get("num_dense_layers"), int):  # AFMoE: the first n layers dense
+        return tuple(i >= _int(cfg, "num_dense_layers") for i in range(num_layers))
     if cfg.get("first_k_dense_replace") is not None:  # DeepSeek: the first k layers dense
         first_moe = _int(cfg, "first_k_dense_replace")
         return tuple(i >= first_moe for i in range(num_layers))
@@ -116,8 +125,8 @@ def moe_from_config(cfg: dict[str, Any], num_layers: int, intermediate: int) -> 
         return None
     dense_width = _int(cfg, "intermediate_size_mlp", default=intermediate)
     moe_layers = sum(moe_layer_flags(cfg, num_layers))
-    if cfg.get("n_shared_experts"):
-        shared, gate = _int(cfg, "n_shared_experts") * width, False
+    if cfg.get("n_shared_experts") or cfg.get("num_shared_experts"):
+        shared, gate = _int(cfg, "n_shared_experts", "num_shared_experts") * width, False
     elif cfg.get("shared_expert_intermediate_size"):
         shared, gate = _int(cfg, "shared_expert_intermediate_size"), True
     elif cfg.get("shared_intermediate_size"):  # Granite-4.0-H's shared_mlp (granitemoeshared.py): gated, no gate on it

@@ -19,6 +19,7 @@ OPTIONS = [  # (model_type, config fields that change the weights)
     ("cohere", {"use_qk_norm": True}), ("stablelm", {"use_qkv_bias": True, "use_parallel_residual": True}),
     ("stablelm", {"qk_layernorm": True}), ("phi", {"qk_layernorm": True}), ("seed_oss", {"attention_out_bias": True}),
     ("starcoder2", {"use_bias": False}), ("glm4", {"attention_bias": False}),
+    ("glm4_moe_lite", {}),  # MoE layers from transformers 5's mlp_layer_types ("dense" / "sparse")
 ]
 
 
