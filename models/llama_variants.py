@@ -59,6 +59,12 @@ def _glm(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
     return {"qkv_bias": flag("attention_bias", False), "o_bias": False}
 
 
+def _glm4_moe(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
+    """GLM-4.5/4.6/4.7 (glm4_moe): q/k/v biases (attention_bias), none on o_proj; use_qk_norm: per-head
+    q/k RMSNorms."""
+    return {**_glm(cfg, flag), "qk_norm": flag("use_qk_norm", False)}
+
+
 def _glm4(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
     """GLM-4-0414 (glm4): as glm, and two more RMSNorms a layer (post_self_attn, post_mlp)."""
     return {**_glm(cfg, flag), "norms_per_layer": 4}
@@ -110,7 +116,7 @@ VARIANTS: dict[str, Overrides] = {
     "exaone4": _per_head_qk_norm, "exaone_moe": _per_head_qk_norm, "hy_v3": _per_head_qk_norm,
     "stablelm": _stablelm,
     "seed_oss": _seed_oss,
-    "glm": _glm, "glm4": _glm4,
+    "glm": _glm, "glm4": _glm4, "glm4_moe": _glm4_moe,
     "minimax_m2": _minimax_m2,
     "starcoder2": _starcoder2,
     "phi": _phi,

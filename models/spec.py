@@ -72,7 +72,7 @@ CONFIG_LIMITS = {
 FAMILIES = {  # model_type -> family
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "opt": "opt", "falcon": "falcon",
     "refinedweb": "falcon", "refinedwebmodel": "falcon", "gemma": "gemma", "gpt_neox": "gpt-neox",
-    "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen3_next": "qwen3-next", "mixtral": "mixtral",
+    "qwen3": "qwen3", "qwen3_moe": "qwen3", "qwen2_moe": "qwen2", "qwen3_next": "qwen3-next", "mixtral": "mixtral",
     "deepseek_v3": "deepseek", "deepseek_v2": "deepseek", "kimi_k2": "deepseek", "gpt_oss": "gpt-oss",
     "llama4": "llama4", "llama4_text": "llama4", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3",
     # vision-language checkpoints whose decoder is one of the above (the tower: models/vision.py)
@@ -474,6 +474,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
     sliding = cfg.get("sliding_window")
     if family == "qwen2" and not need_flag("use_sliding_window", False):
         sliding = None  # Qwen2 configs carry a window that is switched off
+    if sliding == 0 and not isinstance(sliding, bool):
+        sliding = None  # transformers 5 writes 0 for a window switched off (Qwen2-MoE's use_sliding_window false)
 
     if family == "falcon":
         new_arch = need_flag("new_decoder_architecture", False)

@@ -20,6 +20,8 @@ OPTIONS = [  # (model_type, config fields that change the weights)
     ("stablelm", {"qk_layernorm": True}), ("phi", {"qk_layernorm": True}), ("seed_oss", {"attention_out_bias": True}),
     ("starcoder2", {"use_bias": False}), ("glm4", {"attention_bias": False}),
     ("glm4_moe_lite", {}),  # MoE layers from transformers 5's mlp_layer_types ("dense" / "sparse")
+    ("glm4_moe", {"use_qk_norm": True, "attention_bias": True}),  # GLM-4.5's own config says both
+    ("qwen2_moe", {}),  # transformers 5 writes sliding_window 0 for a window switched off
 ]
 
 
