@@ -103,6 +103,25 @@ def _apertus(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
     return {"mlp_gated": False, "qk_norm": True, "mlp_act_params": 2}
 
 
+def _persimmon(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
+    """Persimmon (and Fuyu's decoder): a fused q/k/v and a dense with biases, a squared-ReLU MLP with biases
+    (not gated), LayerNorms with bias; qk_layernorm: one LayerNorm of head_dim with bias for q and one for k."""
+    return {"mlp_gated": False, "qkv_bias": True, "o_bias": True, "mlp_bias": True, "norm_bias": True,
+            "qk_norm": flag("qk_layernorm", True)}
+
+
+def _nanochat(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
+    """nanochat: fc1 + fc2 (not gated), RMSNorms and q/k norms without weights."""
+    return {"mlp_gated": False, "norms_per_layer": 0, "final_norm": False}
+
+
+def _jais2(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
+    """Jais-2: up + down with relu2 (not gated), LayerNorms with bias, attention_bias on q/k/v/o and
+    mlp_bias on the MLP."""
+    bias = flag("attention_bias", False)
+    return {"mlp_gated": False, "norm_bias": True, "qkv_bias": bias, "o_bias": bias}
+
+
 def _phimoe(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
     """Phi-3.5-MoE: LayerNorms with bias; q/k/v/o biases (attention_bias)."""
     bias = flag("attention_bias", True)
@@ -112,7 +131,7 @@ def _phimoe(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
 VARIANTS: dict[str, Overrides] = {
     "cohere": _cohere, "cohere2": _cohere, "cohere2_moe": _cohere,
     "olmo": _olmo, "olmo2": _olmo2, "olmo3": _olmo2, "olmoe": _olmo2, "flex_olmo": _olmo2,
-    "phimoe": _phimoe,
+    "phimoe": _phimoe, "persimmon": _persimmon, "nanochat": _nanochat, "jais2": _jais2,
     "exaone4": _per_head_qk_norm, "exaone_moe": _per_head_qk_norm, "hy_v3": _per_head_qk_norm,
     "stablelm": _stablelm,
     "seed_oss": _seed_oss,

@@ -69,6 +69,14 @@ UNMODELLED_TYPES: dict[str, str] = {
     "gemma4_unified": "global layers with their own head size and kv heads, per-layer embeddings",
     "gemma4_unified_text": "global layers with their own head size and kv heads, per-layer embeddings",
     "bitnet": "ternary (1.58-bit) weights with extra sub-layer norms",
+    "hrm_text": "recurrent high- and low-level layer stacks run in cycles",
+    "doge": "dynamic-mask attention and cross-domain experts",
+    "biogpt": "learned positions, LayerNorms with bias and an ungated MLP",
+    "git": "an image-to-text model whose decoder takes image tokens",
+    **{encoder: "a BERT-style encoder, not a decoder LLM" for encoder in (
+        "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie", "megatron-bert",
+        "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "xlm-roberta", "xlm-roberta-xl", "xmod",
+        "modernbert-decoder")},
 }
 
 
