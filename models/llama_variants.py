@@ -31,7 +31,7 @@ def _olmo(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
 
 
 def _olmo2(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
-    """OLMo-2/3, Exaone-4 style norms after attention and MLP (two a layer, as Llama's count), and q/k
+    """OLMo-2/3, OLMoE, FlexOlmo: norms after attention and MLP (two a layer, as Llama's count), and q/k
     RMSNorms over all heads (q_norm of heads x head_dim, k_norm of kv heads x head_dim)."""
     return {"qk_norm_full": True}
 
