@@ -122,6 +122,13 @@ def _jais2(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
     return {"mlp_gated": False, "norm_bias": True, "qkv_bias": bias, "o_bias": bias}
 
 
+def _ernie(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
+    """ERNIE-4.5 (dense and MoE): use_bias puts biases on q/k/v and the dense MLP, none on o_proj (vLLM's
+    ernie45.py, ernie45_moe.py); its experts are read in models/ernie_moe.py."""
+    bias = flag("use_bias", False)
+    return {"qkv_bias": bias, "mlp_bias": bias}
+
+
 def _phimoe(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
     """Phi-3.5-MoE: LayerNorms with bias; q/k/v/o biases (attention_bias)."""
     bias = flag("attention_bias", True)
@@ -131,6 +138,7 @@ def _phimoe(cfg: dict[str, Any], flag: Flag) -> dict[str, Any]:
 VARIANTS: dict[str, Overrides] = {
     "cohere": _cohere, "cohere2": _cohere, "cohere2_moe": _cohere,
     "olmo": _olmo, "olmo2": _olmo2, "olmo3": _olmo2, "olmoe": _olmo2, "flex_olmo": _olmo2,
+    "ernie4_5": _ernie, "ernie4_5_moe": _ernie,
     "phimoe": _phimoe, "persimmon": _persimmon, "nanochat": _nanochat, "jais2": _jais2,
     "exaone4": _per_head_qk_norm, "exaone_moe": _per_head_qk_norm, "hy_v3": _per_head_qk_norm,
     "stablelm": _stablelm,

@@ -158,14 +158,18 @@ class MLAShape:
     index_head_dim: int = 0
     indexer_layers: int = 0
 
-    def indexer_params(self, hidden: int) -> int:
-        """One layer's indexer (vLLM 0.32 deepseek_v2.py Indexer; transformers' DeepseekV32Indexer): wq_b from
-        the q latent to every index head, wk and weights_proj from hidden (a key, a weight per head), k_norm a
-        LayerNorm with bias."""
+    def indexer_parts(self, hidden: int) -> tuple[int, int, int]:
+        """One layer's indexer (vLLM 0.32 deepseek_v2.py Indexer; transformers' DeepseekV32Indexer), by the
+        dtype vLLM keeps each in: (wq_b from the q latent to every index head; wk and weights_proj from hidden,
+        a key and a weight per head; k_norm, a LayerNorm with bias). (0, 0, 0) without an indexer."""
         if not self.index_head_dim:
-            return 0
+            return 0, 0, 0
         dim, heads = self.index_head_dim, self.index_n_heads
-        return self.q_lora_rank * heads * dim + hidden * (dim + heads) + 2 * dim
+        return self.q_lora_rank * heads * dim, hidden * (dim + heads), 2 * dim
+
+    def indexer_params(self, hidden: int) -> int:
+        """One layer's indexer parameters (`indexer_parts` summed)."""
+        return sum(self.indexer_parts(hidden))
 
     def layer_params(self, hidden: int, heads: int) -> int:
         """q (low-rank with its norm, or direct), kv_a (latent + rope key) with its norm, kv_b, o."""

@@ -511,11 +511,8 @@ def spec_from_config(cfg: dict[str, Any], name: str = "", source: str = "config"
             # Granite-4.0-H without experts: every layer's MLP is its shared_mlp (granitemoehybrid.py)
             intermediate = _pick(cfg, "shared_intermediate_size", "intermediate_size")
         attn_bias = need_flag("attention_bias", False)
-        # ERNIE-4.5's use_bias: q/k/v and dense-MLP biases, none on o_proj (vLLM's ernie45.py, ernie45_moe.py)
-        ernie_bias = family == "ernie" and need_flag("use_bias", False)
         layout = _Layout(**{
-            "qkv_bias": attn_bias or family == "qwen2" or ernie_bias, "o_bias": attn_bias,
-            "mlp_bias": need_flag("mlp_bias", False) or ernie_bias,
+            "qkv_bias": attn_bias or family == "qwen2", "o_bias": attn_bias, "mlp_bias": need_flag("mlp_bias", False),
             "norms_per_layer": 4 if family in ("gemma2", "gemma3") else 2, "qk_norm": family in QK_NORM_FAMILIES,
             "attn_sinks": family == "gpt-oss", "attn_output_gate": need_flag("attn_output_gate", family == "qwen3-next"),
             **variant_overrides(model_type, cfg, need_flag),  # models/llama_variants.py: what differs from Llama

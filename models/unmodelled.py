@@ -64,10 +64,8 @@ UNMODELLED_TYPES: dict[str, str] = {
     "lfm2_moe": "short-convolution layers between the attention layers",
     "recurrent_gemma": "RG-LRU recurrent layers between the attention layers",
     "jetmoe": "a mixture of attention experts", "kimi_linear": "Kimi Delta Attention layers between the MLA layers",
-    "gemma4": "global layers with their own head size and kv heads, per-layer embeddings",
-    "gemma4_text": "global layers with their own head size and kv heads, per-layer embeddings",
-    "gemma4_unified": "global layers with their own head size and kv heads, per-layer embeddings",
-    "gemma4_unified_text": "global layers with their own head size and kv heads, per-layer embeddings",
+    **{gemma4: "global layers with their own head size and kv heads, per-layer embeddings"
+       for gemma4 in ("gemma4", "gemma4_text", "gemma4_unified", "gemma4_unified_text")},
     "bitnet": "ternary (1.58-bit) weights with extra sub-layer norms",
     "hrm_text": "recurrent high- and low-level layer stacks run in cycles",
     "doge": "dynamic-mask attention and cross-domain experts",

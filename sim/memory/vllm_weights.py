@@ -117,8 +117,7 @@ def replicated_weights(spec: ModelSpec, dtype: str) -> tuple[float, float]:
         held += router * (WEIGHT_BYTES["fp32"] if moe.router_fp32 else act)
     if mla is not None:
         a_proj = spec.num_layers * h * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim)
-        n, dim, heads = mla.indexer_layers, mla.index_head_dim, mla.index_n_heads
-        wq_b, wk_w, k_norm = n * mla.q_lora_rank * heads * dim, n * h * (dim + heads), n * 2 * dim
+        wq_b, wk_w, k_norm = (mla.indexer_layers * n for n in mla.indexer_parts(h))
         counted += (a_proj + wq_b + wk_w + k_norm) * elem
         held += (a_proj + wq_b) * elem + wk_w * 2 + k_norm * WEIGHT_BYTES["fp32"]
     return counted, held
